@@ -1,0 +1,55 @@
+"""Settings from ``SUREHAND_*`` environment variables (pydantic-settings).
+
+The embedded default needs none of them: a SQLite file under ``./.surehand/``, the in-process
+memory broker and fakeredis for leases. A deployment sets the three URLs.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+DEFAULT_HOME = Path(".surehand")
+
+
+def default_database_url(home: Path = DEFAULT_HOME) -> str:
+    return f"sqlite:///{home / 'surehand.sqlite3'}"
+
+
+class Settings(BaseSettings):
+    """Every knob surehand reads. Each field is the env var ``SUREHAND_<NAME>``."""
+
+    model_config = SettingsConfigDict(env_prefix="SUREHAND_", extra="ignore", frozen=True)
+
+    home: Path = Field(DEFAULT_HOME, description="Directory for the embedded SQLite file.")
+    database_url: str = Field("", description="SQLAlchemy URL; default SQLite under home.")
+    redis_url: str = Field("", description="Redis for leases; empty means in-process fakeredis.")
+    broker_url: str = Field("", description="Celery broker; empty means no broker (sweep only).")
+    tenant: str = Field("default", description="Tenant for Python/CLI calls.")
+    lease_ttl_seconds: float = Field(30.0, gt=0, description="Session lease TTL.")
+    heartbeat_seconds: float = Field(10.0, gt=0, description="Lease renewal interval.")
+    reconcile_interval_seconds: float = Field(5.0, gt=0, description="Reconciler period.")
+    lost_grace_seconds: float = Field(5.0, ge=0, description="Lease missing this long = lost.")
+    sweep_interval_seconds: float = Field(1.0, gt=0, description="Dispatcher sweep period.")
+    submission_wait_seconds: float = Field(
+        5.0, ge=0, description="How long a concurrent write_task waits before in_progress."
+    )
+    submission_hold_seconds: float = Field(
+        30.0, gt=0, description="How long a reserving caller holds its submission."
+    )
+    stalled_after_seconds: float = Field(
+        300.0, gt=0, description="Diagnostics call a non-committed receipt stalled after this."
+    )
+    agents: str = Field("", description="Comma list ROLE=module:function of agent handlers.")
+    command_agent: str = Field("", description="Program the built-in command agent runs.")
+    command_timeout_seconds: float = Field(3600.0, gt=0, description="Command agent timeout.")
+    work_dir: Path = Field(Path(".surehand/sessions"), description="Per-session directories.")
+    fcop_dir: Path | None = Field(None, description="If set, mirror TASK/REPORT files here.")
+    api_tokens: str = Field(
+        "", description="Comma list token=name:ROLE:tenant; empty means one local ADMIN."
+    )
+
+    def resolved_database_url(self) -> str:
+        return self.database_url or default_database_url(self.home)

@@ -1,0 +1,129 @@
+"""Engines and transactions for SQLite (embedded, WAL) and Postgres (psycopg 3).
+
+Driver errors are translated here, at the store boundary, into ``surehand.errors`` types:
+callers above the store never see SQLAlchemy or DBAPI exceptions.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import Connection, Engine, create_engine, event, exc
+from sqlalchemy.engine import make_url
+from sqlalchemy.pool import NullPool
+
+from surehand.errors import (
+    ConfigError,
+    Conflict,
+    DuplicateKey,
+    SchemaNotReady,
+    StoreError,
+    StoreUnavailable,
+)
+
+SQLITE_BUSY_TIMEOUT_MS = 30_000
+PG_LOCK_TIMEOUT = "15s"
+_SQLITE_TABLE = re.compile(r"(?:UNIQUE|PRIMARY KEY) constraint failed: (\w+)\.")
+_READ_OPTION = "surehand_read_only"
+
+
+def make_engine(url: str) -> Engine:
+    """Create an engine for a SQLite or Postgres URL, configured for surehand's access pattern."""
+    parsed = make_url(url)
+    if parsed.get_backend_name() == "sqlite":
+        return _sqlite_engine(url)
+    if parsed.get_backend_name() == "postgresql":
+        if parsed.drivername == "postgresql":
+            parsed = parsed.set(drivername="postgresql+psycopg")
+        return create_engine(
+            parsed,
+            pool_pre_ping=True,
+            pool_size=10,
+            max_overflow=20,
+            connect_args={"options": f"-c lock_timeout={PG_LOCK_TIMEOUT}"},
+        )
+    raise ConfigError(
+        f"unsupported database URL scheme {parsed.drivername!r}: use sqlite:///path or "
+        "postgresql+psycopg://user@host/db in SUREHAND_DATABASE_URL"
+    )
+
+
+def _sqlite_engine(url: str) -> Engine:
+    parsed = make_url(url)
+    if parsed.database and parsed.database != ":memory:":
+        Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
+    # NullPool: each checkout is a fresh connection, which is cheap for SQLite and keeps
+    # connections from being shared across forked worker processes.
+    engine = create_engine(url, poolclass=NullPool, connect_args={"timeout": 30})
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+        # Take over transaction control so that writers can BEGIN IMMEDIATE: a deferred
+        # transaction that upgrades to a write lock fails with SQLITE_BUSY without waiting.
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute("PRAGMA synchronous=NORMAL")
+        cursor.execute("PRAGMA foreign_keys=ON")
+        cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
+        cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(connection: Connection) -> None:
+        read_only = connection.get_execution_options().get(_READ_OPTION, False)
+        connection.exec_driver_sql("BEGIN" if read_only else "BEGIN IMMEDIATE")
+
+    return engine
+
+
+def translate(error: exc.DBAPIError | exc.SQLAlchemyError) -> StoreError:
+    """Map a driver error to the surehand error a caller can act on."""
+    if isinstance(error, exc.IntegrityError):
+        return DuplicateKey(_table_of(error), "a row with this key already exists")
+    text = str(getattr(error, "orig", error)).lower()
+    if "no such table" in text or ("does not exist" in text and "relation" in text):
+        return SchemaNotReady("the database schema is missing: run `surehand db upgrade`")
+    if "deadlock" in text or "could not serialize" in text:
+        return Conflict("a concurrent transaction won; retry the call")
+    if isinstance(error, exc.OperationalError | exc.InterfaceError | exc.TimeoutError) or (
+        isinstance(error, exc.DBAPIError) and error.connection_invalidated
+    ):
+        return StoreUnavailable(
+            "the database is unreachable or busy; nothing was half-written, retry later "
+            f"({type(getattr(error, 'orig', error)).__name__})"
+        )
+    return StoreError(f"database error: {type(getattr(error, 'orig', error)).__name__}")
+
+
+def _table_of(error: exc.IntegrityError) -> str:
+    diag = getattr(getattr(error, "orig", None), "diag", None)
+    if diag is not None and getattr(diag, "table_name", None):
+        return str(diag.table_name)
+    match = _SQLITE_TABLE.search(str(error.orig))
+    return match.group(1) if match else "unknown"
+
+
+@contextmanager
+def transaction(engine: Engine) -> Iterator[Connection]:
+    """One write transaction; commits on success, rolls back and translates on error."""
+    try:
+        with engine.begin() as connection:
+            yield connection
+    except (exc.DBAPIError, exc.SQLAlchemyError) as error:
+        raise translate(error) from error
+
+
+@contextmanager
+def snapshot(engine: Engine) -> Iterator[Connection]:
+    """A read-only transaction (never takes SQLite's write lock)."""
+    try:
+        with engine.connect() as connection:
+            connection = connection.execution_options(**{_READ_OPTION: True})
+            with connection.begin():
+                yield connection
+    except (exc.DBAPIError, exc.SQLAlchemyError) as error:
+        raise translate(error) from error

@@ -1,0 +1,282 @@
+"""SQLAlchemy Core schema. Enum columns carry CHECK constraints mirroring ``surehand.model``.
+
+Invariants live here, not in Python: one receipt per (tenant, client_submission_id), one attempt
+number per task, one interruption case per lost attempt, one REPORT per dedupe key.
+"""
+
+from __future__ import annotations
+
+import enum
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    CheckConstraint,
+    Column,
+    DateTime,
+    Dialect,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+    TypeDecorator,
+    UniqueConstraint,
+    text,
+)
+
+from surehand import model
+
+NAMING = {
+    "ix": "ix_%(column_0_label)s",
+    "uq": "uq_%(table_name)s_%(column_0_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+metadata = MetaData(naming_convention=NAMING)
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """Timezone-aware UTC in, timezone-aware UTC out, on every backend (SQLite has no tz)."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError("naive datetime given to the store; use timezone-aware UTC")
+        value = value.astimezone(UTC)
+        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+def _check(column: str, values: type[enum.Enum], name: str) -> CheckConstraint:
+    allowed = ", ".join(f"'{member.value}'" for member in values)
+    return CheckConstraint(f"{column} IN ({allowed})", name=name)
+
+
+def _ts(name: str, nullable: bool = False) -> Column[Any]:
+    return Column(name, UTCDateTime(), nullable=nullable)
+
+
+counters = Table(
+    "counters",
+    metadata,
+    Column("kind", String(16), primary_key=True),
+    Column("day", String(8), primary_key=True),
+    Column("last", Integer, nullable=False),
+)
+
+receipts = Table(
+    "receipts",
+    metadata,
+    Column(
+        "id", BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True
+    ),
+    Column("tenant", String(255), nullable=False),
+    Column("client_submission_id", String(255), nullable=False),
+    Column("digest_schema_version", String(32), nullable=False),
+    Column("request_digest", String(64), nullable=False),
+    Column("task_id", String(32), nullable=False),
+    Column("task_path", String(512), nullable=False),
+    Column("state", String(16), nullable=False),
+    Column("holder", String(64)),
+    _ts("held_until", nullable=True),
+    Column("document_digest", String(64)),
+    Column("result", JSON),
+    _ts("created_at"),
+    _ts("updated_at"),
+    UniqueConstraint("tenant", "client_submission_id", name="uq_receipts_submission"),
+    UniqueConstraint("task_id", name="uq_receipts_task_id"),
+    _check("state", model.ReceiptState, "state"),
+)
+Index("ix_receipts_state_updated", receipts.c.state, receipts.c.updated_at)
+
+tasks = Table(
+    "tasks",
+    metadata,
+    Column("task_id", String(32), primary_key=True),
+    Column("tenant", String(255), nullable=False),
+    Column("sender", String(32), nullable=False),
+    Column("recipient", String(32), nullable=False),
+    Column("subject", String(512), nullable=False),
+    Column("body", Text, nullable=False),
+    Column("priority", String(2), nullable=False),
+    Column("thread_key", String(255), nullable=False),
+    Column("parent", String(32), nullable=False),
+    Column("references", JSON, nullable=False),
+    Column("depends_on", JSON, nullable=False),
+    Column("risk_level", String(16), nullable=False),
+    Column("bucket", String(16), nullable=False),
+    Column("revision", Integer, nullable=False),
+    Column("epoch", Integer, nullable=False, server_default=text("0")),
+    Column("rework_round", Integer, nullable=False, server_default=text("0")),
+    Column("hold_case_id", String(64)),
+    Column("hold_reason", Text),
+    Column("client_submission_id", String(255)),
+    Column("request_digest", String(64), nullable=False),
+    Column("digest_schema_version", String(32), nullable=False),
+    Column("idempotent", Boolean, nullable=False),
+    Column("document", Text, nullable=False),
+    Column("document_digest", String(64), nullable=False),
+    Column("published", Boolean, nullable=False, server_default=text("false")),
+    _ts("created_at"),
+    _ts("updated_at"),
+    _check("bucket", model.Bucket, "bucket"),
+    _check("priority", model.Priority, "priority"),
+    _check("risk_level", model.RiskLevel, "risk_level"),
+)
+Index("ix_tasks_tenant_bucket", tasks.c.tenant, tasks.c.bucket)
+Index("ix_tasks_unpublished", tasks.c.bucket, tasks.c.published)
+
+task_events = Table(
+    "task_events",
+    metadata,
+    Column(
+        "id", BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True
+    ),
+    Column("task_id", String(32), ForeignKey("tasks.task_id"), nullable=False),
+    _ts("at"),
+    Column("kind", String(32), nullable=False),
+    Column("by", String(64), nullable=False),
+    Column("action", String(32)),
+    Column("from_bucket", String(16)),
+    Column("to_bucket", String(16)),
+    Column("reason", Text),
+    Column("attempt_id", String(64)),
+    Column("epoch", Integer),
+    Column("data", JSON, nullable=False),
+    _check("kind", model.EventKind, "kind"),
+)
+Index("ix_task_events_task", task_events.c.task_id, task_events.c.id)
+
+reports = Table(
+    "reports",
+    metadata,
+    Column("report_id", String(32), primary_key=True),
+    Column("task_id", String(32), ForeignKey("tasks.task_id"), nullable=False),
+    Column("tenant", String(255), nullable=False),
+    Column("reporter", String(32), nullable=False),
+    Column("recipient", String(32), nullable=False),
+    Column("status", String(16), nullable=False),
+    Column("body", Text, nullable=False),
+    Column("body_hash", String(64), nullable=False),
+    Column("client_submission_id", String(255)),
+    Column("rework_round", Integer, nullable=False),
+    Column("revision", Integer, nullable=False),
+    Column("supersedes", String(32)),
+    Column("attempt_id", String(64)),
+    _ts("created_at"),
+    _check("status", model.ReportStatus, "status"),
+    UniqueConstraint(
+        "task_id",
+        "reporter",
+        "recipient",
+        "status",
+        "rework_round",
+        "body_hash",
+        name="uq_reports_content",
+    ),
+    UniqueConstraint(
+        "task_id", "reporter", "recipient", "status", "revision", name="uq_reports_revision"
+    ),
+)
+Index(
+    "uq_reports_submission",
+    reports.c.task_id,
+    reports.c.reporter,
+    reports.c.recipient,
+    reports.c.status,
+    reports.c.client_submission_id,
+    unique=True,
+    sqlite_where=reports.c.client_submission_id.isnot(None),
+    postgresql_where=reports.c.client_submission_id.isnot(None),
+)
+
+attempts = Table(
+    "attempts",
+    metadata,
+    Column("attempt_id", String(64), primary_key=True),
+    Column("task_id", String(32), ForeignKey("tasks.task_id"), nullable=False),
+    Column("number", Integer, nullable=False),
+    Column("state", String(16), nullable=False),
+    Column("worker", String(255), nullable=False),
+    Column("lease_id", String(64), nullable=False),
+    Column("agent_returned", Boolean, nullable=False, server_default=text("false")),
+    Column("error", Text),
+    Column("bound_operation_id", Integer),
+    _ts("started_at"),
+    _ts("ended_at", nullable=True),
+    UniqueConstraint("task_id", "number", name="uq_attempts_task_number"),
+    _check("state", model.AttemptState, "state"),
+)
+# The reconciler's scan: cost proportional to running attempts, not to all tasks.
+Index(
+    "ix_attempts_running",
+    attempts.c.state,
+    sqlite_where=attempts.c.state == "running",
+    postgresql_where=attempts.c.state == "running",
+)
+
+operations = Table(
+    "operations",
+    metadata,
+    Column(
+        "id", BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True
+    ),
+    Column("task_id", String(32), ForeignKey("tasks.task_id"), nullable=False),
+    Column("attempt_id", String(64), ForeignKey("attempts.attempt_id"), nullable=False),
+    Column("epoch", Integer, nullable=False),
+    Column("name", String(255), nullable=False),
+    Column("fingerprint", String(24), nullable=False),
+    Column("args", JSON, nullable=False),
+    Column("idempotency_key", String(255)),
+    Column("retry_policy", String(16), nullable=False),
+    Column("has_probe", Boolean, nullable=False),
+    Column("state", String(16), nullable=False),
+    Column("outcome", JSON),
+    Column("external_receipt", Text),
+    Column("error", Text),
+    _ts("started_at"),
+    _ts("settled_at", nullable=True),
+    _check("state", model.OperationState, "state"),
+    _check("retry_policy", model.RetryPolicy, "retry_policy"),
+)
+Index("ix_operations_task_fingerprint", operations.c.task_id, operations.c.fingerprint)
+
+interruption_cases = Table(
+    "interruption_cases",
+    metadata,
+    Column("case_id", String(64), primary_key=True),
+    Column("task_id", String(32), ForeignKey("tasks.task_id"), nullable=False),
+    Column("interrupted_attempt_id", String(64), nullable=False),
+    Column("interrupted_epoch", Integer, nullable=False),
+    Column("prior_lease_id", String(64), nullable=False),
+    _ts("interrupted_at"),
+    Column("revision_at_interruption", Integer, nullable=False),
+    Column("revision_at_evaluation", Integer),
+    Column("effect_fact", String(16)),
+    Column("effect_refs", JSON, nullable=False),
+    Column("admission", String(16)),
+    _ts("decided_at", nullable=True),
+    Column("decided_by", String(64)),
+    Column("successor_attempt_id", String(64)),
+    Column("bound_operation_id", Integer),
+    Column("state", String(16), nullable=False),
+    Column("review", JSON),
+    UniqueConstraint("interrupted_attempt_id", name="uq_interruption_cases_attempt"),
+    _check("state", model.CaseState, "state"),
+)
+Index("ix_interruption_cases_task", interruption_cases.c.task_id)
