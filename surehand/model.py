@@ -392,6 +392,7 @@ class Attempt:
     worker: str
     lease_id: str
     agent_returned: bool
+    result: Any
     error: str | None
     bound_operation_id: int | None  # set for a successor admitted as single_verified
     started_at: datetime
@@ -418,7 +419,7 @@ class Operation:
     args: Mapping[str, Any]
     idempotency_key: str | None
     retry_policy: RetryPolicy
-    has_probe: bool
+    probe: str | None  # name of a registered probe that can tell whether the effect happened
     state: OperationState
     outcome: Mapping[str, Any] | None
     external_receipt: str | None

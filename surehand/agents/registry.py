@@ -1,0 +1,88 @@
+"""Agent handlers registered per recipient role, and named probes for effect facts."""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from surehand.agents.context import SessionContext
+from surehand.errors import ConfigError, NoAgentForRole
+from surehand.model import Operation
+from surehand.requests import check_role
+
+AgentHandler = Callable[[SessionContext], Any]
+Probe = Callable[[Operation], "bool | None"]
+"""Answers whether an interrupted operation's effect happened: True, False, or None (unknown)."""
+
+
+@dataclass(frozen=True)
+class AgentSpec:
+    role: str
+    handler: AgentHandler
+    review: bool = True  # settle to ``review`` (True) or straight to ``done`` (False)
+
+
+class AgentRegistry:
+    """Which handler runs a session for a TASK's recipient role, and which probes exist."""
+
+    def __init__(self) -> None:
+        self._agents: dict[str, AgentSpec] = {}
+        self._probes: dict[str, Probe] = {}
+
+    def register(self, role: str, handler: AgentHandler, *, review: bool = True) -> None:
+        try:
+            check_role(role)
+        except ValueError as exc:
+            raise ConfigError(f"agent role {role!r}: {exc}") from None
+        self._agents[role] = AgentSpec(role, handler, review)
+
+    def agent(self, role: str, *, review: bool = True) -> Callable[[AgentHandler], AgentHandler]:
+        """Decorator: ``@registry.agent("DEV")``."""
+
+        def decorate(handler: AgentHandler) -> AgentHandler:
+            self.register(role, handler, review=review)
+            return handler
+
+        return decorate
+
+    def register_probe(self, name: str, probe: Probe) -> None:
+        self._probes[name] = probe
+
+    def probe(self, name: str) -> Probe | None:
+        return self._probes.get(name)
+
+    def get(self, role: str) -> AgentSpec:
+        spec = self._agents.get(role)
+        if spec is None:
+            raise NoAgentForRole(
+                f"no agent handler for role {role!r}; register one with @sh.agent({role!r}) "
+                "or SUREHAND_AGENTS=ROLE=module:function"
+            )
+        return spec
+
+    def roles(self) -> list[str]:
+        return sorted(self._agents)
+
+    def load(self, spec: str) -> None:
+        """Load ``ROLE=module:function[,ROLE=...]`` (from SUREHAND_AGENTS)."""
+        for item in filter(None, (part.strip() for part in spec.split(","))):
+            role, _, target = item.partition("=")
+            self.register(role.strip(), _import(target.strip()))
+
+    def update(self, other: Mapping[str, AgentSpec]) -> None:
+        self._agents.update(other)
+
+
+def _import(target: str) -> AgentHandler:
+    module_name, _, attribute = target.partition(":")
+    if not module_name or not attribute:
+        raise ConfigError(f"agent {target!r}: use module:function")
+    try:
+        handler = getattr(importlib.import_module(module_name), attribute)
+    except (ImportError, AttributeError) as exc:
+        raise ConfigError(f"agent {target!r} cannot be imported: {exc}") from exc
+    if not callable(handler):
+        raise ConfigError(f"agent {target!r} is not callable")
+    return handler  # type: ignore[no-any-return]

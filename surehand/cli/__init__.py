@@ -1,0 +1,12 @@
+"""The ``surehand`` command line (typer + rich). Thin: every command calls the service layer."""
+
+from __future__ import annotations
+
+from surehand.cli import admin_commands, task_commands
+from surehand.cli.app import app
+
+__all__ = ["admin_commands", "app", "main", "task_commands"]
+
+
+def main() -> None:
+    app()

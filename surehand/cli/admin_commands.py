@@ -1,0 +1,59 @@
+"""``surehand db upgrade`` and ``surehand fcop export``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from surehand.cli.app import db_app, fcop_app
+from surehand.cli.common import DatabaseUrl, JsonFlag, Tenant, console, emit_json, handle_errors
+from surehand.facade import Surehand
+from surehand.fcop_export import export_workspace
+from surehand.store import migrate
+
+
+@db_app.command("upgrade")
+@handle_errors
+def db_upgrade(database_url: DatabaseUrl = None, as_json: JsonFlag = False) -> None:
+    """Apply pending schema migrations (safe to run from several processes at once)."""
+    sh = Surehand(database_url=database_url)
+    revision = sh.upgrade()
+    if as_json:
+        emit_json({"database": sh.store.describe(), "revision": revision})
+    else:
+        console.print(f"database {sh.store.describe()} is at migration [bold]{revision}[/]")
+
+
+@db_app.command("current")
+@handle_errors
+def db_current(database_url: DatabaseUrl = None, as_json: JsonFlag = False) -> None:
+    """Show the database's migration and the newest one this version ships."""
+    sh = Surehand(database_url=database_url)
+    current = migrate.current_revision(sh.store.engine)
+    head = migrate.head_revision()
+    if as_json:
+        emit_json({"current": current, "head": head, "up_to_date": current == head})
+    else:
+        console.print(f"current {current or '(empty)'}, newest {head}")
+
+
+@fcop_app.command("export")
+@handle_errors
+def fcop_export(
+    directory: Annotated[Path, typer.Argument(help="Workspace root; writes DIR/fcop/...")],
+    database_url: DatabaseUrl = None,
+    tenant: Tenant = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """Write (or rebuild) the FCoP mirror: fcop/_lifecycle/<bucket>/ and fcop/reports/."""
+    sh = Surehand(database_url=database_url, tenant=tenant)
+    summary = export_workspace(sh.services, directory, tenant=sh.tenant)
+    if as_json:
+        emit_json({"tasks": summary.tasks, "reports": summary.reports, "removed": summary.removed})
+    else:
+        console.print(
+            f"exported {summary.tasks} TASK(s) and {summary.reports} REPORT(s) to "
+            f"{directory / 'fcop'} ({summary.removed} stale file(s) removed)"
+        )

@@ -1,0 +1,105 @@
+"""Rich renderings of records for humans (``--json`` prints the records' dicts instead)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from rich.table import Table
+
+from surehand.model import (
+    Report,
+    SubmissionDiagnosis,
+    Task,
+    TaskEvent,
+    WriteTaskResult,
+)
+
+BUCKET_STYLE = {
+    "inbox": "cyan",
+    "active": "yellow",
+    "review": "magenta",
+    "done": "green",
+    "archive": "dim",
+}
+
+
+def bucket_label(task: Task) -> str:
+    label = f"[{BUCKET_STYLE[task.bucket.value]}]{task.bucket.value}[/]"
+    return f"{label} [bold red]HELD[/]" if task.hold else label
+
+
+def result_table(result: WriteTaskResult) -> Table:
+    table = Table(show_header=False, box=None)
+    for key, value in result.to_dict().items():
+        if key == "conflict" and value:
+            value = f"[red]{value['code']}[/]: {value['message']}"
+        table.add_row(f"[bold]{key}[/]", str(value))
+    return table
+
+
+def tasks_table(tasks: Sequence[Task]) -> Table:
+    table = Table(title=f"{len(tasks)} TASK(s)")
+    for column in ("task_id", "bucket", "sender→recipient", "P", "attempt", "subject"):
+        table.add_column(column)
+    for task in tasks:
+        table.add_row(
+            task.task_id,
+            bucket_label(task),
+            f"{task.fields.sender}→{task.fields.recipient}",
+            task.fields.priority.value,
+            str(task.epoch or "-"),
+            task.fields.subject[:60],
+        )
+    return table
+
+
+def task_table(task: Task) -> Table:
+    table = Table(show_header=False, box=None, title=task.task_id)
+    for key, value in task.to_dict().items():
+        if key == "body":
+            continue
+        table.add_row(f"[bold]{key}[/]", str(value))
+    if task.hold:
+        table.add_row("[bold red]hold[/]", f"case {task.hold.case_id}: {task.hold.reason}")
+    return table
+
+
+def history_table(history: Sequence[TaskEvent]) -> Table:
+    table = Table(title="history")
+    for column in ("at", "kind", "action", "from→to", "by", "reason / data"):
+        table.add_column(column)
+    for event in history:
+        moves = f"{event.from_bucket or '-'}→{event.to_bucket or '-'}" if event.to_bucket else ""
+        detail = event.reason or (str(dict(event.data)) if event.data else "")
+        table.add_row(
+            event.at.strftime("%H:%M:%S.%f")[:-3],
+            event.kind.value,
+            event.action or "",
+            moves,
+            event.by,
+            detail[:80],
+        )
+    return table
+
+
+def reports_table(reports: Sequence[Report]) -> Table:
+    table = Table(title="reports")
+    for column in ("report_id", "rev", "status", "reporter→recipient", "body"):
+        table.add_column(column)
+    for report in reports:
+        table.add_row(
+            report.report_id,
+            str(report.revision),
+            report.status.value,
+            f"{report.reporter}→{report.recipient}",
+            report.body.splitlines()[0][:60] if report.body else "",
+        )
+    return table
+
+
+def diagnosis_table(diagnosis: SubmissionDiagnosis) -> Table:
+    table = Table(show_header=False, box=None, title=diagnosis.client_submission_id)
+    for key, value in diagnosis.to_dict().items():
+        style = "bold red" if key == "stalled" and value else "bold"
+        table.add_row(f"[{style}]{key}[/]", str(value))
+    return table

@@ -1,0 +1,237 @@
+"""``surehand submit | report | move | tasks | show | diagnose``: the task commands."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from surehand.cli.app import app
+from surehand.cli.common import (
+    EXIT_CONFLICT,
+    EXIT_RETRY,
+    DatabaseUrl,
+    JsonFlag,
+    Tenant,
+    console,
+    emit_json,
+    handle_errors,
+)
+from surehand.cli.render import (
+    diagnosis_table,
+    history_table,
+    reports_table,
+    result_table,
+    task_table,
+    tasks_table,
+)
+from surehand.facade import Surehand
+from surehand.model import ConflictCode, Disposition
+
+
+def _open(database_url: str | None, tenant: str | None) -> Surehand:
+    return Surehand(database_url=database_url, tenant=tenant)
+
+
+def _body(body: str | None, body_file: Path | None) -> str:
+    if body_file is None:
+        return body or ""
+    if str(body_file) == "-":
+        return sys.stdin.read()
+    return body_file.read_text(encoding="utf-8")
+
+
+@app.command()
+@handle_errors
+def submit(
+    sender: Annotated[str, typer.Option(envvar="SUREHAND_SENDER", help="Sender role, e.g. PM.")],
+    recipient: Annotated[str, typer.Option(envvar="SUREHAND_RECIPIENT", help="Recipient role.")],
+    subject: Annotated[str, typer.Option(envvar="SUREHAND_SUBJECT", help="One-line subject.")],
+    body: Annotated[str | None, typer.Option(envvar="SUREHAND_BODY", help="TASK body.")] = None,
+    body_file: Annotated[
+        Path | None,
+        typer.Option(envvar="SUREHAND_BODY_FILE", help="Read the body from a file ('-': stdin)."),
+    ] = None,
+    submission_id: Annotated[
+        str | None,
+        typer.Option(
+            "--id",
+            "--client-submission-id",
+            envvar="SUREHAND_SUBMISSION_ID",
+            help="Stable id of this submission: reuse it on every retry.",
+        ),
+    ] = None,
+    priority: Annotated[
+        str, typer.Option(envvar="SUREHAND_PRIORITY", help="P0-P3 or urgent/high/normal/low.")
+    ] = "P2",
+    thread_key: Annotated[str, typer.Option(envvar="SUREHAND_THREAD_KEY")] = "",
+    parent: Annotated[str, typer.Option(envvar="SUREHAND_PARENT", help="Parent TASK id.")] = "",
+    reference: Annotated[
+        list[str] | None, typer.Option(envvar="SUREHAND_REFERENCES", help="Repeatable.")
+    ] = None,
+    depends_on: Annotated[
+        list[str] | None, typer.Option(envvar="SUREHAND_DEPENDS_ON", help="Repeatable TASK id.")
+    ] = None,
+    risk_level: Annotated[
+        str, typer.Option(envvar="SUREHAND_RISK_LEVEL", help="low|medium|high|irreversible.")
+    ] = "medium",
+    database_url: DatabaseUrl = None,
+    tenant: Tenant = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """Create a TASK (write_task). With --id, retries return the first result (reused)."""
+    request: dict[str, Any] = {
+        "sender": sender,
+        "recipient": recipient,
+        "subject": subject,
+        "body": _body(body, body_file),
+        "priority": priority,
+        "thread_key": thread_key,
+        "parent": parent,
+        "references": reference or [],
+        "depends_on": depends_on or [],
+        "risk_level": risk_level,
+        "client_submission_id": submission_id,
+    }
+    result = _open(database_url, tenant).write_task(request)
+    if as_json:
+        emit_json(result.to_dict())
+    else:
+        console.print(result_table(result))
+    if result.disposition is Disposition.CONFLICT:
+        assert result.conflict is not None
+        retry = result.conflict.code is ConflictCode.IN_PROGRESS
+        raise typer.Exit(EXIT_RETRY if retry else EXIT_CONFLICT)
+
+
+@app.command()
+@handle_errors
+def report(
+    task_id: Annotated[str, typer.Argument(help="TASK id.")],
+    reporter: Annotated[str, typer.Option(envvar="SUREHAND_REPORTER", help="Reporter role.")],
+    body: Annotated[str | None, typer.Option(envvar="SUREHAND_BODY")] = None,
+    body_file: Annotated[Path | None, typer.Option(envvar="SUREHAND_BODY_FILE")] = None,
+    status: Annotated[
+        str, typer.Option(envvar="SUREHAND_REPORT_STATUS", help="done|in_progress|blocked|aborted.")
+    ] = "done",
+    submission_id: Annotated[
+        str | None, typer.Option("--id", envvar="SUREHAND_SUBMISSION_ID")
+    ] = None,
+    database_url: DatabaseUrl = None,
+    tenant: Tenant = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """Write a REPORT on a TASK (write_report); an identical one is deduplicated."""
+    result = _open(database_url, tenant).write_report(
+        task_id=task_id,
+        reporter=reporter,
+        body=_body(body, body_file),
+        status=status,
+        client_submission_id=submission_id,
+    )
+    if as_json:
+        emit_json(result.to_dict())
+        return
+    console.print(reports_table([result.report]))
+    if result.deduplicated:
+        console.print("[yellow]deduplicated[/]: an identical REPORT exists; nothing was written")
+
+
+@app.command()
+@handle_errors
+def move(
+    task_id: Annotated[str, typer.Argument(help="TASK id.")],
+    action: Annotated[
+        str,
+        typer.Argument(help="claim|submit|finish|approve|reject|archive|reopen."),
+    ],
+    actor: Annotated[str, typer.Option(envvar="SUREHAND_ACTOR", help="Acting role, e.g. PM.")],
+    reason: Annotated[str | None, typer.Option(envvar="SUREHAND_REASON")] = None,
+    report_id: Annotated[str | None, typer.Option(envvar="SUREHAND_REPORT_ID")] = None,
+    database_url: DatabaseUrl = None,
+    tenant: Tenant = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """Move a TASK between buckets by a lifecycle action."""
+    task = _open(database_url, tenant).transition(
+        task_id, action, actor=actor, reason=reason, report_id=report_id
+    )
+    if as_json:
+        emit_json(task.to_dict())
+    else:
+        console.print(task_table(task))
+
+
+@app.command("tasks")
+@handle_errors
+def list_tasks(
+    bucket: Annotated[str | None, typer.Option(envvar="SUREHAND_BUCKET")] = None,
+    recipient: Annotated[str | None, typer.Option(envvar="SUREHAND_RECIPIENT")] = None,
+    limit: Annotated[int, typer.Option(envvar="SUREHAND_LIMIT", min=1, max=1000)] = 50,
+    database_url: DatabaseUrl = None,
+    tenant: Tenant = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """List TASKs, newest first."""
+    found = _open(database_url, tenant).list_tasks(bucket=bucket, recipient=recipient, limit=limit)
+    if as_json:
+        emit_json([task.to_dict() for task in found])
+    else:
+        console.print(tasks_table(found))
+
+
+@app.command()
+@handle_errors
+def show(
+    task_id: Annotated[str, typer.Argument(help="TASK id.")],
+    database_url: DatabaseUrl = None,
+    tenant: Tenant = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """Show a TASK with its history and REPORTs."""
+    sh = _open(database_url, tenant)
+    task = sh.get_task(task_id)
+    history = sh.history(task_id)
+    found_reports = sh.reports(task_id)
+    if as_json:
+        emit_json(
+            {
+                "task": task.to_dict(),
+                "history": [event.to_dict() for event in history],
+                "reports": [item.to_dict() for item in found_reports],
+            }
+        )
+        return
+    console.print(task_table(task))
+    console.print(history_table(history))
+    if found_reports:
+        console.print(reports_table(found_reports))
+
+
+@app.command()
+@handle_errors
+def diagnose(
+    submission_id: Annotated[
+        str | None, typer.Argument(help="client_submission_id; omit with --stalled.")
+    ] = None,
+    stalled: Annotated[
+        bool, typer.Option(envvar="SUREHAND_STALLED", help="List every stalled receipt.")
+    ] = False,
+    database_url: DatabaseUrl = None,
+    tenant: Tenant = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """Read-only diagnostics of a submission's receipt (never repairs anything)."""
+    sh = _open(database_url, tenant)
+    if submission_id is None and not stalled:
+        raise typer.BadParameter("give a client_submission_id or --stalled")
+    found = sh.stalled_submissions() if stalled else [sh.diagnose_submission(submission_id or "")]
+    if as_json:
+        emit_json([item.to_dict() for item in found] if stalled else found[0].to_dict())
+        return
+    for item in found:
+        console.print(diagnosis_table(item))
+    if stalled and not found:
+        console.print("no stalled submissions")

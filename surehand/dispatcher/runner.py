@@ -1,0 +1,189 @@
+"""Running one session: claim -> lease -> heartbeat -> agent -> record return -> settle.
+
+Order matters. The claim (store) comes first so that a duplicate message does nothing; the
+lease (Redis) second, as the liveness signal the reconciler watches; the agent's return is
+recorded before the REPORT so that a crash in between is reconciled from records, never re-run.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from surehand.agents.context import SessionContext
+from surehand.agents.registry import AgentRegistry
+from surehand.crashpoints import crash_point
+from surehand.dispatcher.context import Services
+from surehand.dispatcher.operations import run_operation
+from surehand.dispatcher.sessions import Session, claim
+from surehand.errors import LeaseLost, LeaseUnavailable, StaleOwner
+from surehand.model import ReportStatus, RetryPolicy, WriteReportResult
+from surehand.queue.heartbeat import Heartbeat
+from surehand.queue.leases import LeaseStore
+
+log = logging.getLogger(__name__)
+
+
+def worker_identity() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{threading.get_ident()}"
+
+
+@dataclass(frozen=True)
+class SessionOutcome:
+    """What a session run ended with (also the Celery task's return value, seen in Flower)."""
+
+    task_id: str
+    outcome: str  # not_claimed | settled | failed | lease_lost | stale | lease_busy
+    attempt: int | None = None
+    bucket: str | None = None
+    error: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items() if v is not None}
+
+
+class _Port:
+    """Implements SessionPort for one session (the agent's view of the service layer)."""
+
+    def __init__(self, session: Session) -> None:
+        self.session = session
+
+    def operation(
+        self,
+        name: str,
+        args: Mapping[str, Any],
+        effect: Callable[[], Any],
+        *,
+        idempotency_key: str | None,
+        retry_policy: RetryPolicy,
+        probe: str | None,
+    ) -> Any:
+        return run_operation(
+            self.session,
+            name,
+            args,
+            effect,
+            idempotency_key=idempotency_key,
+            retry_policy=retry_policy,
+            probe=probe,
+        )
+
+    def report(
+        self, body: str, status: ReportStatus, submission_id: str | None
+    ) -> WriteReportResult:
+        return self.session.report(body, status, submission_id)
+
+
+class SessionRunner:
+    """Runs sessions for TASKs with the registered agents, under Redis leases."""
+
+    def __init__(self, services: Services, registry: AgentRegistry, leases: LeaseStore) -> None:
+        self.services = services
+        self.registry = registry
+        self.leases = leases
+
+    @property
+    def ttl_ms(self) -> int:
+        return int(self.services.settings.lease_ttl_seconds * 1000)
+
+    def run(self, task_id: str, *, message_id: str | None = None) -> SessionOutcome:
+        """Claim and run one TASK; a TASK that is not claimable is acknowledged and skipped."""
+        session = claim(self.services, task_id, worker=worker_identity(), message_id=message_id)
+        if session is None:
+            return SessionOutcome(task_id, "not_claimed")
+        crash_point("session.after_claim")
+        return self.run_claimed(session)
+
+    def run_claimed(self, session: Session) -> SessionOutcome:
+        """Run an attempt that is already claimed (a fresh claim or an admitted successor)."""
+        if not self._acquire(session):
+            return self._outcome(session, "lease_busy")
+        heartbeat = Heartbeat(
+            self.leases,
+            session.task_id,
+            session.attempt.attempt_id,
+            self.ttl_ms,
+            interval=self.services.settings.heartbeat_seconds,
+            on_lost=lambda _lost: session.cancelled.set(),
+        )
+        heartbeat.start()
+        try:
+            return self._run_agent(session)
+        finally:
+            heartbeat.stop()
+            if not session.cancelled.is_set():
+                self._release(session)
+
+    def _acquire(self, session: Session) -> bool:
+        """SET NX PX the lease; wait out at most one TTL for a dead predecessor's key."""
+        deadline = time.monotonic() + self.services.settings.lease_ttl_seconds
+        while time.monotonic() < deadline:
+            try:
+                if self.leases.acquire(session.task_id, session.attempt.attempt_id, self.ttl_ms):
+                    return True
+            except LeaseUnavailable:
+                log.warning("Redis unavailable while leasing %s; retrying", session.task_id)
+            time.sleep(0.2)
+        log.error("lease:%s stayed held by another attempt; leaving it", session.task_id)
+        return False
+
+    def _release(self, session: Session) -> None:
+        try:
+            self.leases.release(session.task_id, session.attempt.attempt_id)
+        except LeaseUnavailable:
+            log.warning("could not release lease:%s; it expires by itself", session.task_id)
+
+    def _run_agent(self, session: Session) -> SessionOutcome:
+        spec = self.registry.get(session.task.fields.recipient)
+        context = SessionContext(
+            task=session.task,
+            attempt=session.attempt,
+            port=_Port(session),
+            cancelled=session.cancelled,
+            work_dir=self.services.settings.work_dir / session.attempt.attempt_id,
+        )
+        try:
+            result = spec.handler(context)
+        except StaleOwner as error:
+            return self._outcome(session, "stale", error)
+        except Exception as error:
+            return self._fail(session, error)
+        if session.cancelled.is_set():
+            return self._outcome(session, "lease_lost", LeaseLost("lease lost; not settling"))
+        return self._settle(session, result, review=spec.review)
+
+    def _settle(self, session: Session, result: Any, *, review: bool) -> SessionOutcome:
+        try:
+            session.record_return(result)
+            crash_point("session.after_return")
+            task = session.settle(result, review=review)
+        except StaleOwner as error:
+            return self._outcome(session, "stale", error)
+        return SessionOutcome(session.task_id, "settled", session.attempt.number, task.bucket.value)
+
+    def _fail(self, session: Session, error: Exception) -> SessionOutcome:
+        log.exception("agent for %s raised", session.task_id)
+        if session.cancelled.is_set():
+            return self._outcome(session, "lease_lost", error)
+        try:
+            session.fail(error)
+        except StaleOwner as stale:
+            return self._outcome(session, "stale", stale)
+        return self._outcome(session, "failed", error)
+
+    @staticmethod
+    def _outcome(
+        session: Session, outcome: str, error: BaseException | None = None
+    ) -> SessionOutcome:
+        return SessionOutcome(
+            session.task_id,
+            outcome,
+            session.attempt.number,
+            error=f"{type(error).__name__}: {error}" if error else None,
+        )

@@ -1,0 +1,262 @@
+"""Session writes, every one fenced by epoch: claim, record return, settle, fail.
+
+A write is applied only while its attempt is the TASK's current running attempt. A write that
+matches nothing is rolled back, leaves a ``stale_owner_fenced`` event naming the stale attempt
+(in a transaction of its own, so that it survives the rollback) and raises ``StaleOwner``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import Connection
+
+from surehand.dispatcher import lifecycle
+from surehand.dispatcher.context import Services
+from surehand.errors import Conflict, DuplicateKey, IllegalTransition, StaleOwner, TaskHeld
+from surehand.model import (
+    SYSTEM,
+    Action,
+    Attempt,
+    AttemptState,
+    Bucket,
+    EventKind,
+    ReportStatus,
+    Task,
+    WriteReportResult,
+)
+from surehand.store import attempts, events, tasks
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Session:
+    """One claimed attempt. Holds no lock itself: the store's epoch is the authority."""
+
+    services: Services
+    task: Task
+    attempt: Attempt
+    cancelled: threading.Event = field(default_factory=threading.Event)
+
+    @property
+    def task_id(self) -> str:
+        return self.task.task_id
+
+    @contextmanager
+    def fenced(self, write: str) -> Iterator[Connection]:
+        """A transaction that commits only if this attempt still owns the TASK."""
+        try:
+            with self.services.store.transaction() as connection:
+                if not attempts.fence(connection, self.attempt.attempt_id, self.task_id):
+                    raise StaleOwner(self._stale_message(write))
+                yield connection
+        except StaleOwner:
+            self._record_stale(write)
+            raise
+
+    def _stale_message(self, write: str) -> str:
+        return (
+            f"{write} by attempt {self.attempt.number} ({self.attempt.attempt_id}) of "
+            f"{self.task_id} was fenced: that attempt no longer owns the TASK"
+        )
+
+    def _record_stale(self, write: str) -> None:
+        with self.services.store.transaction() as connection:
+            current = tasks.get(connection, self.task_id)
+            events.append(
+                connection,
+                task_id=self.task_id,
+                kind=EventKind.STALE_OWNER_FENCED,
+                by=self.attempt.worker,
+                at=self.services.clock.now(),
+                attempt_id=self.attempt.attempt_id,
+                epoch=self.attempt.number,
+                data={"write": write, "current_epoch": current.epoch if current else None},
+            )
+        log.warning("%s", self._stale_message(write))
+
+    def current_task(self, connection: Connection) -> Task:
+        task = tasks.get(connection, self.task_id)
+        assert task is not None  # fenced: the row exists and is ours
+        return task
+
+    # -- settling -----------------------------------------------------------------------------
+
+    def record_return(self, result: Any) -> None:
+        """The agent returned: record it (with its result) before anything else settles."""
+        with self.fenced("record_return") as connection:
+            attempts.record_return(connection, self.attempt.attempt_id, _jsonable(result))
+
+    def settle(self, result: Any, *, review: bool) -> Task:
+        """Write the REPORT, move the TASK to review (or done), and end the attempt."""
+        with self.fenced("settle") as connection:
+            report = self.write_report_in(connection, report_body(result), ReportStatus.DONE, None)
+            action = Action.SUBMIT if review else Action.FINISH
+            moved = lifecycle.apply(
+                connection,
+                self.current_task(connection),
+                action,
+                by=SYSTEM,
+                now=self.services.clock.now(),
+                report_id=report.report.report_id,
+                extra_expect={"epoch": self.attempt.number},
+                attempt_id=self.attempt.attempt_id,
+                epoch=self.attempt.number,
+            )
+            self._end(connection, AttemptState.SUCCEEDED, None)
+        return moved
+
+    def fail(self, error: BaseException) -> None:
+        """The agent raised: record the failed attempt; the TASK stays in active, visible."""
+        with self.fenced("fail") as connection:
+            self._end(connection, AttemptState.FAILED, f"{type(error).__name__}: {error}")
+
+    def _end(self, connection: Connection, state: AttemptState, error: str | None) -> None:
+        now = self.services.clock.now()
+        attempts.finish(
+            connection,
+            self.attempt.attempt_id,
+            expect=AttemptState.RUNNING,
+            state=state,
+            now=now,
+            error=error,
+        )
+        events.append(
+            connection,
+            task_id=self.task_id,
+            kind=EventKind.ATTEMPT_FINISHED,
+            by=self.attempt.worker,
+            at=now,
+            attempt_id=self.attempt.attempt_id,
+            epoch=self.attempt.number,
+            data={"state": state.value, "error": error},
+        )
+
+    def report(
+        self, body: str, status: ReportStatus, submission_id: str | None
+    ) -> WriteReportResult:
+        with self.fenced("report") as connection:
+            return self.write_report_in(connection, body, status, submission_id)
+
+    def write_report_in(
+        self, connection: Connection, body: str, status: ReportStatus, submission_id: str | None
+    ) -> WriteReportResult:
+        from surehand.dispatcher.reports import write_report_in
+        from surehand.requests import ReportRequest
+
+        request = ReportRequest(
+            task_id=self.task_id,
+            reporter=self.task.fields.recipient,
+            body=body,
+            status=status,
+            client_submission_id=submission_id,
+        )
+        return write_report_in(
+            connection,
+            self.services,
+            self.current_task(connection),
+            request,
+            attempt_id=self.attempt.attempt_id,
+        )
+
+
+def report_body(result: Any) -> str:
+    """The REPORT body made from an agent's return value."""
+    if result is None:
+        return "(the agent returned no result)"
+    if isinstance(result, str):
+        return result or "(the agent returned an empty result)"
+    return json.dumps(_jsonable(result), ensure_ascii=False, indent=2, sort_keys=True)
+
+
+def _jsonable(value: Any) -> Any:
+    try:
+        json.dumps(value)
+    except (TypeError, ValueError):
+        return repr(value)
+    return value
+
+
+# -- claiming --------------------------------------------------------------------------------
+
+
+def claim(
+    services: Services, task_id: str, *, worker: str, message_id: str | None
+) -> Session | None:
+    """Claim a TASK in ``inbox``: new attempt, epoch = attempt number, inbox -> active.
+
+    One compare-and-set transaction; a TASK that is not claimable (claimed already, held, moved
+    on) gets a ``claim_refused`` event and None, so duplicate messages are harmless.
+    """
+    attempt_id = uuid.uuid4().hex
+    try:
+        with services.store.transaction() as connection:
+            task = tasks.get_for_update(connection, task_id)
+            if task is None:
+                return None
+            number = task.epoch + 1
+            lifecycle.apply(
+                connection,
+                task,
+                Action.CLAIM,
+                by=SYSTEM,
+                now=services.clock.now(),
+                extra_expect={"epoch": task.epoch, "hold_case_id": None},
+                extra_values={"epoch": number},
+                attempt_id=attempt_id,
+                epoch=number,
+            )
+            attempts.insert_running(
+                connection,
+                attempt_id=attempt_id,
+                task_id=task_id,
+                number=number,
+                worker=worker,
+                lease_id=attempt_id,
+                now=services.clock.now(),
+            )
+            return _session(services, connection, task_id, attempt_id)
+    except (IllegalTransition, Conflict, TaskHeld, DuplicateKey) as refused:
+        _record_refusal(services, task_id, worker, message_id, refused)
+        return None
+
+
+def _session(services: Services, connection: Connection, task_id: str, attempt_id: str) -> Session:
+    task = tasks.get(connection, task_id)
+    attempt = attempts.get(connection, attempt_id)
+    assert task is not None and attempt is not None
+    return Session(services=services, task=task, attempt=attempt)
+
+
+def _record_refusal(
+    services: Services, task_id: str, worker: str, message_id: str | None, why: Exception
+) -> None:
+    with services.store.transaction() as connection:
+        task = tasks.get(connection, task_id)
+        if task is None:
+            return
+        events.append(
+            connection,
+            task_id=task_id,
+            kind=EventKind.CLAIM_REFUSED,
+            by=worker,
+            at=services.clock.now(),
+            data={
+                "message_id": message_id,
+                "bucket": task.bucket.value,
+                "epoch": task.epoch,
+                "why": type(why).__name__,
+            },
+        )
+
+
+def is_claimable(task: Task) -> bool:
+    return task.bucket is Bucket.INBOX and task.hold is None

@@ -1,0 +1,99 @@
+"""FCoP documents: TASK and REPORT markdown with YAML front matter (see reference/fcop.md).
+
+A TASK's document is rendered once, at creation, and its SHA-256 is the receipt's document
+digest. The lifecycle position is never read from a document: the store's bucket is the truth,
+and the workspace mirror (``surehand.fcop_export``) derives file locations from it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+import yaml
+
+from surehand.model import Report, TaskEvent, TaskFields
+
+
+def _document(front: Mapping[str, Any], body: str) -> str:
+    header = yaml.safe_dump(dict(front), sort_keys=False, allow_unicode=True, width=1000)
+    return f"---\n{header}---\n\n{body}\n"
+
+
+def render_task(
+    task_id: str,
+    fields: TaskFields,
+    *,
+    created_at: datetime,
+    submission_id: str | None,
+    transitions: Sequence[TaskEvent] = (),
+) -> str:
+    """The TASK file: FCoP front matter (protocol, version, routing, relations) and body."""
+    front: dict[str, Any] = {
+        "protocol": "fcop",
+        "version": 1,
+        "type": "TASK",
+        "task_id": task_id,
+        "sender": fields.sender,
+        "recipient": fields.recipient,
+        "priority": fields.priority.value,
+        "subject": fields.subject,
+        "thread_key": fields.thread_key,
+        "parent": fields.parent,
+        "references": list(fields.references),
+        "depends_on": list(fields.depends_on),
+        "risk_level": fields.risk_level.value,
+        "created_at": created_at.isoformat(),
+    }
+    if submission_id is not None:
+        front["client_submission_id"] = submission_id
+    if transitions:
+        front["transitions"] = [_transition(event) for event in transitions]
+    return _document(front, fields.body)
+
+
+def _transition(event: TaskEvent) -> dict[str, Any]:
+    entry: dict[str, Any] = {
+        "at": event.at.isoformat(),
+        "from": event.from_bucket.value if event.from_bucket else None,
+        "to": event.to_bucket.value if event.to_bucket else None,
+        "by": event.by,
+        "tool": event.action,
+    }
+    if event.reason:
+        entry["note"] = event.reason
+    return entry
+
+
+def report_filename(report: Report) -> str:
+    return f"{report.report_id}-{report.reporter}-to-{report.recipient}.md"
+
+
+def render_report(report: Report, *, thread_key: str = "") -> str:
+    """The REPORT file, with the CodeFlowMu revision fields."""
+    front: dict[str, Any] = {
+        "protocol": "fcop",
+        "version": 1,
+        "type": "REPORT",
+        "report_id": report.report_id,
+        "task_id": report.task_id,
+        "source_task_id": report.task_id,
+        "sender": report.reporter,
+        "reporter": report.reporter,
+        "recipient": report.recipient,
+        "status": report.status.value,
+        "revision": report.revision,
+        "rework_round": report.rework_round,
+        "content_hash": report.body_hash,
+        "thread_key": thread_key,
+        "references": [report.task_id],
+        "created_at": report.created_at.isoformat(),
+    }
+    if report.client_submission_id:
+        front["client_submission_id"] = report.client_submission_id
+    if report.supersedes:
+        front["supersedes"] = report.supersedes
+    if report.attempt_id:
+        front["attempt_id"] = report.attempt_id
+    return _document(front, report.body)

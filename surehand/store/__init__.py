@@ -1,0 +1,76 @@
+"""The task store: SQLAlchemy Core on SQLite (embedded, WAL) or Postgres (psycopg 3).
+
+This package is the only code that speaks SQL. Its functions take a ``Connection`` from
+:meth:`Store.transaction` or :meth:`Store.snapshot` so that a caller composes several writes
+into one atomic unit; none of them commits on its own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from sqlalchemy import Connection, Engine
+from sqlalchemy.engine import make_url
+
+from surehand.errors import SchemaNotReady
+from surehand.store import migrate
+from surehand.store.engine import make_engine, snapshot, transaction
+
+__all__ = ["Store"]
+
+
+class Store:
+    """A handle on one database: transactions, snapshots and migrations."""
+
+    def __init__(self, url: str, *, auto_upgrade: bool | None = None) -> None:
+        self.url = url
+        self.engine: Engine = make_engine(url)
+        is_sqlite = self.engine.dialect.name == "sqlite"
+        # The embedded SQLite file migrates itself on first use; a shared Postgres is migrated
+        # deliberately with `surehand db upgrade` (and checked here).
+        self._auto_upgrade = is_sqlite if auto_upgrade is None else auto_upgrade
+        self._ready = False
+
+    @property
+    def dialect(self) -> str:
+        return self.engine.dialect.name
+
+    def describe(self) -> str:
+        """The URL with any password hidden, for logs and `surehand check`."""
+        return make_url(self.url).render_as_string(hide_password=True)
+
+    def ensure_schema(self) -> None:
+        """Upgrade (embedded) or verify (deployment) the schema once per process."""
+        if self._ready:
+            return
+        if self._auto_upgrade:
+            migrate.upgrade(self.engine)
+        elif not migrate.is_current(self.engine):
+            raise SchemaNotReady(
+                f"the database at {self.describe()} is not at migration "
+                f"{migrate.head_revision()}: run `surehand db upgrade`"
+            )
+        self._ready = True
+
+    def upgrade(self) -> str:
+        revision = migrate.upgrade(self.engine)
+        self._ready = True
+        return revision
+
+    @contextmanager
+    def transaction(self) -> Iterator[Connection]:
+        """A write transaction: commit on success, roll back and translate errors on failure."""
+        self.ensure_schema()
+        with transaction(self.engine) as connection:
+            yield connection
+
+    @contextmanager
+    def snapshot(self) -> Iterator[Connection]:
+        """A read-only transaction."""
+        self.ensure_schema()
+        with snapshot(self.engine) as connection:
+            yield connection
+
+    def dispose(self) -> None:
+        self.engine.dispose()

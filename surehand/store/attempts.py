@@ -1,0 +1,152 @@
+"""Attempts: one row per try at a TASK. ``number`` is the fencing epoch.
+
+The fence is an UPDATE on the attempt's own row, so on Postgres it serialises with the
+reconciler's ``running -> SESSION_LOST`` update of the same row: a session write either commits
+before the loss is recorded or is refused after it, never both.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Connection, Row, func, insert, select, update
+
+from surehand.model import Attempt, AttemptState
+from surehand.store.schema import attempts, tasks
+
+
+def _attempt(row: Row[Any]) -> Attempt:
+    return Attempt(
+        attempt_id=row.attempt_id,
+        task_id=row.task_id,
+        number=row.number,
+        state=AttemptState(row.state),
+        worker=row.worker,
+        lease_id=row.lease_id,
+        agent_returned=bool(row.agent_returned),
+        result=row.result,
+        error=row.error,
+        bound_operation_id=row.bound_operation_id,
+        started_at=row.started_at,
+        ended_at=row.ended_at,
+    )
+
+
+def insert_running(
+    connection: Connection,
+    *,
+    attempt_id: str,
+    task_id: str,
+    number: int,
+    worker: str,
+    lease_id: str,
+    now: datetime,
+    bound_operation_id: int | None = None,
+) -> None:
+    """Insert a running attempt; DuplicateKey if this task already has attempt ``number``."""
+    connection.execute(
+        insert(attempts).values(
+            attempt_id=attempt_id,
+            task_id=task_id,
+            number=number,
+            state=AttemptState.RUNNING.value,
+            worker=worker,
+            lease_id=lease_id,
+            agent_returned=False,
+            bound_operation_id=bound_operation_id,
+            started_at=now,
+        )
+    )
+
+
+def get(connection: Connection, attempt_id: str) -> Attempt | None:
+    row = connection.execute(
+        select(attempts).where(attempts.c.attempt_id == attempt_id)
+    ).one_or_none()
+    return _attempt(row) if row is not None else None
+
+
+def for_task(connection: Connection, task_id: str) -> list[Attempt]:
+    rows = connection.execute(
+        select(attempts).where(attempts.c.task_id == task_id).order_by(attempts.c.number)
+    ).all()
+    return [_attempt(row) for row in rows]
+
+
+def current(connection: Connection, task_id: str) -> Attempt | None:
+    """The attempt whose number is the task's epoch, if any."""
+    row = connection.execute(
+        select(attempts)
+        .join(tasks, tasks.c.task_id == attempts.c.task_id)
+        .where(attempts.c.task_id == task_id, attempts.c.number == tasks.c.epoch)
+    ).one_or_none()
+    return _attempt(row) if row is not None else None
+
+
+def fence(connection: Connection, attempt_id: str, task_id: str) -> bool:
+    """Lock the attempt's row if it is still the task's current running attempt.
+
+    Returns False when it is not (the write must be refused as a stale owner's).
+    """
+    epoch = select(tasks.c.epoch).where(tasks.c.task_id == task_id).scalar_subquery()
+    result = connection.execute(
+        update(attempts)
+        .where(
+            attempts.c.attempt_id == attempt_id,
+            attempts.c.state == AttemptState.RUNNING.value,
+            attempts.c.number == epoch,
+        )
+        .values(state=AttemptState.RUNNING.value)
+    )
+    return result.rowcount == 1
+
+
+def finish(
+    connection: Connection,
+    attempt_id: str,
+    *,
+    expect: AttemptState,
+    state: AttemptState,
+    now: datetime,
+    error: str | None = None,
+) -> bool:
+    """Compare-and-set an attempt's state (e.g. running -> succeeded / SESSION_LOST)."""
+    result = connection.execute(
+        update(attempts)
+        .where(attempts.c.attempt_id == attempt_id, attempts.c.state == expect.value)
+        .values(state=state.value, ended_at=now, error=error)
+    )
+    return result.rowcount == 1
+
+
+def record_return(connection: Connection, attempt_id: str, result: Any) -> None:
+    """Record that the agent returned, with its result (for a REPORT written from records)."""
+    connection.execute(
+        update(attempts)
+        .where(attempts.c.attempt_id == attempt_id)
+        .values(agent_returned=True, result=result)
+    )
+
+
+def running(connection: Connection, *, limit: int = 10_000, after: str = "") -> list[Attempt]:
+    """Running attempts in attempt_id order (keyset pages), served by a partial index."""
+    rows = connection.execute(
+        select(attempts)
+        .where(attempts.c.state == AttemptState.RUNNING.value, attempts.c.attempt_id > after)
+        .order_by(attempts.c.attempt_id)
+        .limit(limit)
+    ).all()
+    return [_attempt(row) for row in rows]
+
+
+def count(
+    connection: Connection, task_id: str | None = None, states: Sequence[AttemptState] = ()
+) -> int:
+    query = select(func.count()).select_from(attempts)
+    if task_id is not None:
+        query = query.where(attempts.c.task_id == task_id)
+    if states:
+        query = query.where(attempts.c.state.in_([state.value for state in states]))
+    return int(connection.execute(query).scalar_one())

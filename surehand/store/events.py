@@ -1,0 +1,80 @@
+"""A TASK's append-only history: events are inserted, never updated or deleted."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Connection, Row, func, insert, select
+
+from surehand.model import Bucket, EventKind, TaskEvent
+from surehand.store.schema import task_events
+
+
+def append(
+    connection: Connection,
+    *,
+    task_id: str,
+    kind: EventKind,
+    by: str,
+    at: datetime,
+    action: str | None = None,
+    from_bucket: Bucket | None = None,
+    to_bucket: Bucket | None = None,
+    reason: str | None = None,
+    attempt_id: str | None = None,
+    epoch: int | None = None,
+    data: Mapping[str, Any] | None = None,
+) -> None:
+    """Append one event inside the caller's transaction."""
+    connection.execute(
+        insert(task_events).values(
+            task_id=task_id,
+            at=at,
+            kind=kind.value,
+            by=by,
+            action=action,
+            from_bucket=from_bucket.value if from_bucket else None,
+            to_bucket=to_bucket.value if to_bucket else None,
+            reason=reason,
+            attempt_id=attempt_id,
+            epoch=epoch,
+            data=dict(data or {}),
+        )
+    )
+
+
+def _event(row: Row[Any]) -> TaskEvent:
+    return TaskEvent(
+        event_id=row.id,
+        task_id=row.task_id,
+        at=row.at,
+        kind=EventKind(row.kind),
+        by=row.by,
+        action=row.action,
+        from_bucket=Bucket(row.from_bucket) if row.from_bucket else None,
+        to_bucket=Bucket(row.to_bucket) if row.to_bucket else None,
+        reason=row.reason,
+        attempt_id=row.attempt_id,
+        epoch=row.epoch,
+        data=row.data or {},
+    )
+
+
+def history(connection: Connection, task_id: str, kind: EventKind | None = None) -> list[TaskEvent]:
+    """A TASK's events, oldest first, optionally of one kind."""
+    query = select(task_events).where(task_events.c.task_id == task_id)
+    if kind is not None:
+        query = query.where(task_events.c.kind == kind.value)
+    rows = connection.execute(query.order_by(task_events.c.id)).all()
+    return [_event(row) for row in rows]
+
+
+def count(connection: Connection, task_id: str | None = None, kind: EventKind | None = None) -> int:
+    query = select(func.count()).select_from(task_events)
+    if task_id is not None:
+        query = query.where(task_events.c.task_id == task_id)
+    if kind is not None:
+        query = query.where(task_events.c.kind == kind.value)
+    return int(connection.execute(query).scalar_one())

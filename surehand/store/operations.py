@@ -1,0 +1,145 @@
+"""Operations: the effect facts. An intent row is committed before the effect runs, and the
+outcome is written onto it afterwards; an intent without an outcome is an *open* intent."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Connection, Row, func, insert, select, update
+
+from surehand.model import Operation, OperationState, RetryPolicy
+from surehand.store.schema import operations
+
+
+def _operation(row: Row[Any]) -> Operation:
+    return Operation(
+        operation_id=row.id,
+        task_id=row.task_id,
+        attempt_id=row.attempt_id,
+        epoch=row.epoch,
+        name=row.name,
+        fingerprint=row.fingerprint,
+        args=row.args,
+        idempotency_key=row.idempotency_key,
+        retry_policy=RetryPolicy(row.retry_policy),
+        probe=row.probe,
+        state=OperationState(row.state),
+        outcome=row.outcome,
+        external_receipt=row.external_receipt,
+        error=row.error,
+        started_at=row.started_at,
+        settled_at=row.settled_at,
+    )
+
+
+def insert_intent(
+    connection: Connection,
+    *,
+    task_id: str,
+    attempt_id: str,
+    epoch: int,
+    name: str,
+    fingerprint: str,
+    args: Mapping[str, Any],
+    idempotency_key: str | None,
+    retry_policy: RetryPolicy,
+    probe: str | None,
+    now: datetime,
+) -> int:
+    """Record an intent; returns the operation id."""
+    result = connection.execute(
+        insert(operations)
+        .values(
+            task_id=task_id,
+            attempt_id=attempt_id,
+            epoch=epoch,
+            name=name,
+            fingerprint=fingerprint,
+            args=dict(args),
+            idempotency_key=idempotency_key,
+            retry_policy=retry_policy.value,
+            probe=probe,
+            state=OperationState.INTENT.value,
+            started_at=now,
+        )
+        .returning(operations.c.id)
+    )
+    return int(result.scalar_one())
+
+
+def settle(
+    connection: Connection,
+    operation_id: int,
+    *,
+    state: OperationState,
+    outcome: Mapping[str, Any] | None,
+    external_receipt: str | None,
+    error: str | None,
+    now: datetime,
+) -> bool:
+    """Write the outcome onto an open intent (compare-and-set on ``state = 'intent'``)."""
+    result = connection.execute(
+        update(operations)
+        .where(operations.c.id == operation_id, operations.c.state == OperationState.INTENT.value)
+        .values(
+            state=state.value,
+            outcome=dict(outcome) if outcome is not None else None,
+            external_receipt=external_receipt,
+            error=error,
+            settled_at=now,
+        )
+    )
+    return result.rowcount == 1
+
+
+def rebind(connection: Connection, operation_id: int, *, attempt_id: str, epoch: int) -> bool:
+    """Hand an open intent to the successor attempt admitted to repeat it (single_verified)."""
+    result = connection.execute(
+        update(operations)
+        .where(operations.c.id == operation_id, operations.c.state == OperationState.INTENT.value)
+        .values(attempt_id=attempt_id, epoch=epoch)
+    )
+    return result.rowcount == 1
+
+
+def latest_by_fingerprint(
+    connection: Connection, task_id: str, fingerprint: str
+) -> Operation | None:
+    """The newest record of this operation on this task, from any attempt."""
+    row = connection.execute(
+        select(operations)
+        .where(operations.c.task_id == task_id, operations.c.fingerprint == fingerprint)
+        .order_by(operations.c.id.desc())
+        .limit(1)
+    ).one_or_none()
+    return _operation(row) if row is not None else None
+
+
+def get(connection: Connection, operation_id: int) -> Operation | None:
+    row = connection.execute(
+        select(operations).where(operations.c.id == operation_id)
+    ).one_or_none()
+    return _operation(row) if row is not None else None
+
+
+def for_attempt(connection: Connection, attempt_id: str) -> list[Operation]:
+    rows = connection.execute(
+        select(operations).where(operations.c.attempt_id == attempt_id).order_by(operations.c.id)
+    ).all()
+    return [_operation(row) for row in rows]
+
+
+def for_task(connection: Connection, task_id: str) -> list[Operation]:
+    rows = connection.execute(
+        select(operations).where(operations.c.task_id == task_id).order_by(operations.c.id)
+    ).all()
+    return [_operation(row) for row in rows]
+
+
+def count(connection: Connection, task_id: str | None = None) -> int:
+    query = select(func.count()).select_from(operations)
+    if task_id is not None:
+        query = query.where(operations.c.task_id == task_id)
+    return int(connection.execute(query).scalar_one())

@@ -1,0 +1,186 @@
+"""Submission receipts: ``reserved`` -> ``task_created`` -> ``committed``.
+
+Every stage change is a compare-and-set on (tenant, client_submission_id, state[, holder]); a
+function returns False when it matched nothing, and the caller re-reads to learn why.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Connection, Row, func, insert, or_, select, update
+
+from surehand.model import Receipt, ReceiptState
+from surehand.store.schema import receipts
+
+
+def _receipt(row: Row[Any]) -> Receipt:
+    return Receipt(
+        tenant=row.tenant,
+        client_submission_id=row.client_submission_id,
+        digest_schema_version=row.digest_schema_version,
+        request_digest=row.request_digest,
+        task_id=row.task_id,
+        task_path=row.task_path,
+        state=ReceiptState(row.state),
+        holder=row.holder,
+        held_until=row.held_until,
+        document_digest=row.document_digest,
+        result=row.result,
+        created_at=row.created_at,
+        updated_at=row.updated_at,
+    )
+
+
+def _key(tenant: str, submission_id: str) -> tuple[Any, ...]:
+    return (receipts.c.tenant == tenant, receipts.c.client_submission_id == submission_id)
+
+
+def insert_reserved(
+    connection: Connection,
+    *,
+    tenant: str,
+    submission_id: str,
+    schema_version: str,
+    digest: str,
+    task_id: str,
+    task_path: str,
+    holder: str,
+    held_until: datetime,
+    now: datetime,
+) -> None:
+    """Insert a ``reserved`` receipt; raises DuplicateKey if the submission already exists."""
+    connection.execute(
+        insert(receipts).values(
+            tenant=tenant,
+            client_submission_id=submission_id,
+            digest_schema_version=schema_version,
+            request_digest=digest,
+            task_id=task_id,
+            task_path=task_path,
+            state=ReceiptState.RESERVED.value,
+            holder=holder,
+            held_until=held_until,
+            created_at=now,
+            updated_at=now,
+        )
+    )
+
+
+def get(connection: Connection, tenant: str, submission_id: str) -> Receipt | None:
+    row = connection.execute(select(receipts).where(*_key(tenant, submission_id))).one_or_none()
+    return _receipt(row) if row is not None else None
+
+
+def take_over(
+    connection: Connection,
+    receipt: Receipt,
+    *,
+    holder: str,
+    held_until: datetime,
+    now: datetime,
+) -> bool:
+    """Become the holder of a non-committed receipt whose previous hold has expired."""
+    result = connection.execute(
+        update(receipts)
+        .where(
+            *_key(receipt.tenant, receipt.client_submission_id),
+            receipts.c.state == receipt.state.value,
+            or_(receipts.c.holder.is_(None), receipts.c.held_until < now),
+        )
+        .values(holder=holder, held_until=held_until, updated_at=now)
+    )
+    return result.rowcount == 1
+
+
+def mark_task_created(
+    connection: Connection,
+    receipt: Receipt,
+    *,
+    holder: str,
+    document_digest: str,
+    now: datetime,
+) -> bool:
+    """``reserved`` -> ``task_created``, only by the current holder."""
+    result = connection.execute(
+        update(receipts)
+        .where(
+            *_key(receipt.tenant, receipt.client_submission_id),
+            receipts.c.state == ReceiptState.RESERVED.value,
+            receipts.c.holder == holder,
+        )
+        .values(
+            state=ReceiptState.TASK_CREATED.value,
+            document_digest=document_digest,
+            updated_at=now,
+        )
+    )
+    return result.rowcount == 1
+
+
+def mark_committed(
+    connection: Connection,
+    receipt: Receipt,
+    *,
+    holder: str,
+    result: Mapping[str, Any],
+    now: datetime,
+) -> bool:
+    """``task_created`` -> ``committed`` with the full creation result; releases the hold."""
+    outcome = connection.execute(
+        update(receipts)
+        .where(
+            *_key(receipt.tenant, receipt.client_submission_id),
+            receipts.c.state == ReceiptState.TASK_CREATED.value,
+            receipts.c.holder == holder,
+        )
+        .values(
+            state=ReceiptState.COMMITTED.value,
+            result=dict(result),
+            holder=None,
+            held_until=None,
+            updated_at=now,
+        )
+    )
+    return outcome.rowcount == 1
+
+
+def release_hold(connection: Connection, receipt: Receipt, *, holder: str, now: datetime) -> None:
+    """Give up a hold early (after a conflict) so that a retry need not wait for it to expire."""
+    connection.execute(
+        update(receipts)
+        .where(
+            *_key(receipt.tenant, receipt.client_submission_id),
+            receipts.c.holder == holder,
+        )
+        .values(holder=None, held_until=None, updated_at=now)
+    )
+
+
+def uncommitted_older_than(
+    connection: Connection, cutoff: datetime, limit: int = 1000
+) -> list[Receipt]:
+    """Receipts still short of ``committed`` and untouched since ``cutoff`` (for diagnostics)."""
+    rows = connection.execute(
+        select(receipts)
+        .where(receipts.c.state != ReceiptState.COMMITTED.value, receipts.c.updated_at < cutoff)
+        .order_by(receipts.c.updated_at)
+        .limit(limit)
+    ).all()
+    return [_receipt(row) for row in rows]
+
+
+def count_uncommitted_older_than(connection: Connection, cutoff: datetime) -> int:
+    return int(
+        connection.execute(
+            select(func.count())
+            .select_from(receipts)
+            .where(receipts.c.state != ReceiptState.COMMITTED.value, receipts.c.updated_at < cutoff)
+        ).scalar_one()
+    )
+
+
+def count(connection: Connection) -> int:
+    return int(connection.execute(select(func.count()).select_from(receipts)).scalar_one())

@@ -1,0 +1,198 @@
+"""TASK rows: insert, read, list, and compare-and-set bucket moves that bump the revision."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import ColumnElement, Connection, Row, func, insert, select, update
+
+from surehand.model import (
+    DIGEST_SCHEMA_VERSION,
+    Bucket,
+    Hold,
+    Priority,
+    RiskLevel,
+    Task,
+    TaskFields,
+)
+from surehand.store.schema import tasks
+
+
+def _fields(row: Row[Any]) -> TaskFields:
+    return TaskFields(
+        sender=row.sender,
+        recipient=row.recipient,
+        subject=row.subject,
+        body=row.body,
+        priority=Priority(row.priority),
+        thread_key=row.thread_key,
+        parent=row.parent,
+        references=tuple(row.references),
+        depends_on=tuple(row.depends_on),
+        risk_level=RiskLevel(row.risk_level),
+    )
+
+
+def _task(row: Row[Any]) -> Task:
+    hold = Hold(row.hold_case_id, row.hold_reason or "") if row.hold_case_id else None
+    return Task(
+        task_id=row.task_id,
+        tenant=row.tenant,
+        fields=_fields(row),
+        bucket=Bucket(row.bucket),
+        revision=row.revision,
+        epoch=row.epoch,
+        rework_round=row.rework_round,
+        hold=hold,
+        client_submission_id=row.client_submission_id,
+        request_digest=row.request_digest,
+        idempotent=bool(row.idempotent),
+        document_digest=row.document_digest,
+        published=bool(row.published),
+        created_at=row.created_at,
+        updated_at=row.updated_at,
+    )
+
+
+def insert_task(
+    connection: Connection,
+    *,
+    task_id: str,
+    tenant: str,
+    fields: TaskFields,
+    submission_id: str | None,
+    request_digest: str,
+    document: str,
+    document_digest: str,
+    now: datetime,
+) -> None:
+    """Insert a TASK in ``inbox`` at revision 1; raises DuplicateKey if the id exists."""
+    connection.execute(
+        insert(tasks).values(
+            task_id=task_id,
+            tenant=tenant,
+            **fields.semantic_dict(),
+            bucket=Bucket.INBOX.value,
+            revision=1,
+            epoch=0,
+            rework_round=0,
+            client_submission_id=submission_id,
+            request_digest=request_digest,
+            digest_schema_version=DIGEST_SCHEMA_VERSION,
+            idempotent=submission_id is not None,
+            document=document,
+            document_digest=document_digest,
+            published=False,
+            created_at=now,
+            updated_at=now,
+        )
+    )
+
+
+def get(connection: Connection, task_id: str, tenant: str | None = None) -> Task | None:
+    query = select(tasks).where(tasks.c.task_id == task_id)
+    if tenant is not None:
+        query = query.where(tasks.c.tenant == tenant)
+    row = connection.execute(query).one_or_none()
+    return _task(row) if row is not None else None
+
+
+def get_for_update(connection: Connection, task_id: str) -> Task | None:
+    """Read a TASK and lock its row until the transaction ends (no-op lock on SQLite, whose
+    write transactions are already exclusive)."""
+    row = connection.execute(
+        select(tasks).where(tasks.c.task_id == task_id).with_for_update()
+    ).one_or_none()
+    return _task(row) if row is not None else None
+
+
+def document(connection: Connection, task_id: str) -> str | None:
+    value = connection.execute(
+        select(tasks.c.document).where(tasks.c.task_id == task_id)
+    ).scalar_one_or_none()
+    return None if value is None else str(value)
+
+
+def list_tasks(
+    connection: Connection,
+    *,
+    tenant: str | None,
+    bucket: Bucket | None = None,
+    recipient: str | None = None,
+    held: bool | None = None,
+    limit: int = 100,
+    offset: int = 0,
+) -> list[Task]:
+    """TASKs newest first, filtered; ``tenant=None`` lists every tenant (operator tools)."""
+    conditions: list[ColumnElement[bool]] = []
+    if tenant is not None:
+        conditions.append(tasks.c.tenant == tenant)
+    if bucket is not None:
+        conditions.append(tasks.c.bucket == bucket.value)
+    if recipient is not None:
+        conditions.append(tasks.c.recipient == recipient)
+    if held is not None:
+        conditions.append(
+            tasks.c.hold_case_id.isnot(None) if held else tasks.c.hold_case_id.is_(None)
+        )
+    rows = connection.execute(
+        select(tasks)
+        .where(*conditions)
+        .order_by(tasks.c.created_at.desc(), tasks.c.task_id.desc())
+        .limit(limit)
+        .offset(offset)
+    ).all()
+    return [_task(row) for row in rows]
+
+
+def update_if(
+    connection: Connection,
+    task_id: str,
+    *,
+    expect: Mapping[str, Any],
+    values: Mapping[str, Any],
+    now: datetime,
+) -> bool:
+    """Compare-and-set: apply ``values`` (and bump the revision) only where every column in
+    ``expect`` still has the expected value. Returns whether the row matched."""
+    conditions = [tasks.c.task_id == task_id]
+    for column, expected in expect.items():
+        col = tasks.c[column]
+        conditions.append(col.is_(None) if expected is None else col == expected)
+    result = connection.execute(
+        update(tasks)
+        .where(*conditions)
+        .values(**values, revision=tasks.c.revision + 1, updated_at=now)
+    )
+    return result.rowcount == 1
+
+
+def set_published(connection: Connection, task_id: str, now: datetime) -> None:
+    """Record that a dispatch message was published (not a lifecycle change: no revision bump)."""
+    connection.execute(
+        update(tasks).where(tasks.c.task_id == task_id).values(published=True, updated_at=now)
+    )
+
+
+def unpublished_inbox(connection: Connection, limit: int = 500) -> list[Task]:
+    """Committed TASKs in ``inbox`` that no dispatch message was published for, oldest first."""
+    rows = connection.execute(
+        select(tasks)
+        .where(
+            tasks.c.bucket == Bucket.INBOX.value,
+            tasks.c.published.is_(False),
+            tasks.c.hold_case_id.is_(None),
+        )
+        .order_by(tasks.c.created_at)
+        .limit(limit)
+    ).all()
+    return [_task(row) for row in rows]
+
+
+def count(connection: Connection, tenant: str | None = None) -> int:
+    query = select(func.count()).select_from(tasks)
+    if tenant is not None:
+        query = query.where(tasks.c.tenant == tenant)
+    return int(connection.execute(query).scalar_one())

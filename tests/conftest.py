@@ -1,0 +1,107 @@
+"""Shared fixtures: every store-backed test runs on SQLite and, when
+``SUREHAND_TEST_DATABASE_URL`` is set (CI sets it), on Postgres too.
+
+Locally a missing service skips its tests; under CI (``CI=true``) it fails them instead.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from sqlalchemy import Engine, create_engine, text
+from sqlalchemy.engine import make_url
+from sqlalchemy.pool import NullPool
+
+from surehand.config import Settings
+from surehand.dispatcher.context import Services
+from surehand.store import Store
+from surehand.store.schema import metadata
+from surehand.testing import ManualClock
+
+# The developer's shell must not leak into tests.
+for _name in list(os.environ):
+    if _name.startswith("SUREHAND_") and not _name.startswith("SUREHAND_TEST_"):
+        del os.environ[_name]
+
+IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
+PG_URL = os.environ.get("SUREHAND_TEST_DATABASE_URL", "")
+REDIS_URL = os.environ.get("SUREHAND_TEST_REDIS_URL", "")
+
+
+def require(url: str, what: str) -> str:
+    """The service URL, or skip (locally) / fail (in CI) when it is not configured."""
+    if url:
+        return url
+    message = f"{what} is not configured (set SUREHAND_TEST_{what.upper()}_URL)"
+    if IN_CI:
+        pytest.fail(message)
+    pytest.skip(message)
+
+
+def _admin(url: str) -> Engine:
+    return create_engine(make_url(url), isolation_level="AUTOCOMMIT", poolclass=NullPool)
+
+
+@pytest.fixture(scope="session")
+def pg_url() -> Iterator[str]:
+    """A fresh Postgres database for this test run (and xdist worker), dropped afterwards, so
+    concurrent runs on one server never share rows or schema versions."""
+    base = require(PG_URL, "database")
+    run = os.environ.get("PYTEST_XDIST_TESTRUNUID", uuid.uuid4().hex)[:8]
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+    parsed = make_url(base)
+    name = f"{parsed.database}_sh_{run}_{worker}"
+    admin = _admin(base)
+    with admin.connect() as connection:
+        connection.execute(text(f'CREATE DATABASE "{name}"'))
+    yield parsed.set(database=name).render_as_string(hide_password=False)
+    with admin.connect() as connection:
+        connection.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+    admin.dispose()
+
+
+@pytest.fixture(scope="session")
+def _pg_store(pg_url: str) -> Iterator[Store]:
+    store = Store(pg_url, auto_upgrade=True)
+    store.ensure_schema()
+    yield store
+    store.dispose()
+
+
+def _truncate(store: Store) -> None:
+    names = ", ".join(f'"{table.name}"' for table in metadata.sorted_tables)
+    with store.engine.begin() as connection:
+        connection.execute(text(f"TRUNCATE {names} RESTART IDENTITY CASCADE"))
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
+    """A migrated, empty store on each backend."""
+    if request.param == "sqlite":
+        sqlite_store = Store(f"sqlite:///{tmp_path / 'surehand.sqlite3'}")
+        sqlite_store.ensure_schema()
+        yield sqlite_store
+        sqlite_store.dispose()
+        return
+    pg_store: Store = request.getfixturevalue("_pg_store")
+    _truncate(pg_store)
+    yield pg_store
+
+
+@pytest.fixture
+def clock() -> ManualClock:
+    return ManualClock()
+
+
+@pytest.fixture
+def settings() -> Settings:
+    return Settings(submission_wait_seconds=5.0, submission_hold_seconds=30.0)
+
+
+@pytest.fixture
+def services(store: Store, settings: Settings, clock: ManualClock) -> Services:
+    return Services(store=store, settings=settings, clock=clock)
