@@ -1,0 +1,146 @@
+"""The Celery app: transport, events and routing for session messages. No task bodies here.
+
+Celery is our transport and event source only. Its own delivery guarantees are not relied on:
+a session claims its TASK with a compare-and-set in the store, so duplicate messages are
+harmless, and a lost session is recovered by the reconciler from recorded effect facts, not by
+the broker redelivering the message (see DESIGN.md sections 5 and 6).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+from urllib.parse import urlsplit
+
+import redis
+from celery import Celery
+from kombu import Exchange, Queue
+from kombu.exceptions import KombuError
+
+from surehand.config import Settings
+from surehand.errors import ConfigError, PublishFailed
+from surehand.model import Priority
+
+SESSION_TASK_NAME = "surehand.run_session"
+DEFAULT_QUEUE = "surehand"
+MEMORY_BROKER = "memory://"
+QUEUE_PREFIX = "surehand."
+_ROLE_RE = re.compile(r"[A-Z][A-Z0-9_]*")
+
+# Kombu's Redis transport emulates priorities with one list per step and serves lower numbers
+# first, so P0 (most urgent) maps to 0. Steps 0..9 leave room between our four levels.
+_PRIORITY_STEPS: Mapping[Priority, int] = {
+    Priority.P0: 0,
+    Priority.P1: 3,
+    Priority.P2: 6,
+    Priority.P3: 9,
+}
+REDIS_TRANSPORT_OPTIONS: Mapping[str, Any] = {
+    "priority_steps": list(range(10)),
+    "sep": ":",
+    "queue_order_strategy": "priority",
+}
+
+
+def queue_for_role(role: str) -> str:
+    """The Celery queue that carries sessions for recipient ``role`` (e.g. ``surehand.DEV``)."""
+    if not _ROLE_RE.fullmatch(role):
+        raise ConfigError(f"invalid role code {role!r}: expected [A-Z][A-Z0-9_]*", role=role)
+    return f"{QUEUE_PREFIX}{role}"
+
+
+def celery_priority(priority: Priority) -> int:
+    """The message priority for a TASK priority on the Redis transport (lower = sooner)."""
+    return _PRIORITY_STEPS[Priority(priority)]
+
+
+def make_celery(settings: Settings) -> Celery:
+    """A Celery app for ``settings.broker_url``; empty means the in-process memory transport."""
+    broker = settings.broker_url or MEMORY_BROKER
+    app = Celery("surehand", broker=broker, set_as_current=False)
+    app.conf.update(_base_config())
+    if _is_redis_url(broker):
+        app.conf.broker_transport_options = dict(REDIS_TRANSPORT_OPTIONS)
+    return app
+
+
+def _base_config() -> dict[str, Any]:
+    return {
+        # We never read task results; sessions report through the store.
+        "result_backend": None,
+        "task_ignore_result": True,
+        # Early ack: a worker that dies mid-session must NOT get its message redelivered by the
+        # broker (visibility timeout), which would re-run side effects blindly. The reconciler
+        # notices the lost lease and admission decides what a successor may do.
+        "task_acks_late": False,
+        "worker_prefetch_multiplier": 1,  # a worker reserves one session at a time
+        # Events on, so Flower shows every session as it is sent, started and finished.
+        "worker_send_task_events": True,
+        "task_send_sent_event": True,
+        "task_track_started": True,
+        "broker_connection_retry_on_startup": True,
+        "task_serializer": "json",
+        "result_serializer": "json",
+        "accept_content": ["json"],
+        "task_default_queue": DEFAULT_QUEUE,
+        "task_create_missing_queues": True,
+        "enable_utc": True,
+        "timezone": "UTC",
+    }
+
+
+def _is_redis_url(url: str) -> bool:
+    return urlsplit(url).scheme in {"redis", "rediss", "sentinel", "redis+socket"}
+
+
+def role_queue(role: str) -> Queue:
+    """The kombu queue declaration for one role, matching what ``publish_session`` sends to."""
+    name = queue_for_role(role)
+    return Queue(name, Exchange(name, type="direct"), routing_key=name)
+
+
+def configure_worker_queues(app: Celery, roles: Sequence[str]) -> list[Queue]:
+    """Make ``app``'s worker consume exactly the queues of ``roles``; returns them."""
+    if not roles:
+        raise ConfigError("a worker needs at least one role (e.g. --roles DEV,QA)")
+    queues = [role_queue(role) for role in dict.fromkeys(roles)]
+    app.conf.task_queues = queues
+    # app.amqp.queues may already be cached from the conf before this call: update it too.
+    selected = app.amqp.queues
+    for queue in queues:
+        if queue.name not in selected:
+            selected.add(queue)
+    selected.select([queue.name for queue in queues])
+    return queues
+
+
+def publish_session(
+    app: Celery,
+    task_id: str,
+    role: str,
+    priority: Priority,
+    headers: Mapping[str, Any] | None = None,
+) -> str:
+    """Send ``run_session(task_id)`` to the role's queue; returns the Celery message id.
+
+    Raises ``PublishFailed`` (retryable) when the broker cannot take the message; the TASK
+    stays committed in ``inbox`` and the dispatcher sweep publishes it again.
+    """
+    queue = queue_for_role(role)
+    try:
+        result = app.send_task(
+            SESSION_TASK_NAME,
+            args=[task_id],
+            queue=queue,
+            routing_key=queue,
+            priority=celery_priority(priority),
+            headers=dict(headers or {}),
+        )
+    except (KombuError, redis.RedisError, OSError) as exc:
+        raise PublishFailed(
+            f"could not publish the session of {task_id} to {queue}: {type(exc).__name__}",
+            task_id=task_id,
+            queue=queue,
+        ) from exc
+    return str(result.id)

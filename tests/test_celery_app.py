@@ -1,0 +1,163 @@
+"""The Celery app: settings that the design depends on, queues per role, priorities, publishing.
+
+Publishing is checked end to end over kombu's in-process memory transport: the message is
+consumed back with kombu and its routing, priority and headers inspected.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from celery import Celery
+from kombu import Connection
+
+from surehand.config import Settings
+from surehand.errors import ConfigError, PublishFailed
+from surehand.model import Priority
+from surehand.queue.celery_app import (
+    SESSION_TASK_NAME,
+    celery_priority,
+    configure_worker_queues,
+    make_celery,
+    publish_session,
+    queue_for_role,
+    role_queue,
+)
+
+TASK = "TASK-20260101-001"
+
+
+def settings(broker_url: str) -> Settings:
+    # model_validate rather than Settings(...): without the pydantic mypy plugin, mypy --strict
+    # reads the positional Field defaults in config.py as required arguments.
+    return Settings.model_validate({"broker_url": broker_url})
+
+
+@pytest.fixture
+def app() -> Celery:
+    return make_celery(settings(""))
+
+
+@pytest.fixture
+def memory_connection() -> Iterator[Connection]:
+    with Connection("memory://") as connection:
+        yield connection
+
+
+def unique_role() -> str:
+    """A role no other test publishes to: the memory transport is shared process-wide."""
+    return f"R{uuid.uuid4().hex[:12].upper()}"
+
+
+def test_an_empty_broker_url_means_the_in_process_memory_transport(app: Celery) -> None:
+    assert app.conf.broker_url == "memory://"
+    assert app.conf.broker_transport_options == {}
+
+
+def test_events_are_on_so_flower_sees_every_session(app: Celery) -> None:
+    assert app.conf.worker_send_task_events is True
+    assert app.conf.task_send_sent_event is True
+    assert app.conf.task_track_started is True
+
+
+def test_messages_are_acked_early_and_results_are_not_kept(app: Celery) -> None:
+    assert app.conf.task_acks_late is False
+    assert app.conf.worker_prefetch_multiplier == 1
+    assert app.conf.result_backend is None
+    assert app.conf.task_ignore_result is True
+
+
+def test_messages_are_json_on_the_default_surehand_queue(app: Celery) -> None:
+    assert app.conf.task_serializer == "json"
+    assert app.conf.accept_content == ["json"]
+    assert app.conf.task_default_queue == "surehand"
+    assert app.conf.broker_connection_retry_on_startup is True
+
+
+def test_a_redis_broker_serves_priority_steps_lowest_number_first() -> None:
+    app = make_celery(settings("redis://127.0.0.1:6379/14"))
+    assert app.conf.broker_transport_options == {
+        "priority_steps": list(range(10)),
+        "sep": ":",
+        "queue_order_strategy": "priority",
+    }
+
+
+def test_each_role_has_its_own_queue() -> None:
+    assert queue_for_role("DEV") == "surehand.DEV"
+    assert queue_for_role("QA_2") == "surehand.QA_2"
+
+
+@pytest.mark.parametrize("role", ["", "dev", "D-EV", "1DEV", "DEV.QA"])
+def test_an_invalid_role_code_is_refused(role: str) -> None:
+    with pytest.raises(ConfigError):
+        queue_for_role(role)
+
+
+def test_p0_is_the_most_urgent_priority_on_the_redis_transport() -> None:
+    assert [celery_priority(p) for p in Priority] == [0, 3, 6, 9]
+
+
+def test_a_worker_consumes_only_the_queues_of_its_roles(app: Celery) -> None:
+    queues = configure_worker_queues(app, ["DEV", "QA", "DEV"])
+    assert [queue.name for queue in queues] == ["surehand.DEV", "surehand.QA"]
+    assert set(app.amqp.queues.consume_from) == {"surehand.DEV", "surehand.QA"}
+    assert [queue.routing_key for queue in app.conf.task_queues] == [
+        "surehand.DEV",
+        "surehand.QA",
+    ]
+
+
+def test_worker_queues_can_be_set_after_the_app_has_published(app: Celery) -> None:
+    publish_session(app, TASK, unique_role(), Priority.P2)
+    configure_worker_queues(app, ["OPS"])
+    assert set(app.amqp.queues.consume_from) == {"surehand.OPS"}
+
+
+def test_a_worker_without_roles_is_refused(app: Celery) -> None:
+    with pytest.raises(ConfigError, match="role"):
+        configure_worker_queues(app, [])
+
+
+def test_a_published_session_arrives_on_its_role_queue_with_its_priority(
+    app: Celery, memory_connection: Connection
+) -> None:
+    role = unique_role()
+    queue = role_queue(role)(memory_connection.default_channel)
+    queue.declare()
+    message_id = publish_session(app, TASK, role, Priority.P1, headers={"surehand_attempt": "7"})
+    message = queue.get(no_ack=True)
+    assert message is not None
+    assert message.delivery_info["routing_key"] == f"surehand.{role}"
+    properties: dict[str, Any] = message.properties  # the kombu stubs say dict[str, str]
+    assert properties["priority"] == 3
+    assert message.headers["task"] == SESSION_TASK_NAME
+    assert message.headers["id"] == message_id
+    assert message.headers["surehand_attempt"] == "7"
+    args, kwargs, _embed = message.decode()
+    assert (args, kwargs) == ([TASK], {})
+
+
+def test_a_message_published_before_any_worker_declared_the_queue_is_kept(
+    app: Celery, memory_connection: Connection
+) -> None:
+    role = unique_role()
+    publish_session(app, TASK, role, Priority.P0)
+    message = role_queue(role)(memory_connection.default_channel).get(no_ack=True)
+    assert message is not None
+    properties: dict[str, Any] = message.properties
+    assert properties["priority"] == 0
+
+
+def test_publishing_to_an_unreachable_broker_raises_publish_failed() -> None:
+    app = make_celery(settings("redis://127.0.0.1:1/0"))
+    # Fail fast: by default kombu retries the connection for several seconds first.
+    app.conf.task_publish_retry = False
+    app.conf.broker_transport_options = {"max_retries": 1, "interval_start": 0}
+    with pytest.raises(PublishFailed) as caught:
+        publish_session(app, TASK, "DEV", Priority.P2)
+    assert caught.value.retryable
+    assert caught.value.details["queue"] == "surehand.DEV"

@@ -1,0 +1,234 @@
+"""The lease contract, run against fakeredis and real Redis, with Lua and the WATCH fallback.
+
+Leases are liveness only (fencing lives in the store), but their compare-then-act rules must
+hold exactly: only the holder renews or releases, and a key is held by at most one attempt.
+"""
+
+# Fixtures are imported by name and then requested as parameters of the same name, which
+# pyflakes reads as a redefinition.
+# ruff: noqa: F811
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import redis
+
+from surehand.errors import ConfigError, LeaseUnavailable
+from surehand.queue.keys import generation_key, lease_key
+from surehand.queue.leases import LeaseStore
+from surehand.queue.redis_client import connect_redis, shared_fake_server
+from tests.redis_fixtures import (  # noqa: F401
+    fake_lease_store,
+    lease_store,
+    namespace,
+    redis_client,
+)
+
+TASK = "TASK-20260101-001"
+TTL_MS = 30_000
+
+
+def wait_until(condition: Callable[[], bool], timeout: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            pytest.fail(f"condition not met within {timeout}s")
+        time.sleep(0.01)
+
+
+def test_the_lease_key_is_lease_colon_task_id_in_the_default_namespace() -> None:
+    assert lease_key(TASK) == f"lease:{TASK}"
+    assert lease_key(TASK, "ns") == f"ns:lease:{TASK}"
+
+
+def test_an_acquired_lease_is_held_by_the_acquiring_attempt(lease_store: LeaseStore) -> None:
+    assert lease_store.acquire(TASK, "attempt-a", TTL_MS)
+    assert lease_store.holder(TASK) == "attempt-a"
+
+
+def test_a_second_acquirer_is_refused_while_the_lease_is_held(lease_store: LeaseStore) -> None:
+    assert lease_store.acquire(TASK, "attempt-a", TTL_MS)
+    assert not lease_store.acquire(TASK, "attempt-b", TTL_MS)
+    assert lease_store.holder(TASK) == "attempt-a"
+
+
+def test_renewal_by_the_owner_extends_the_ttl(
+    lease_store: LeaseStore, redis_client: redis.Redis
+) -> None:
+    lease_store.acquire(TASK, "attempt-a", 1_000)
+    assert lease_store.renew(TASK, "attempt-a", 60_000)
+    assert int(redis_client.pttl(lease_store.key(TASK))) > 1_000
+
+
+def test_renewal_by_another_attempt_is_refused_and_leaves_the_ttl_alone(
+    lease_store: LeaseStore, redis_client: redis.Redis
+) -> None:
+    lease_store.acquire(TASK, "attempt-a", 1_000)
+    assert not lease_store.renew(TASK, "attempt-b", 60_000)
+    assert 0 < int(redis_client.pttl(lease_store.key(TASK))) <= 1_000
+    assert lease_store.holder(TASK) == "attempt-a"
+
+
+def test_renewal_of_a_missing_lease_is_refused_and_creates_nothing(
+    lease_store: LeaseStore,
+) -> None:
+    assert not lease_store.renew(TASK, "attempt-a", TTL_MS)
+    assert lease_store.holder(TASK) is None
+
+
+def test_release_by_another_attempt_is_refused_and_keeps_the_key(
+    lease_store: LeaseStore,
+) -> None:
+    lease_store.acquire(TASK, "attempt-a", TTL_MS)
+    assert not lease_store.release(TASK, "attempt-b")
+    assert lease_store.holder(TASK) == "attempt-a"
+
+
+def test_release_by_the_owner_frees_the_lease_for_a_successor(lease_store: LeaseStore) -> None:
+    lease_store.acquire(TASK, "attempt-a", TTL_MS)
+    assert lease_store.release(TASK, "attempt-a")
+    assert lease_store.holder(TASK) is None
+    assert lease_store.acquire(TASK, "attempt-b", TTL_MS)
+
+
+def test_an_expired_lease_can_be_acquired_by_another_attempt(lease_store: LeaseStore) -> None:
+    lease_store.acquire(TASK, "attempt-a", 50)
+    wait_until(lambda: lease_store.holder(TASK) is None)
+    assert lease_store.acquire(TASK, "attempt-b", TTL_MS)
+    assert lease_store.holder(TASK) == "attempt-b"
+
+
+def test_a_late_renewal_from_an_old_owner_cannot_extend_its_successors_lease(
+    lease_store: LeaseStore,
+) -> None:
+    lease_store.acquire(TASK, "attempt-a", 50)
+    wait_until(lambda: lease_store.acquire(TASK, "attempt-b", TTL_MS))
+    assert not lease_store.renew(TASK, "attempt-a", TTL_MS)
+    assert not lease_store.release(TASK, "attempt-a")
+    assert lease_store.holder(TASK) == "attempt-b"
+
+
+def test_sixteen_concurrent_acquirers_produce_exactly_one_winner(
+    lease_store: LeaseStore,
+) -> None:
+    start = threading.Barrier(16)
+    winners: list[str] = []
+
+    def race(attempt_id: str) -> None:
+        start.wait()
+        if lease_store.acquire(TASK, attempt_id, TTL_MS):
+            winners.append(attempt_id)
+
+    threads = [threading.Thread(target=race, args=(f"attempt-{n}",)) for n in range(16)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(10)
+    assert len(winners) == 1
+    assert lease_store.holder(TASK) == winners[0]
+
+
+def test_holders_reports_held_and_missing_leases(lease_store: LeaseStore) -> None:
+    lease_store.acquire("TASK-20260101-001", "attempt-a", TTL_MS)
+    lease_store.acquire("TASK-20260101-003", "attempt-c", TTL_MS)
+    tasks = ["TASK-20260101-001", "TASK-20260101-002", "TASK-20260101-003"]
+    assert lease_store.holders(tasks) == {
+        "TASK-20260101-001": "attempt-a",
+        "TASK-20260101-002": None,
+        "TASK-20260101-003": "attempt-c",
+    }
+
+
+def count_commands(monkeypatch: pytest.MonkeyPatch, client: redis.Redis) -> list[str]:
+    """Record the name of every command the client sends (one entry per round trip)."""
+    sent: list[str] = []
+    original: Callable[..., Any] = client.execute_command
+
+    def recording(*args: Any, **options: Any) -> Any:
+        sent.append(str(args[0]).upper())
+        return original(*args, **options)
+
+    monkeypatch.setattr(client, "execute_command", recording)
+    return sent
+
+
+def test_holders_costs_one_round_trip_per_chunk(
+    redis_client: redis.Redis, namespace: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = LeaseStore(redis_client, namespace, batch_size=3)
+    tasks = [f"TASK-20260101-{n:03d}" for n in range(1, 8)]
+    for task_id in tasks[::2]:
+        store.acquire(task_id, f"attempt-{task_id}", TTL_MS)
+    sent = count_commands(monkeypatch, redis_client)
+    holders = store.holders(tasks)
+    assert sent == ["MGET", "MGET", "MGET"]
+    assert [task for task, holder in holders.items() if holder] == tasks[::2]
+
+
+def test_holders_of_no_tasks_costs_no_round_trip(
+    lease_store: LeaseStore, redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sent = count_commands(monkeypatch, redis_client)
+    assert lease_store.holders([]) == {}
+    assert sent == []
+
+
+def test_the_lua_scripts_run_on_this_backend(redis_client: redis.Redis, namespace: str) -> None:
+    store = LeaseStore(redis_client, namespace)
+    store.acquire(TASK, "attempt-a", TTL_MS)
+    assert store.renew(TASK, "attempt-a", TTL_MS)
+    if store.scripting is False:
+        pytest.skip("this fakeredis has no Lua runtime; install fakeredis[lua] (lupa)")
+    assert store.release(TASK, "attempt-a")
+
+
+def test_a_non_positive_ttl_is_refused(lease_store: LeaseStore) -> None:
+    with pytest.raises(ValueError, match="positive"):
+        lease_store.acquire(TASK, "attempt-a", 0)
+
+
+def test_the_generation_marker_is_minted_once_and_kept(
+    lease_store: LeaseStore, redis_client: redis.Redis, namespace: str
+) -> None:
+    assert lease_store.generation() is None
+    first = lease_store.ensure_generation()
+    assert lease_store.ensure_generation() == first == lease_store.generation()
+    redis_client.delete(generation_key(namespace))
+    assert lease_store.ensure_generation() != first
+
+
+def test_an_unreachable_redis_raises_lease_unavailable_not_a_redis_error() -> None:
+    store = LeaseStore(connect_redis("redis://127.0.0.1:1/0"))
+    with pytest.raises(LeaseUnavailable) as caught:
+        store.acquire(TASK, "attempt-a", TTL_MS)
+    assert isinstance(caught.value.__cause__, redis.ConnectionError)
+    assert caught.value.retryable
+    with pytest.raises(LeaseUnavailable):
+        store.ping()
+
+
+def test_a_renewal_during_an_outage_raises_lease_unavailable(
+    fake_lease_store: LeaseStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fake_lease_store.acquire(TASK, "attempt-a", TTL_MS)
+    monkeypatch.setattr(shared_fake_server(), "connected", False)
+    with pytest.raises(LeaseUnavailable):
+        fake_lease_store.renew(TASK, "attempt-a", TTL_MS)
+    with pytest.raises(LeaseUnavailable):
+        fake_lease_store.holders([TASK])
+
+
+def test_every_embedded_client_shares_one_fake_server() -> None:
+    key = "test-shared-fake:probe"
+    connect_redis("").set(key, "seen", px=5_000)
+    assert connect_redis("fakeredis://").get(key) == "seen"
+
+
+def test_an_unknown_redis_url_scheme_is_a_config_error() -> None:
+    with pytest.raises(ConfigError, match="SUREHAND_REDIS_URL"):
+        connect_redis("http://127.0.0.1:6379")
