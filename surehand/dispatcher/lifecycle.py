@@ -1,0 +1,261 @@
+"""Lifecycle moves between the five buckets, with authority checks and an append-only history.
+
+Each move is one compare-and-set on the TASK row (bucket and revision as read) plus exactly
+one TRANSITION event, in the caller's transaction. The store's bucket is the only "now" state
+(FCoP Rule A); events are audit, never replayed to compute it (Rule G).
+
+Authority follows DESIGN.md section 4: approve/reject/archive/reopen belong to the task's
+approvers (ADMIN on tasks ADMIN sent, PM or ADMIN otherwise); submit/finish to the task's
+recipient (its driver); claim to the recipient or the runtime; rollback to the runtime alone.
+The runtime acts as :data:`surehand.model.SYSTEM`, which no external caller may claim to be.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Connection
+
+from surehand.dispatcher.context import Services
+from surehand.errors import (
+    Conflict,
+    IllegalTransition,
+    NotAuthorized,
+    TaskHeld,
+    TaskNotFound,
+    ValidationFailed,
+)
+from surehand.model import ADMIN, PM, SYSTEM, Action, Bucket, EventKind, Task
+from surehand.requests import check_role, validate_tenant
+from surehand.store import events, tasks
+from surehand.store import reports as report_rows
+
+EDGES: dict[Action, tuple[Bucket | None, Bucket]] = {
+    Action.CREATE: (None, Bucket.INBOX),
+    Action.CLAIM: (Bucket.INBOX, Bucket.ACTIVE),
+    Action.SUBMIT: (Bucket.ACTIVE, Bucket.REVIEW),
+    Action.FINISH: (Bucket.ACTIVE, Bucket.DONE),
+    Action.APPROVE: (Bucket.REVIEW, Bucket.DONE),
+    Action.REJECT: (Bucket.REVIEW, Bucket.ACTIVE),
+    Action.ARCHIVE: (Bucket.DONE, Bucket.ARCHIVE),
+    Action.ROLLBACK: (Bucket.ACTIVE, Bucket.INBOX),
+    Action.REOPEN: (Bucket.DONE, Bucket.ACTIVE),
+}
+APPROVER_ACTIONS = frozenset({Action.APPROVE, Action.REJECT, Action.ARCHIVE, Action.REOPEN})
+DRIVER_ACTIONS = frozenset({Action.SUBMIT, Action.FINISH})
+REASON_REQUIRED = frozenset({Action.REJECT, Action.ARCHIVE, Action.REOPEN})
+REPORT_REQUIRED = frozenset({Action.SUBMIT, Action.FINISH})
+REWORK_ACTIONS = frozenset({Action.REJECT, Action.REOPEN})
+
+
+def allowed_actions(bucket: Bucket) -> list[Action]:
+    """The actions whose edge starts at ``bucket``, in table order."""
+    return [action for action, (source, _) in EDGES.items() if source is bucket]
+
+
+def approvers(task: Task) -> frozenset[str]:
+    """Who may approve, reject, archive or reopen: ADMIN alone on the main line (tasks ADMIN
+    sent), PM or ADMIN on branch lines (ADMIN always keeps the last word)."""
+    return frozenset({ADMIN}) if task.fields.sender == ADMIN else frozenset({PM, ADMIN})
+
+
+def _authorised(task: Task, action: Action) -> frozenset[str]:
+    """The roles (besides the runtime) that may perform ``action`` on ``task``."""
+    if action in APPROVER_ACTIONS:
+        return approvers(task)
+    if action in DRIVER_ACTIONS or action is Action.CLAIM:
+        return frozenset({task.fields.recipient})
+    return frozenset()  # rollback: the runtime's move only
+
+
+def check_edge(task: Task, action: Action) -> Bucket:
+    """The destination bucket, or IllegalTransition naming what is allowed from here."""
+    source, target = EDGES[action]
+    if source is task.bucket:
+        return target
+    allowed = allowed_actions(task.bucket)
+    names = ", ".join(a.value for a in allowed) or "none"
+    origin = source.value if source is not None else "nowhere (a new TASK)"
+    raise IllegalTransition(
+        f"cannot {action.value} {task.task_id}: {action.value} moves {origin} -> "
+        f"{target.value}, but the TASK is in {task.bucket.value}; allowed from "
+        f"{task.bucket.value}: {names}",
+        action=action.value,
+        bucket=task.bucket.value,
+        allowed=[a.value for a in allowed],
+    )
+
+
+def check_authority(task: Task, action: Action, by: str) -> None:
+    """Refuse ``by`` unless it may perform ``action``; the runtime (SYSTEM) always may."""
+    if by == SYSTEM:
+        return
+    allowed = _authorised(task, action)
+    if by not in allowed:
+        who = ", ".join(sorted(allowed)) or f"the runtime ({SYSTEM})"
+        raise NotAuthorized(
+            f"{by} may not {action.value} {task.task_id}; only {who} may",
+            actor=by,
+            action=action.value,
+            allowed=sorted(allowed),
+        )
+
+
+def _check_reason(action: Action, reason: str | None) -> str | None:
+    """A stripped reason; reject/archive/reopen need one (it is the audit trail's why)."""
+    text = reason.strip() if reason is not None else ""
+    if action in REASON_REQUIRED and not text:
+        raise ValidationFailed("reason", f"{action.value} needs a non-blank reason")
+    return text or None
+
+
+def _check_report(
+    connection: Connection, task: Task, action: Action, report_id: str | None
+) -> str | None:
+    """The REPORT a submit/finish cites: the one named, or the task's latest."""
+    if action not in REPORT_REQUIRED:
+        return report_id
+    if report_id is not None:
+        report = report_rows.get(connection, report_id)
+        if report is None or report.task_id != task.task_id:
+            raise ValidationFailed("report_id", f"{report_id} is not a REPORT on {task.task_id}")
+        return report_id
+    latest = report_rows.latest_for_task(connection, task.task_id)
+    if latest is None:
+        raise IllegalTransition(
+            f"cannot {action.value} {task.task_id}: it has no REPORT yet; its recipient "
+            "writes one with write_report first",
+            action=action.value,
+            bucket=task.bucket.value,
+            missing="report",
+        )
+    return latest.report_id
+
+
+def _check_hold(task: Task, action: Action) -> None:
+    if task.hold is not None:
+        raise TaskHeld(
+            f"cannot {action.value} {task.task_id}: it is held for review "
+            f"({task.hold.reason or 'interrupted session'}); an approver must review case "
+            f"{task.hold.case_id} first",
+            case_id=task.hold.case_id,
+        )
+
+
+def apply(
+    connection: Connection,
+    task: Task,
+    action: Action,
+    *,
+    by: str,
+    now: datetime,
+    reason: str | None = None,
+    report_id: str | None = None,
+    extra_expect: Mapping[str, Any] | None = None,
+    extra_values: Mapping[str, Any] | None = None,
+    attempt_id: str | None = None,
+    epoch: int | None = None,
+) -> Task:
+    """Move ``task`` by ``action`` inside the caller's transaction and return it re-read.
+
+    Validates the edge, the hold, the actor's authority, the reason and the cited REPORT, then
+    compare-and-sets the row against the bucket and revision it was read at (plus
+    ``extra_expect``, e.g. the session layer's epoch); Conflict if anything changed since.
+    """
+    target = check_edge(task, action)
+    _check_hold(task, action)
+    check_authority(task, action, by)
+    note = _check_reason(action, reason)
+    cited = _check_report(connection, task, action, report_id)
+    values = _values(task, action, target, extra_values)
+    _compare_and_set(connection, task, values, extra_expect, now)
+    events.append(
+        connection,
+        task_id=task.task_id,
+        kind=EventKind.TRANSITION,
+        by=by,
+        at=now,
+        action=action.value,
+        from_bucket=task.bucket,
+        to_bucket=target,
+        reason=note,
+        attempt_id=attempt_id,
+        epoch=epoch,
+        data=_event_data(action, values, cited),
+    )
+    moved = tasks.get(connection, task.task_id)
+    assert moved is not None  # the row matched the compare-and-set a moment ago
+    return moved
+
+
+def _values(
+    task: Task, action: Action, target: Bucket, extra: Mapping[str, Any] | None
+) -> dict[str, Any]:
+    values: dict[str, Any] = {"bucket": target.value}
+    if action in REWORK_ACTIONS:
+        # A new rework round makes a resubmitted identical REPORT a new revision, not a dup.
+        values["rework_round"] = task.rework_round + 1
+    values.update(extra or {})
+    return values
+
+
+def _event_data(action: Action, values: Mapping[str, Any], report_id: str | None) -> dict[str, Any]:
+    data: dict[str, Any] = {}
+    if report_id is not None:
+        data["report_id"] = report_id
+    if action in REWORK_ACTIONS:
+        data["rework_round"] = values["rework_round"]
+    return data
+
+
+def _compare_and_set(
+    connection: Connection,
+    task: Task,
+    values: Mapping[str, Any],
+    extra_expect: Mapping[str, Any] | None,
+    now: datetime,
+) -> None:
+    expect = {"bucket": task.bucket.value, "revision": task.revision, **(extra_expect or {})}
+    if not tasks.update_if(connection, task.task_id, expect=expect, values=values, now=now):
+        raise Conflict(
+            f"{task.task_id} changed since revision {task.revision} was read; re-read it and "
+            "decide again",
+            task_id=task.task_id,
+        )
+
+
+def transition(
+    services: Services,
+    task_id: str,
+    action: Action,
+    *,
+    actor: str,
+    tenant: str | None,
+    reason: str | None = None,
+    report_id: str | None = None,
+) -> Task:
+    """The public move: validate the actor, lock the TASK, apply the move and commit."""
+    actor = _check_actor(actor)
+    scope = validate_tenant(tenant) if tenant is not None else None
+    with services.store.transaction() as connection:
+        task = tasks.get_for_update(connection, task_id)
+        if task is None or (scope is not None and task.tenant != scope):
+            raise TaskNotFound(f"no {task_id} in tenant {scope!r}; `surehand tasks` lists them")
+        now = services.clock.now()
+        return apply(
+            connection, task, action, by=actor, now=now, reason=reason, report_id=report_id
+        )
+
+
+def _check_actor(actor: str) -> str:
+    """An external actor is a role code and never the runtime itself."""
+    if actor == SYSTEM:
+        raise NotAuthorized(
+            f"{SYSTEM} is the runtime's own actor; act under your role instead", actor=actor
+        )
+    try:
+        return check_role(actor)
+    except ValueError as error:
+        raise ValidationFailed("actor", str(error)) from None
