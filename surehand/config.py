@@ -26,12 +26,24 @@ class Settings(BaseSettings):
     home: Path = Field(DEFAULT_HOME, description="Directory for the embedded SQLite file.")
     database_url: str = Field("", description="SQLAlchemy URL; default SQLite under home.")
     redis_url: str = Field("", description="Redis for leases; empty means in-process fakeredis.")
-    broker_url: str = Field("", description="Celery broker; empty means no broker (sweep only).")
+    redis_namespace: str = Field(
+        "", description="Prefix for surehand's Redis keys (to share one Redis database)."
+    )
+    broker_url: str = Field(
+        "",
+        description="Celery broker. Empty: writers publish nothing and `surehand up` picks new "
+        "TASKs up with its sweep over the in-process memory transport.",
+    )
     tenant: str = Field("default", description="Tenant for Python/CLI calls.")
     lease_ttl_seconds: float = Field(30.0, gt=0, description="Session lease TTL.")
     heartbeat_seconds: float = Field(10.0, gt=0, description="Lease renewal interval.")
     reconcile_interval_seconds: float = Field(5.0, gt=0, description="Reconciler period.")
-    lost_grace_seconds: float = Field(5.0, ge=0, description="Lease missing this long = lost.")
+    lost_grace_seconds: float = Field(
+        15.0,
+        ge=0,
+        description="A lease missing this long means the session is lost; keep it above the "
+        "heartbeat interval so a Redis restart is never mistaken for a loss.",
+    )
     sweep_interval_seconds: float = Field(1.0, gt=0, description="Dispatcher sweep period.")
     submission_wait_seconds: float = Field(
         5.0, ge=0, description="How long a concurrent write_task waits before in_progress."

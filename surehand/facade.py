@@ -3,17 +3,33 @@ HTTP and MCP doors and returns the same records."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from functools import cached_property
+from typing import Any, Literal
 
+from celery import Celery
+
+from surehand.agents.builtin import register_builtin_agents
+from surehand.agents.registry import AgentHandler, AgentRegistry, Probe
 from surehand.clock import Clock, SystemClock
 from surehand.config import Settings
 from surehand.dispatcher import diagnostics, lifecycle, reports, submissions
+from surehand.dispatcher.admission import Admitter
 from surehand.dispatcher.context import Publisher, Services
-from surehand.errors import TaskNotFound
+from surehand.dispatcher.dispatch import publish_successor
+from surehand.dispatcher.reconciler import PassReport, Reconciler
+from surehand.dispatcher.recovery import Recovery, RecoveryOutcome
+from surehand.dispatcher.runner import SessionOutcome, SessionRunner
+from surehand.dispatcher.worker import register_tasks
+from surehand.errors import CaseNotFound, TaskNotFound
 from surehand.model import (
     Action,
+    Admission,
+    Attempt,
     Bucket,
+    CaseState,
+    InterruptionCase,
+    Operation,
     Report,
     SubmissionDiagnosis,
     Task,
@@ -21,8 +37,14 @@ from surehand.model import (
     WriteReportResult,
     WriteTaskResult,
 )
+from surehand.queue.celery_app import make_celery, publish_session
+from surehand.queue.leases import LeaseStore
+from surehand.queue.redis_client import connect_redis
 from surehand.requests import ReportRequest, TaskRequest
 from surehand.store import Store, events, tasks
+from surehand.store import attempts as attempt_rows
+from surehand.store import cases as case_rows
+from surehand.store import operations as operation_rows
 from surehand.store import reports as report_rows
 
 
@@ -57,6 +79,8 @@ class Surehand:
         }
         self.settings = base.model_copy(update=overrides)
         self.store = Store(self.settings.resolved_database_url())
+        if publisher is None and self.settings.broker_url:
+            publisher = self.publish
         self.services = Services(
             store=self.store,
             settings=self.settings,
@@ -161,6 +185,122 @@ class Surehand:
         self.get_task(task_id)
         with self.store.snapshot() as connection:
             return report_rows.for_task(connection, task_id)
+
+    # -- sessions and recovery -----------------------------------------------------------------
+
+    def agent(self, role: str, *, review: bool = True) -> Callable[[AgentHandler], AgentHandler]:
+        """Register the handler that runs sessions for TASKs sent to ``role``.
+
+        ``review=False`` settles straight to ``done`` instead of ``review``.
+        """
+        return self.registry.agent(role, review=review)
+
+    def probe(self, name: str) -> Callable[[Probe], Probe]:
+        """Register a probe: given an interrupted operation, say whether its effect happened
+        (True), did not (False), or cannot tell (None)."""
+
+        def decorate(function: Probe) -> Probe:
+            self.registry.register_probe(name, function)
+            return function
+
+        return decorate
+
+    @cached_property
+    def registry(self) -> AgentRegistry:
+        registry = AgentRegistry()
+        register_builtin_agents(registry, self.settings)
+        if self.settings.agents:
+            registry.load(self.settings.agents)
+        return registry
+
+    @cached_property
+    def leases(self) -> LeaseStore:
+        client = connect_redis(self.settings.redis_url)
+        return LeaseStore(client, namespace=self.settings.redis_namespace)
+
+    @cached_property
+    def runner(self) -> SessionRunner:
+        return SessionRunner(self.services, self.registry, self.leases)
+
+    @cached_property
+    def recovery(self) -> Recovery:
+        admitter = Admitter(self.services, self.leases, self.registry.probe)
+        return Recovery(admitter)
+
+    @cached_property
+    def reconciler(self) -> Reconciler:
+        return Reconciler(self.recovery)
+
+    @cached_property
+    def celery(self) -> Celery:
+        """The Celery app with surehand's session and reconcile tasks registered."""
+        app = make_celery(self.settings)
+        register_tasks(
+            app,
+            lambda: self.runner,
+            lambda: self.reconciler,
+            reconcile_every=self.settings.reconcile_interval_seconds,
+        )
+        return app
+
+    def publish(self, task: Task) -> None:
+        """Publish ``run_session`` for a TASK to its recipient's queue (raises PublishFailed)."""
+        publish_session(self.celery, task.task_id, task.fields.recipient, task.fields.priority)
+
+    def run_session(self, task_id: str) -> SessionOutcome:
+        """Claim and run one TASK in this process (what a worker does for each message)."""
+        return self.runner.run(task_id)
+
+    def reconcile(self) -> PassReport:
+        """One reconciler pass: find lost sessions, open cases, admit successors."""
+        return self.reconciler.run_once()
+
+    def recover(self, task_id: str, *, actor: str) -> RecoveryOutcome:
+        """Ask for a successor for an interrupted TASK; admission decides from the evidence."""
+        outcome = self.recovery.recover(task_id, actor=actor, tenant=self.tenant)
+        if outcome.admission is Admission.REEXECUTE:
+            publish_successor(self.services, task_id)
+        return outcome
+
+    def review(
+        self, case_id: str, *, effect: Literal["present", "absent"], note: str, actor: str
+    ) -> InterruptionCase:
+        """An approver states whether a held case's effect happened; admission runs again."""
+        case = self.recovery.review(
+            case_id, effect=effect, note=note, actor=actor, tenant=self.tenant
+        )
+        if case.admission is Admission.REEXECUTE:
+            publish_successor(self.services, case.task_id)
+        return case
+
+    def cases(
+        self, *, state: CaseState | str | None = None, limit: int = 100
+    ) -> list[InterruptionCase]:
+        with self.store.snapshot() as connection:
+            found = case_rows.listing(
+                connection, state=CaseState(state) if state else None, limit=limit
+            )
+            visible = {
+                t.task_id for t in tasks.list_tasks(connection, tenant=self.tenant, limit=100_000)
+            }
+        return [case for case in found if case.task_id in visible]
+
+    def case(self, case_id: str) -> InterruptionCase:
+        with self.store.snapshot() as connection:
+            found = case_rows.get(connection, case_id)
+        if found is None or found.task_id not in {t.task_id for t in self.cases(limit=100_000)}:
+            raise CaseNotFound(f"no interruption case {case_id}; `surehand cases` lists them")
+        return found
+
+    def attempts(self, task_id: str) -> list[Attempt]:
+        self.get_task(task_id)
+        with self.store.snapshot() as connection:
+            return attempt_rows.for_task(connection, task_id)
+
+    def operations(self, task_id: str) -> list[Operation]:
+        self.get_task(task_id)
+        with self.store.snapshot() as connection:
+            return operation_rows.for_task(connection, task_id)
 
     def upgrade(self) -> str:
         """Apply pending migrations (``surehand db upgrade``)."""

@@ -395,6 +395,8 @@ class Attempt:
     result: Any
     error: str | None
     bound_operation_id: int | None  # set for a successor admitted as single_verified
+    case_id: str | None  # the interruption case that admitted this attempt as a successor
+    lease_missing_since: datetime | None
     started_at: datetime
     ended_at: datetime | None
 
@@ -403,6 +405,9 @@ class Attempt:
         data["state"] = self.state.value
         data["started_at"] = self.started_at.isoformat()
         data["ended_at"] = self.ended_at.isoformat() if self.ended_at else None
+        data["lease_missing_since"] = (
+            self.lease_missing_since.isoformat() if self.lease_missing_since else None
+        )
         return data
 
 

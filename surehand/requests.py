@@ -22,9 +22,11 @@ MAX_ID = 255
 MAX_SUBJECT = 512
 MAX_BODY_BYTES = 1024 * 1024
 MAX_ITEMS = 256
-ROLE_RE = re.compile(r"^[A-Z][A-Z0-9_]*(-[A-Z0-9_]+)*$")
-ID_RE = re.compile(r"^[A-Za-z0-9._:-]{1,255}$")
-TASK_ID_RE = re.compile(r"^TASK-\d{8}-\d{3,}$")
+# Anchored with \A...\Z, not ^...$: ``$`` also matches before a trailing newline, which let
+# "DEV\n" or "sub-1\n" through ``.match``.
+ROLE_RE = re.compile(r"\A[A-Z][A-Z0-9_]*(-[A-Z0-9_]+)*\Z")
+ID_RE = re.compile(r"\A[A-Za-z0-9._:-]{1,255}\Z")
+TASK_ID_RE = re.compile(r"\ATASK-[0-9]{8}-[0-9]{3,}\Z")
 PRIORITY_ALIASES = {
     "urgent": "P0",
     "critical": "P0",

@@ -30,6 +30,7 @@ class AgentRegistry:
     def __init__(self) -> None:
         self._agents: dict[str, AgentSpec] = {}
         self._probes: dict[str, Probe] = {}
+        self.builtin: Callable[[str], AgentHandler | None] = lambda _name: None
 
     def register(self, role: str, handler: AgentHandler, *, review: bool = True) -> None:
         try:
@@ -69,7 +70,8 @@ class AgentRegistry:
         """Load ``ROLE=module:function[,ROLE=...]`` (from SUREHAND_AGENTS)."""
         for item in filter(None, (part.strip() for part in spec.split(","))):
             role, _, target = item.partition("=")
-            self.register(role.strip(), _import(target.strip()))
+            handler = self.builtin(target.strip()) or _import(target.strip())
+            self.register(role.strip(), handler)
 
     def update(self, other: Mapping[str, AgentSpec]) -> None:
         self._agents.update(other)

@@ -41,3 +41,23 @@ def sweep(services: Services, limit: int = 500) -> int:
     with services.store.snapshot() as connection:
         pending = tasks.unpublished_inbox(connection, limit=limit)
     return sum(publish_after_commit(services, task.task_id) for task in pending)
+
+
+def publish_successor(services: Services, task_id: str) -> bool:
+    """Publish ``run_session`` for a TASK whose successor admission decided to re-execute.
+
+    The worker's claim checks the decision again (revision fence), so an extra message is
+    harmless; a missing one is published again by the next reconciler pass.
+    """
+    if services.publisher is None:
+        return False
+    with services.store.snapshot() as connection:
+        task = tasks.get(connection, task_id)
+    if task is None or task.bucket is not Bucket.ACTIVE or task.hold is not None:
+        return False
+    try:
+        services.publisher(task)
+    except PublishFailed:
+        log.warning("publishing the successor of %s failed; the reconciler will retry", task_id)
+        return False
+    return True

@@ -20,19 +20,31 @@ from sqlalchemy import Connection
 
 from surehand.dispatcher import lifecycle
 from surehand.dispatcher.context import Services
-from surehand.errors import Conflict, DuplicateKey, IllegalTransition, StaleOwner, TaskHeld
+from surehand.dispatcher.reports import write_report_in
+from surehand.errors import (
+    Conflict,
+    DuplicateKey,
+    IllegalTransition,
+    NotClaimable,
+    StaleDecision,
+    StaleOwner,
+    TaskHeld,
+)
 from surehand.model import (
     SYSTEM,
     Action,
+    Admission,
     Attempt,
     AttemptState,
     Bucket,
+    CaseState,
     EventKind,
     ReportStatus,
     Task,
     WriteReportResult,
 )
-from surehand.store import attempts, events, tasks
+from surehand.requests import ReportRequest
+from surehand.store import attempts, cases, events, operations, tasks
 
 log = logging.getLogger(__name__)
 
@@ -149,9 +161,6 @@ class Session:
     def write_report_in(
         self, connection: Connection, body: str, status: ReportStatus, submission_id: str | None
     ) -> WriteReportResult:
-        from surehand.dispatcher.reports import write_report_in
-        from surehand.requests import ReportRequest
-
         request = ReportRequest(
             task_id=self.task_id,
             reporter=self.task.fields.recipient,
@@ -173,7 +182,7 @@ def report_body(result: Any) -> str:
     if result is None:
         return "(the agent returned no result)"
     if isinstance(result, str):
-        return result or "(the agent returned an empty result)"
+        return result if result.strip() else "(the agent returned an empty result)"
     return json.dumps(_jsonable(result), ensure_ascii=False, indent=2, sort_keys=True)
 
 
@@ -202,6 +211,9 @@ def claim(
             task = tasks.get_for_update(connection, task_id)
             if task is None:
                 return None
+            if task.bucket is Bucket.ACTIVE:
+                _claim_successor(connection, services, task, attempt_id, worker)
+                return _session(services, connection, task_id, attempt_id)
             number = task.epoch + 1
             lifecycle.apply(
                 connection,
@@ -224,15 +236,88 @@ def claim(
                 now=services.clock.now(),
             )
             return _session(services, connection, task_id, attempt_id)
-    except (IllegalTransition, Conflict, TaskHeld, DuplicateKey) as refused:
+    except (
+        IllegalTransition,
+        Conflict,
+        TaskHeld,
+        DuplicateKey,
+        NotClaimable,
+        StaleDecision,
+    ) as refused:
         _record_refusal(services, task_id, worker, message_id, refused)
         return None
+
+
+def _claim_successor(
+    connection: Connection, services: Services, task: Task, attempt_id: str, worker: str
+) -> None:
+    """Start the successor that admission decided on; a session never decides this itself.
+
+    Claimable only with an open ``reexecute`` case for the interrupted epoch, decided on the
+    TASK's current revision (the recovery fence); a stale decision is refused and re-evaluated.
+    """
+    case = next(
+        (
+            c
+            for c in cases.for_task(connection, task.task_id)
+            if c.admission is Admission.REEXECUTE
+            and c.successor_attempt_id is None
+            and c.state is CaseState.OPEN
+        ),
+        None,
+    )
+    if case is None or case.interrupted_epoch != task.epoch or task.hold is not None:
+        raise NotClaimable(f"{task.task_id} is active and no successor was admitted for it")
+    if case.revision_at_evaluation != task.revision:
+        raise StaleDecision(
+            f"case {case.case_id} was decided on revision {case.revision_at_evaluation}, the "
+            f"TASK is at {task.revision}; admission must run again"
+        )
+    number = task.epoch + 1
+    now = services.clock.now()
+    if not tasks.update_if(
+        connection,
+        task.task_id,
+        expect={"epoch": task.epoch, "revision": task.revision},
+        values={"epoch": number},
+        now=now,
+    ):
+        raise Conflict(f"{task.task_id} changed while its successor was being claimed")
+    attempts.insert_running(
+        connection,
+        attempt_id=attempt_id,
+        task_id=task.task_id,
+        number=number,
+        worker=worker,
+        lease_id=attempt_id,
+        now=now,
+        bound_operation_id=case.bound_operation_id,
+        case_id=case.case_id,
+    )
+    if case.bound_operation_id is not None:
+        operations.rebind(connection, case.bound_operation_id, attempt_id=attempt_id, epoch=number)
+    cases.bind_successor(connection, case.case_id, attempt_id)
+    events.append(
+        connection,
+        task_id=task.task_id,
+        kind=EventKind.ATTEMPT_STARTED,
+        by=worker,
+        at=now,
+        attempt_id=attempt_id,
+        epoch=number,
+        data={
+            "case_id": case.case_id,
+            "successor_of": case.interrupted_attempt_id,
+            "bound_operation_id": case.bound_operation_id,
+        },
+    )
 
 
 def _session(services: Services, connection: Connection, task_id: str, attempt_id: str) -> Session:
     task = tasks.get(connection, task_id)
     attempt = attempts.get(connection, attempt_id)
-    assert task is not None and attempt is not None
+    assert task is not None
+    assert attempt is not None
     return Session(services=services, task=task, attempt=attempt)
 
 

@@ -257,13 +257,13 @@ class _Submission:
             receipt = receipts.get(connection, self.tenant, self.submission_id)
         if receipt is None:
             return None
+        if receipt.held_until is not None and receipt.held_until > self.services.clock.now():
+            return self._wait_or_give_up(receipt)
         mismatch = self._mismatch(receipt)
         if mismatch is not None:
             return mismatch
         if receipt.state is ReceiptState.COMMITTED:
             return self._replay(receipt)
-        if receipt.held_until is not None and receipt.held_until > self.services.clock.now():
-            return self._wait_or_give_up(receipt)
         return self._recover(receipt)
 
     def _mismatch(self, receipt: Receipt) -> WriteTaskResult | None:
@@ -324,7 +324,7 @@ class _Submission:
         """Holding the receipt, apply the recovery rule for its stage and the TASK's state."""
         with self.services.store.snapshot() as connection:
             task = tasks.get(connection, receipt.task_id)
-        if task is None and receipt.state is ReceiptState.RESERVED:
+        if task is None:
             return self._create(receipt)  # task absent: continue with the same identity
         if task is None:
             return self._refuse(receipt, ConflictCode.TASK_MISSING, _missing(receipt))

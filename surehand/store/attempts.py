@@ -29,6 +29,8 @@ def _attempt(row: Row[Any]) -> Attempt:
         result=row.result,
         error=row.error,
         bound_operation_id=row.bound_operation_id,
+        case_id=row.case_id,
+        lease_missing_since=row.lease_missing_since,
         started_at=row.started_at,
         ended_at=row.ended_at,
     )
@@ -44,6 +46,7 @@ def insert_running(
     lease_id: str,
     now: datetime,
     bound_operation_id: int | None = None,
+    case_id: str | None = None,
 ) -> None:
     """Insert a running attempt; DuplicateKey if this task already has attempt ``number``."""
     connection.execute(
@@ -56,6 +59,7 @@ def insert_running(
             lease_id=lease_id,
             agent_returned=False,
             bound_operation_id=bound_operation_id,
+            case_id=case_id,
             started_at=now,
         )
     )
@@ -150,3 +154,30 @@ def count(
     if states:
         query = query.where(attempts.c.state.in_([state.value for state in states]))
     return int(connection.execute(query).scalar_one())
+
+
+def mark_lease_missing(connection: Connection, attempt_id: str, now: datetime) -> datetime:
+    """Note the first pass that found no lease; returns when it was first found missing."""
+    connection.execute(
+        update(attempts)
+        .where(
+            attempts.c.attempt_id == attempt_id,
+            attempts.c.state == AttemptState.RUNNING.value,
+            attempts.c.lease_missing_since.is_(None),
+        )
+        .values(lease_missing_since=now)
+    )
+    since = connection.execute(
+        select(attempts.c.lease_missing_since).where(attempts.c.attempt_id == attempt_id)
+    ).scalar_one_or_none()
+    return since or now
+
+
+def clear_lease_missing(connection: Connection, attempt_ids: Sequence[str]) -> None:
+    """The lease is back (e.g. a heartbeat restored it after a Redis restart): not a suspect."""
+    if attempt_ids:
+        connection.execute(
+            update(attempts)
+            .where(attempts.c.attempt_id.in_(list(attempt_ids)))
+            .values(lease_missing_since=None)
+        )

@@ -23,6 +23,7 @@ from surehand.errors import (
     SchemaNotReady,
     StoreError,
     StoreUnavailable,
+    SurehandError,
 )
 
 SQLITE_BUSY_TIMEOUT_MS = 30_000
@@ -80,7 +81,7 @@ def _sqlite_engine(url: str) -> Engine:
     return engine
 
 
-def translate(error: exc.DBAPIError | exc.SQLAlchemyError) -> StoreError:
+def translate(error: exc.DBAPIError | exc.SQLAlchemyError) -> SurehandError:
     """Map a driver error to the surehand error a caller can act on."""
     if isinstance(error, exc.IntegrityError):
         return DuplicateKey(_table_of(error), "a row with this key already exists")

@@ -143,3 +143,29 @@ def count(connection: Connection, task_id: str | None = None) -> int:
     if task_id is not None:
         query = query.where(operations.c.task_id == task_id)
     return int(connection.execute(query).scalar_one())
+
+
+def confirm(
+    connection: Connection,
+    operation_id: int,
+    *,
+    present: bool,
+    source: Mapping[str, Any],
+    now: datetime,
+) -> bool:
+    """Turn an open (or effect-raised) operation into a confirmed fact from a probe or review.
+
+    Present: succeeded, never to run again. Absent: failed with ``probe: absent`` in its
+    outcome, which lets a successor run the effect again.
+    """
+    state = OperationState.SUCCEEDED if present else OperationState.FAILED
+    outcome = {"probe": "present" if present else "absent", **dict(source)}
+    result = connection.execute(
+        update(operations)
+        .where(
+            operations.c.id == operation_id,
+            operations.c.state.in_([OperationState.INTENT.value, OperationState.FAILED.value]),
+        )
+        .values(state=state.value, outcome=outcome, settled_at=now)
+    )
+    return result.rowcount == 1

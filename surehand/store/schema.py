@@ -218,6 +218,8 @@ attempts = Table(
     Column("result", JSON),
     Column("error", Text),
     Column("bound_operation_id", Integer),
+    Column("case_id", String(64)),  # the interruption case that admitted this successor
+    _ts("lease_missing_since", nullable=True),  # reconciler: first pass that found no lease
     _ts("started_at"),
     _ts("ended_at", nullable=True),
     UniqueConstraint("task_id", "number", name="uq_attempts_task_number"),

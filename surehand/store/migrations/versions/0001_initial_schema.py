@@ -113,6 +113,10 @@ def upgrade() -> None:
         sa.Column("result", sa.JSON(), nullable=True),
         sa.Column("error", sa.Text(), nullable=True),
         sa.Column("bound_operation_id", sa.Integer(), nullable=True),
+        sa.Column("case_id", sa.String(length=64), nullable=True),
+        sa.Column(
+            "lease_missing_since", surehand.store.schema.UTCDateTime(timezone=True), nullable=True
+        ),
         sa.Column("started_at", surehand.store.schema.UTCDateTime(timezone=True), nullable=False),
         sa.Column("ended_at", surehand.store.schema.UTCDateTime(timezone=True), nullable=True),
         sa.CheckConstraint(

@@ -1,0 +1,119 @@
+"""The built-in ``command`` agent: runs a program (e.g. an agent CLI) for each session.
+
+The program runs in a per-session working directory that holds the TASK as an FCoP markdown
+file (``TASK.md``), with ``SUREHAND_*`` variables naming the TASK, attempt and store, so that
+``surehand effect -- <cmd>`` inside it can declare side effects. Its standard output becomes the
+REPORT; a non-zero exit or a timeout fails the attempt (which is never retried blindly).
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from surehand.agents.context import SessionContext
+from surehand.config import Settings
+from surehand.errors import AgentError, ConfigError
+from surehand.fcop import render_task
+
+_POLL = 0.1
+MAX_OUTPUT = 512 * 1024
+
+
+class CommandAgent:
+    """Runs ``argv`` once per session; ``timeout`` seconds at most."""
+
+    def __init__(self, argv: Sequence[str], *, settings: Settings, timeout: float) -> None:
+        if not argv:
+            raise ConfigError("the command agent needs a program: set SUREHAND_COMMAND_AGENT")
+        self.argv = list(argv)
+        self.settings = settings
+        self.timeout = timeout
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> CommandAgent:
+        return cls(
+            shlex.split(settings.command_agent),
+            settings=settings,
+            timeout=settings.command_timeout_seconds,
+        )
+
+    def __call__(self, ctx: SessionContext) -> str:
+        work_dir = self._prepare(ctx)
+        with subprocess.Popen(
+            self.argv,
+            cwd=work_dir,
+            env=self._environment(ctx, work_dir),
+            stdin=subprocess.DEVNULL,
+            stdout=(work_dir / "stdout.txt").open("wb"),
+            stderr=(work_dir / "stderr.txt").open("wb"),
+            start_new_session=True,
+        ) as process:
+            code = self._wait(process, ctx)
+        output = _tail(work_dir / "stdout.txt")
+        if code != 0:
+            raise AgentError(
+                f"command exited with {code}: {_tail(work_dir / 'stderr.txt')[-500:]}",
+                exit_code=code,
+            )
+        return output or f"(command exited 0 with no output; see {work_dir})"
+
+    def _prepare(self, ctx: SessionContext) -> Path:
+        work_dir = (ctx.work_dir or self.settings.work_dir / ctx.attempt.attempt_id).resolve()
+        work_dir.mkdir(parents=True, exist_ok=True)
+        document = render_task(
+            ctx.task.task_id,
+            ctx.task.fields,
+            created_at=ctx.task.created_at,
+            submission_id=ctx.task.client_submission_id,
+        )
+        (work_dir / "TASK.md").write_text(document, encoding="utf-8")
+        return work_dir
+
+    def _environment(self, ctx: SessionContext, work_dir: Path) -> dict[str, str]:
+        env = dict(os.environ)
+        env.update(
+            {
+                "SUREHAND_TASK_ID": ctx.task.task_id,
+                "SUREHAND_ATTEMPT_ID": ctx.attempt.attempt_id,
+                "SUREHAND_ATTEMPT": str(ctx.attempt.number),
+                "SUREHAND_TASK_FILE": str(work_dir / "TASK.md"),
+                "SUREHAND_ROLE": ctx.task.fields.recipient,
+                "SUREHAND_DATABASE_URL": self.settings.resolved_database_url(),
+                "SUREHAND_TENANT": ctx.task.tenant,
+            }
+        )
+        return env
+
+    def _wait(self, process: subprocess.Popen[bytes], ctx: SessionContext) -> int:
+        deadline = time.monotonic() + self.timeout
+        while process.poll() is None:
+            if ctx.cancelled:
+                _stop(process)
+                raise AgentError("the session lost its lease; the command was stopped")
+            if time.monotonic() > deadline:
+                _stop(process)
+                raise AgentError(f"command timed out after {self.timeout:g}s and was stopped")
+            time.sleep(_POLL)
+        return int(process.returncode)
+
+
+def _stop(process: subprocess.Popen[bytes]) -> None:
+    """Terminate the command's whole process group, then kill it if it lingers."""
+    try:
+        os.killpg(process.pid, 15)
+        process.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, 9)
+        process.wait()
+    except ProcessLookupError:
+        pass
+
+
+def _tail(path: Path) -> str:
+    data = path.read_bytes() if path.exists() else b""
+    return data[-MAX_OUTPUT:].decode("utf-8", errors="replace").strip()

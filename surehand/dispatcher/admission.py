@@ -1,0 +1,296 @@
+"""Recovery admission: the one function that decides what a successor of an interrupted
+attempt may do. Every path that can start a successor (reconciler, ``Surehand.recover``, the
+CLI, HTTP and MCP doors) calls :func:`admit`; a session start only consumes its decision.
+
+Order: keep a live owner (``not_admitted``); turn open intents with probes into facts; evaluate
+the effect facts (``effects.evaluate``); record the decision with a compare-and-set on the case
+and apply it in the same transaction: a successor admission to be claimed, a REPORT written
+from records (``reconcile_only``), or a hold on the still-``active`` TASK.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+
+from sqlalchemy import Connection
+
+from surehand.dispatcher import lifecycle
+from surehand.dispatcher.context import Services
+from surehand.dispatcher.effects import Evidence, evaluate, is_open
+from surehand.dispatcher.reports import write_report_in
+from surehand.dispatcher.sessions import report_body
+from surehand.errors import CaseNotFound, LeaseUnavailable, StaleDecision
+from surehand.model import (
+    SYSTEM,
+    Action,
+    Admission,
+    Attempt,
+    EffectFact,
+    EventKind,
+    InterruptionCase,
+    Operation,
+    ReportStatus,
+    Task,
+)
+from surehand.queue.leases import LeaseStore
+from surehand.requests import ReportRequest
+from surehand.store import attempts, cases, events, operations, tasks
+
+log = logging.getLogger(__name__)
+
+ProbeLookup = Callable[[str], Callable[[Operation], "bool | None"] | None]
+
+
+@dataclass(frozen=True)
+class Admitter:
+    """What admission needs beyond the store: lease liveness and named probes."""
+
+    services: Services
+    leases: LeaseStore
+    probe: ProbeLookup
+
+    def admit(self, case_id: str, *, decided_by: str) -> InterruptionCase:
+        """Evaluate the case's evidence and record (and apply) the admission decision."""
+        case, task, attempt = self._load(case_id)
+        if self._owner_live(case):
+            return self._decide(
+                case,
+                task,
+                Evidence(EffectFact.UNKNOWN, Admission.NOT_ADMITTED, {"lease": "live"}),
+                decided_by,
+            )
+        self._run_probes(attempt)
+        with self.services.store.snapshot() as connection:
+            recorded = operations.for_attempt(connection, attempt.attempt_id)
+            task = _task(connection, case.task_id)
+        evidence = evaluate(attempt, recorded, case.review)
+        return self._decide(case, task, evidence, decided_by)
+
+    def _load(self, case_id: str) -> tuple[InterruptionCase, Task, Attempt]:
+        with self.services.store.snapshot() as connection:
+            case = cases.get(connection, case_id)
+            if case is None:
+                raise CaseNotFound(f"no interruption case {case_id}; `surehand cases` lists them")
+            attempt = attempts.get(connection, case.interrupted_attempt_id)
+            assert attempt is not None
+            return case, _task(connection, case.task_id), attempt
+
+    def _owner_live(self, case: InterruptionCase) -> bool:
+        try:
+            return self.leases.holder(case.task_id) == case.interrupted_attempt_id
+        except LeaseUnavailable:
+            # Without Redis we cannot tell; assume the owner may live (never guess the other way).
+            return True
+
+    def _run_probes(self, attempt: Attempt) -> None:
+        """Ask each open intent's probe whether its effect happened; record definite answers."""
+        with self.services.store.snapshot() as connection:
+            pending = [
+                op
+                for op in operations.for_attempt(connection, attempt.attempt_id)
+                if is_open(op) and op.probe
+            ]
+        for op in pending:
+            answer = self._ask(op)
+            if answer is None:
+                continue
+            with self.services.store.transaction() as connection:
+                operations.confirm(
+                    connection,
+                    op.operation_id,
+                    present=answer,
+                    source={"source": f"probe:{op.probe}"},
+                    now=self.services.clock.now(),
+                )
+
+    def _ask(self, op: Operation) -> bool | None:
+        probe = self.probe(op.probe or "")
+        if probe is None:
+            log.warning(
+                "no probe named %r is registered; operation %s stays unknown",
+                op.probe,
+                op.operation_id,
+            )
+            return None
+        try:
+            return probe(op)
+        except Exception:
+            log.exception("probe %r raised; treating the effect as unknown", op.probe)
+            return None
+
+    def _decide(
+        self, case: InterruptionCase, task: Task, evidence: Evidence, decided_by: str
+    ) -> InterruptionCase:
+        now = self.services.clock.now()
+        resolve = evidence.admission is Admission.RECONCILE_ONLY
+        with self.services.store.transaction() as connection:
+            if _task(connection, task.task_id).revision != task.revision:
+                raise StaleDecision(
+                    f"{task.task_id} changed while case {case.case_id} was evaluated; "
+                    "admission runs again on the new revision"
+                )
+            if not cases.decide(
+                connection,
+                case,
+                effect_fact=evidence.fact,
+                effect_refs=evidence.refs,
+                admission=evidence.admission,
+                revision=task.revision,
+                decided_by=decided_by,
+                bound_operation_id=evidence.bound_operation_id,
+                resolve=resolve,
+                now=now,
+            ):
+                # Another admission decided first; its decision stands.
+                return _reread(connection, case.case_id)
+            _audit(connection, case, task, evidence, decided_by, now)
+            self._apply(connection, case, task, evidence)
+            # The decision is fenced on the revision the TASK has once it is applied: any later
+            # change makes it stale, and a successor claim re-checks it.
+            cases.set_evaluated_revision(
+                connection, case.case_id, _task(connection, task.task_id).revision
+            )
+            return _reread(connection, case.case_id)
+
+    def _apply(
+        self, connection: Connection, case: InterruptionCase, task: Task, evidence: Evidence
+    ) -> None:
+        if evidence.admission is Admission.HOLD_FOR_REVIEW:
+            _hold(connection, self.services, case, task, evidence)
+        elif evidence.admission is Admission.RECONCILE_ONLY:
+            _reconcile(connection, self.services, case, task)
+        elif evidence.admission is Admission.REEXECUTE and task.hold is not None:
+            _release_hold(connection, self.services, task)
+
+
+def _task(connection: Connection, task_id: str) -> Task:
+    task = tasks.get(connection, task_id)
+    assert task is not None
+    return task
+
+
+def _reread(connection: Connection, case_id: str) -> InterruptionCase:
+    case = cases.get(connection, case_id)
+    assert case is not None
+    return case
+
+
+def _audit(
+    connection: Connection,
+    case: InterruptionCase,
+    task: Task,
+    evidence: Evidence,
+    decided_by: str,
+    now: datetime,
+) -> None:
+    events.append(
+        connection,
+        task_id=case.task_id,
+        kind=EventKind.ADMISSION,
+        by=decided_by,
+        at=now,
+        attempt_id=case.interrupted_attempt_id,
+        epoch=case.interrupted_epoch,
+        data={
+            "case_id": case.case_id,
+            "effect_fact": evidence.fact.value,
+            "admission": evidence.admission.value,
+            "revision": task.revision,
+            "bound_operation_id": evidence.bound_operation_id,
+            "inputs": dict(evidence.refs),
+        },
+    )
+
+
+def _hold(
+    connection: Connection,
+    services: Services,
+    case: InterruptionCase,
+    task: Task,
+    evidence: Evidence,
+) -> None:
+    reason = f"effect {evidence.fact.value}: {evidence.refs.get('why', 'needs review')}"
+    now = services.clock.now()
+    tasks.update_if(
+        connection,
+        task.task_id,
+        expect={"revision": task.revision},
+        values={"hold_case_id": case.case_id, "hold_reason": reason},
+        now=now,
+    )
+    events.append(
+        connection,
+        task_id=task.task_id,
+        kind=EventKind.HOLD,
+        by=SYSTEM,
+        at=now,
+        reason=reason,
+        data={"case_id": case.case_id},
+    )
+
+
+def _reconcile(
+    connection: Connection, services: Services, case: InterruptionCase, task: Task
+) -> None:
+    """Write the REPORT from the records and submit the TASK for review; nothing re-runs."""
+    attempt = attempts.get(connection, case.interrupted_attempt_id)
+    assert attempt is not None
+    body = _reconciled_body(connection, case, attempt)
+    request = ReportRequest(
+        task_id=task.task_id, reporter=task.fields.recipient, body=body, status=ReportStatus.DONE
+    )
+    if task.hold is not None:
+        task = _release_hold(connection, services, task)
+    written = write_report_in(connection, services, task, request, attempt_id=attempt.attempt_id)
+    lifecycle.apply(
+        connection,
+        _task(connection, task.task_id),
+        Action.SUBMIT,
+        by=SYSTEM,
+        now=services.clock.now(),
+        report_id=written.report.report_id,
+        attempt_id=attempt.attempt_id,
+        epoch=attempt.number,
+    )
+
+
+def _release_hold(connection: Connection, services: Services, task: Task) -> Task:
+    assert task.hold is not None
+    now = services.clock.now()
+    tasks.update_if(
+        connection,
+        task.task_id,
+        expect={"hold_case_id": task.hold.case_id},
+        values={"hold_case_id": None, "hold_reason": None},
+        now=now,
+    )
+    events.append(
+        connection,
+        task_id=task.task_id,
+        kind=EventKind.HOLD_RELEASED,
+        by=SYSTEM,
+        at=now,
+        data={"case_id": task.hold.case_id},
+    )
+    return _task(connection, task.task_id)
+
+
+def _reconciled_body(connection: Connection, case: InterruptionCase, attempt: Attempt) -> str:
+    recorded = operations.for_attempt(connection, attempt.attempt_id)
+    lines = [
+        f"Reconciled from records after attempt {attempt.number} was interrupted "
+        f"(case {case.case_id}); no effect was repeated.",
+        "",
+    ]
+    if attempt.agent_returned:
+        lines += ["Agent result:", report_body(attempt.result), ""]
+    if case.review:
+        lines += [f"Review: effect {case.review.get('effect')} — {case.review.get('note', '')}", ""]
+    lines += ["Operations:"] + [
+        f"- {op.name} [{op.state.value}] key={op.idempotency_key} receipt={op.external_receipt}"
+        for op in recorded
+    ]
+    return "\n".join(lines)

@@ -1,0 +1,90 @@
+"""Effect facts: what is known about an interrupted attempt's operations, and what that
+evidence admits (DESIGN.md section 6). Pure functions over records; no I/O."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from surehand.model import Admission, Attempt, EffectFact, Operation, OperationState, RetryPolicy
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """An effect fact, the admission it leads to, and the records it rests on."""
+
+    fact: EffectFact
+    admission: Admission
+    refs: Mapping[str, Any] = field(default_factory=dict)
+    bound_operation_id: int | None = None
+
+
+def is_open(operation: Operation) -> bool:
+    return operation.state is OperationState.INTENT
+
+
+def probed_absent(operation: Operation) -> bool:
+    return (operation.outcome or {}).get("probe") == "absent"
+
+
+def keyed(operation: Operation) -> bool:
+    return operation.retry_policy is RetryPolicy.KEYED and bool(operation.idempotency_key)
+
+
+def raised_unknown(operation: Operation) -> bool:
+    """The effect raised: it may have happened, and nothing lets it be repeated safely."""
+    return (
+        operation.state is OperationState.FAILED
+        and not probed_absent(operation)
+        and not keyed(operation)
+    )
+
+
+def evaluate(
+    attempt: Attempt, operations: Sequence[Operation], review: Mapping[str, Any] | None
+) -> Evidence:
+    """The admission table, in order of precedence."""
+    refs = _refs(attempt, operations)
+    if review is not None and review.get("effect") == "present":
+        return Evidence(
+            EffectFact.CONFIRMED, Admission.RECONCILE_ONLY, {**refs, "review": "present"}
+        )
+    open_ops = [op for op in operations if is_open(op)]
+    if not operations:
+        return Evidence(EffectFact.NONE_VERIFIED, Admission.REEXECUTE, refs)
+    if not open_ops and attempt.agent_returned:
+        return Evidence(EffectFact.CONFIRMED, Admission.RECONCILE_ONLY, refs)
+    if any(raised_unknown(op) for op in operations):
+        return Evidence(EffectFact.UNKNOWN, Admission.HOLD_FOR_REVIEW, {**refs, "why": "raised"})
+    if not open_ops:
+        # Every declared effect is settled: a successor replays them from records.
+        return Evidence(EffectFact.NONE_VERIFIED, Admission.REEXECUTE, {**refs, "replay": True})
+    if len(open_ops) == 1 and keyed(open_ops[0]):
+        bound = open_ops[0]
+        return Evidence(
+            EffectFact.SINGLE_VERIFIED,
+            Admission.REEXECUTE,
+            {**refs, "idempotency_key": bound.idempotency_key},
+            bound_operation_id=bound.operation_id,
+        )
+    why = "several open intents" if len(open_ops) > 1 else "open intent without key or probe"
+    return Evidence(EffectFact.UNKNOWN, Admission.HOLD_FOR_REVIEW, {**refs, "why": why})
+
+
+def _refs(attempt: Attempt, operations: Sequence[Operation]) -> dict[str, Any]:
+    return {
+        "attempt_id": attempt.attempt_id,
+        "agent_returned": attempt.agent_returned,
+        "operations": [
+            {
+                "operation_id": op.operation_id,
+                "name": op.name,
+                "fingerprint": op.fingerprint,
+                "state": op.state.value,
+                "idempotency_key": op.idempotency_key,
+                "probe": op.probe,
+            }
+            for op in operations
+        ],
+    }
