@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from surehand.cli import admin_commands, task_commands
+from surehand.cli import admin_commands, session_commands, task_commands
 from surehand.cli.app import app
 
-__all__ = ["admin_commands", "app", "main", "task_commands"]
+__all__ = ["admin_commands", "app", "main", "session_commands", "task_commands"]
 
 
 def main() -> None:

@@ -7,6 +7,9 @@ from collections.abc import Sequence
 from rich.table import Table
 
 from surehand.model import (
+    Attempt,
+    InterruptionCase,
+    Operation,
     Report,
     SubmissionDiagnosis,
     Task,
@@ -102,4 +105,55 @@ def diagnosis_table(diagnosis: SubmissionDiagnosis) -> Table:
     for key, value in diagnosis.to_dict().items():
         style = "bold red" if key == "stalled" and value else "bold"
         table.add_row(f"[{style}]{key}[/]", str(value))
+    return table
+
+
+def cases_table(found: Sequence[InterruptionCase]) -> Table:
+    table = Table(title="interruption cases")
+    for column in ("case_id", "task_id", "epoch", "effect", "admission", "state", "successor"):
+        table.add_column(column)
+    for case in found:
+        admission = case.admission.value if case.admission else "pending"
+        style = "bold red" if admission == "hold_for_review" else "bold"
+        table.add_row(
+            case.case_id,
+            case.task_id,
+            str(case.interrupted_epoch),
+            case.effect_fact.value if case.effect_fact else "-",
+            f"[{style}]{admission}[/]",
+            case.state.value,
+            (case.successor_attempt_id or "-")[:12],
+        )
+    return table
+
+
+def attempts_table(found: Sequence[Attempt]) -> Table:
+    table = Table(title="attempts")
+    for column in ("#", "state", "worker", "returned", "started", "error"):
+        table.add_column(column)
+    for attempt in found:
+        table.add_row(
+            str(attempt.number),
+            attempt.state.value,
+            attempt.worker[:40],
+            "yes" if attempt.agent_returned else "no",
+            attempt.started_at.strftime("%H:%M:%S"),
+            (attempt.error or "")[:60],
+        )
+    return table
+
+
+def operations_table(found: Sequence[Operation]) -> Table:
+    table = Table(title="operations (effect facts)")
+    for column in ("id", "epoch", "name", "state", "key", "receipt"):
+        table.add_column(column)
+    for op in found:
+        table.add_row(
+            str(op.operation_id),
+            str(op.epoch),
+            op.name,
+            op.state.value,
+            op.idempotency_key or "-",
+            (op.external_receipt or "-")[:40],
+        )
     return table

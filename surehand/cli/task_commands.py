@@ -20,8 +20,11 @@ from surehand.cli.common import (
     handle_errors,
 )
 from surehand.cli.render import (
+    attempts_table,
+    cases_table,
     diagnosis_table,
     history_table,
+    operations_table,
     reports_table,
     result_table,
     task_table,
@@ -195,12 +198,18 @@ def show(
     task = sh.get_task(task_id)
     history = sh.history(task_id)
     found_reports = sh.reports(task_id)
+    found_attempts = sh.attempts(task_id)
+    found_operations = sh.operations(task_id)
+    found_cases = [case for case in sh.cases(limit=10_000) if case.task_id == task_id]
     if as_json:
         emit_json(
             {
                 "task": task.to_dict(),
                 "history": [event.to_dict() for event in history],
                 "reports": [item.to_dict() for item in found_reports],
+                "attempts": [item.to_dict() for item in found_attempts],
+                "operations": [item.to_dict() for item in found_operations],
+                "cases": [item.to_dict() for item in found_cases],
             }
         )
         return
@@ -208,6 +217,12 @@ def show(
     console.print(history_table(history))
     if found_reports:
         console.print(reports_table(found_reports))
+    if found_attempts:
+        console.print(attempts_table(found_attempts))
+    if found_operations:
+        console.print(operations_table(found_operations))
+    if found_cases:
+        console.print(cases_table(found_cases))
 
 
 @app.command()

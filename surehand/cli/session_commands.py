@@ -1,0 +1,256 @@
+"""``surehand worker | beat | reconcile | recover | review | cases | effect``."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from typing import Annotated, Any, Literal
+
+import typer
+
+from surehand.cli.app import app
+from surehand.cli.common import (
+    DatabaseUrl,
+    JsonFlag,
+    Tenant,
+    console,
+    emit_json,
+    handle_errors,
+)
+from surehand.cli.render import cases_table
+from surehand.dispatcher.operations import run_operation
+from surehand.dispatcher.sessions import Session
+from surehand.errors import OperationFailed, SessionError
+from surehand.facade import Surehand
+from surehand.model import RetryPolicy
+from surehand.queue.celery_app import DEFAULT_QUEUE, configure_worker_queues
+from surehand.store import attempts, tasks
+
+RedisUrl = Annotated[
+    str | None, typer.Option("--redis-url", envvar="SUREHAND_REDIS_URL", help="Redis for leases.")
+]
+BrokerUrl = Annotated[
+    str | None, typer.Option("--broker-url", envvar="SUREHAND_BROKER_URL", help="Celery broker.")
+]
+
+
+def _open(
+    *,
+    database_url: str | None = None,
+    redis_url: str | None = None,
+    broker_url: str | None = None,
+    tenant: str | None = None,
+) -> Surehand:
+    return Surehand(
+        database_url=database_url, redis_url=redis_url, broker_url=broker_url, tenant=tenant
+    )
+
+
+@app.command()
+@handle_errors
+def worker(
+    roles: Annotated[
+        str, typer.Option(envvar="SUREHAND_ROLES", help="Comma list of recipient roles to serve.")
+    ],
+    concurrency: Annotated[int, typer.Option(envvar="SUREHAND_CONCURRENCY", min=1)] = 4,
+    pool: Annotated[
+        str, typer.Option(envvar="SUREHAND_POOL", help="threads (default), prefork or solo.")
+    ] = "threads",
+    loglevel: Annotated[str, typer.Option(envvar="SUREHAND_LOGLEVEL")] = "info",
+    hostname: Annotated[str | None, typer.Option(envvar="SUREHAND_WORKER_NAME")] = None,
+    database_url: DatabaseUrl = None,
+    redis_url: RedisUrl = None,
+    broker_url: BrokerUrl = None,
+) -> None:
+    """Run a Celery worker that runs agent sessions for the given roles (and reconciles)."""
+    sh = _open(database_url=database_url, redis_url=redis_url, broker_url=broker_url)
+    sh.store.ensure_schema()
+    role_list = [role.strip() for role in roles.split(",") if role.strip()]
+    for role in role_list:
+        sh.registry.get(role)  # fail now, not at the first message, if a role has no agent
+    queues = configure_worker_queues(sh.celery, role_list)
+    names = [queue.name for queue in queues] + [DEFAULT_QUEUE]
+    celery_worker = sh.celery.Worker(
+        concurrency=concurrency,
+        pool=pool,
+        loglevel=loglevel.upper(),
+        hostname=hostname,
+        queues=names,
+        send_events=True,
+        without_mingle=True,
+        without_gossip=True,
+    )
+    celery_worker.start()
+    raise typer.Exit(celery_worker.exitcode or 0)
+
+
+@app.command()
+@handle_errors
+def beat(
+    loglevel: Annotated[str, typer.Option(envvar="SUREHAND_LOGLEVEL")] = "info",
+    database_url: DatabaseUrl = None,
+    redis_url: RedisUrl = None,
+    broker_url: BrokerUrl = None,
+) -> None:
+    """Run Celery beat: schedules the reconciler every SUREHAND_RECONCILE_INTERVAL_SECONDS.
+
+    Run exactly one beat per deployment (a second one only duplicates harmless passes).
+    """
+    sh = _open(database_url=database_url, redis_url=redis_url, broker_url=broker_url)
+    sh.celery.Beat(loglevel=loglevel.upper(), max_interval=1).run()
+
+
+@app.command()
+@handle_errors
+def reconcile(
+    once: Annotated[bool, typer.Option("--once", envvar="SUREHAND_ONCE", help="One pass.")] = True,
+    database_url: DatabaseUrl = None,
+    redis_url: RedisUrl = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """Find lost sessions, open interruption cases and admit successors (one pass)."""
+    sh = _open(database_url=database_url, redis_url=redis_url)
+    report = sh.reconcile()
+    if as_json:
+        emit_json(report.to_dict())
+        return
+    for key, value in report.to_dict().items():
+        console.print(f"[bold]{key}[/] {value}")
+
+
+@app.command()
+@handle_errors
+def recover(
+    task_id: Annotated[str, typer.Argument(help="TASK id.")],
+    actor: Annotated[str, typer.Option(envvar="SUREHAND_ACTOR", help="Requesting role.")],
+    database_url: DatabaseUrl = None,
+    redis_url: RedisUrl = None,
+    broker_url: BrokerUrl = None,
+    tenant: Tenant = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """Ask for a successor of an interrupted TASK; admission decides from recorded evidence."""
+    sh = _open(database_url=database_url, redis_url=redis_url, broker_url=broker_url, tenant=tenant)
+    outcome = sh.recover(task_id, actor=actor)
+    if as_json:
+        emit_json(outcome.to_dict())
+        return
+    console.print(f"[bold]{outcome.admission.value}[/]: {outcome.reason}")
+    if outcome.case is not None:
+        console.print(cases_table([outcome.case]))
+
+
+@app.command()
+@handle_errors
+def review(
+    case_id: Annotated[str, typer.Argument(help="Interruption case id.")],
+    effect: Annotated[
+        str, typer.Option(envvar="SUREHAND_EFFECT", help="present or absent: what you verified.")
+    ],
+    note: Annotated[str, typer.Option(envvar="SUREHAND_NOTE", help="How you checked it.")],
+    actor: Annotated[str, typer.Option(envvar="SUREHAND_ACTOR", help="PM or ADMIN.")],
+    database_url: DatabaseUrl = None,
+    redis_url: RedisUrl = None,
+    broker_url: BrokerUrl = None,
+    tenant: Tenant = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """Release a held TASK by stating whether its interrupted effect happened."""
+    if effect not in ("present", "absent"):
+        raise typer.BadParameter("--effect must be present or absent")
+    verdict: Literal["present", "absent"] = "present" if effect == "present" else "absent"
+    sh = _open(database_url=database_url, redis_url=redis_url, broker_url=broker_url, tenant=tenant)
+    case = sh.review(case_id, effect=verdict, note=note, actor=actor)
+    if as_json:
+        emit_json(case.to_dict())
+    else:
+        console.print(cases_table([case]))
+
+
+@app.command()
+@handle_errors
+def cases(
+    state: Annotated[
+        str | None, typer.Option(envvar="SUREHAND_CASE_STATE", help="open|resolved")
+    ] = None,
+    database_url: DatabaseUrl = None,
+    tenant: Tenant = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """List interruption cases (newest first)."""
+    found = _open(database_url=database_url, tenant=tenant).cases(state=state)
+    if as_json:
+        emit_json([case.to_dict() for case in found])
+    else:
+        console.print(cases_table(found))
+
+
+@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+@handle_errors
+def effect(
+    ctx: typer.Context,
+    name: Annotated[str, typer.Option(envvar="SUREHAND_EFFECT_NAME", help="Operation name.")],
+    key: Annotated[
+        str | None, typer.Option(envvar="SUREHAND_EFFECT_KEY", help="Idempotency key.")
+    ] = None,
+    policy: Annotated[
+        str, typer.Option(envvar="SUREHAND_RETRY_POLICY", help="none or keyed.")
+    ] = "none",
+    probe: Annotated[str | None, typer.Option(envvar="SUREHAND_PROBE")] = None,
+    database_url: DatabaseUrl = None,
+) -> None:
+    """Run `-- CMD...` as a declared side effect of the current session (command agents).
+
+    Needs SUREHAND_TASK_ID and SUREHAND_ATTEMPT_ID, which the command agent sets. The intent is
+    recorded before CMD runs and the outcome after; a CMD already recorded as succeeded for
+    this TASK is not run again.
+    """
+    argv = list(ctx.args)
+    if not argv:
+        raise typer.BadParameter("give the command after --, e.g. surehand effect --name x -- cmd")
+    session = _current_session(_open(database_url=database_url))
+    try:
+        outcome = run_operation(
+            session,
+            name,
+            {"argv": argv},
+            lambda: _run_command(argv),
+            idempotency_key=key,
+            retry_policy=RetryPolicy(policy),
+            probe=probe,
+        )
+    except OperationFailed as failed:
+        console.print(f"[red]effect failed[/]: {failed.message}", style="red")
+        raise typer.Exit(1) from None
+    sys.stdout.write(str(outcome.get("stdout", "")) if isinstance(outcome, dict) else "")
+
+
+def _current_session(sh: Surehand) -> Session:
+    task_id = os.environ.get("SUREHAND_TASK_ID", "")
+    attempt_id = os.environ.get("SUREHAND_ATTEMPT_ID", "")
+    if not task_id or not attempt_id:
+        raise SessionError(
+            "surehand effect runs inside a session: SUREHAND_TASK_ID and SUREHAND_ATTEMPT_ID "
+            "are set by the command agent"
+        )
+    with sh.store.snapshot() as connection:
+        task = tasks.get(connection, task_id)
+        attempt = attempts.get(connection, attempt_id)
+    if task is None or attempt is None or attempt.task_id != task_id:
+        raise SessionError(f"no attempt {attempt_id} of {task_id} in this store")
+    return Session(services=sh.services, task=task, attempt=attempt)
+
+
+def _run_command(argv: list[str]) -> dict[str, Any]:
+    started = time.monotonic()
+    done = subprocess.run(argv, capture_output=True, text=True, check=False)
+    result = {
+        "exit_code": done.returncode,
+        "stdout": done.stdout[-65536:],
+        "seconds": round(time.monotonic() - started, 3),
+    }
+    if done.returncode != 0:
+        raise RuntimeError(f"exit {done.returncode}: {done.stderr[-2000:]}")
+    return result
