@@ -1,0 +1,163 @@
+"""Real processes for integration tests: a private redis-server, ``surehand`` workers, waits.
+
+Each integration test that needs a broker gets its own ``redis-server`` on a free loopback port,
+so tests never share queues (or disturb the shared Redis), and a test may stop and restart it.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+import redis
+
+SUREHAND = [sys.executable, "-m", "surehand"]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def wait_until(
+    predicate: Callable[[], bool], *, timeout: float, interval: float = 0.05, what: str = ""
+) -> None:
+    """Poll ``predicate`` until it holds; fail the test after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(interval)
+    pytest.fail(f"timed out after {timeout}s waiting for {what or predicate}")
+
+
+@dataclass
+class RedisServer:
+    """A private ``redis-server`` (no persistence) that tests may stop and start again."""
+
+    directory: Path
+    port: int = field(default_factory=free_port)
+    process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> None:
+        binary = shutil.which("redis-server")
+        if binary is None:
+            pytest.skip("redis-server is not installed")
+        self.process = subprocess.Popen(
+            [
+                binary,
+                "--port",
+                str(self.port),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--dir",
+                str(self.directory),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        client = redis.Redis(port=self.port, socket_connect_timeout=0.2)
+        wait_until(lambda: _pings(client), timeout=10, what="redis-server to start")
+
+    def stop(self) -> None:
+        if self.process is not None:
+            self.process.kill()
+            self.process.wait(timeout=10)
+            self.process = None
+
+    def restart(self) -> None:
+        self.stop()
+        self.start()
+
+
+def _pings(client: redis.Redis) -> bool:
+    try:
+        return bool(client.ping())
+    except redis.RedisError:
+        return False
+
+
+@contextmanager
+def private_redis(directory: Path) -> Iterator[RedisServer]:
+    server = RedisServer(directory)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@dataclass
+class Proc:
+    """A ``surehand`` subprocess with its log file."""
+
+    process: subprocess.Popen[bytes]
+    log: Path
+
+    def output(self) -> str:
+        return self.log.read_text(encoding="utf-8", errors="replace")
+
+    def kill(self, sig: int = signal.SIGKILL) -> None:
+        if self.process.poll() is None:
+            os.killpg(self.process.pid, sig)
+        self.process.wait(timeout=30)
+
+    @property
+    def returncode(self) -> int | None:
+        return self.process.poll()
+
+
+def spawn(args: list[str], env: Mapping[str, str], log: Path) -> Proc:
+    """Start ``python -m surehand ARGS`` in its own process group with ``env`` added."""
+    full_env = {**os.environ, **env, "PYTHONUNBUFFERED": "1"}
+    handle = log.open("wb")
+    process = subprocess.Popen(
+        SUREHAND + args,
+        env=full_env,
+        stdout=handle,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    return Proc(process, log)
+
+
+def start_worker(
+    env: Mapping[str, str], log: Path, roles: str = "DEV", concurrency: int = 2
+) -> Proc:
+    """Start ``surehand worker`` and wait until Celery says it is ready."""
+    proc = spawn(["worker", "--roles", roles, "--concurrency", str(concurrency)], env, log)
+    wait_until(
+        lambda: "ready." in proc.output() or proc.returncode is not None,
+        timeout=60,
+        what="the worker to be ready",
+    )
+    if proc.returncode is not None:
+        pytest.fail(f"worker exited with {proc.returncode}:\n{proc.output()[-3000:]}")
+    return proc
+
+
+@contextmanager
+def running(proc: Proc) -> Iterator[Proc]:
+    try:
+        yield proc
+    finally:
+        proc.kill()
