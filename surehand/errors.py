@@ -27,7 +27,7 @@ class SurehandError(Exception):
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON shape every front door returns for this error."""
-        return {"code": self.code, "message": self.message, **self.details}
+        return {**self.details, "code": self.code, "message": self.message}
 
 
 # --- configuration --------------------------------------------------------------------------

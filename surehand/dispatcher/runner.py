@@ -103,7 +103,7 @@ class SessionRunner:
     def run_claimed(self, session: Session) -> SessionOutcome:
         """Run an attempt that is already claimed (a fresh claim or an admitted successor)."""
         if not self._acquire(session):
-            return self._outcome(session, "lease_busy")
+            return self._roll_back(session)
         heartbeat = Heartbeat(
             self.leases,
             session.task_id,
@@ -132,6 +132,15 @@ class SessionRunner:
             time.sleep(0.2)
         log.error("lease:%s stayed held by another attempt; leaving it", session.task_id)
         return False
+
+    def _roll_back(self, session: Session) -> SessionOutcome:
+        try:
+            session.rollback(
+                f"lease:{session.task_id} stayed held by another attempt; no work started"
+            )
+        except StaleOwner as stale:
+            return self._outcome(session, "stale", stale)
+        return self._outcome(session, "lease_busy")
 
     def _release(self, session: Session) -> None:
         try:

@@ -126,6 +126,24 @@ class Session:
             self._end(connection, AttemptState.SUCCEEDED, None)
         return moved
 
+    def rollback(self, why: str) -> None:
+        """Undo a claim whose session never started work (e.g. its lease stayed taken): the
+        attempt fails and the TASK goes back to ``inbox``, unpublished, for the sweep."""
+        with self.fenced("rollback") as connection:
+            lifecycle.apply(
+                connection,
+                self.current_task(connection),
+                Action.ROLLBACK,
+                by=SYSTEM,
+                now=self.services.clock.now(),
+                reason=why,
+                extra_expect={"epoch": self.attempt.number},
+                extra_values={"published": False},
+                attempt_id=self.attempt.attempt_id,
+                epoch=self.attempt.number,
+            )
+            self._end(connection, AttemptState.FAILED, why)
+
     def fail(self, error: BaseException) -> None:
         """The agent raised: record the failed attempt; the TASK stays in active, visible."""
         with self.fenced("fail") as connection:
