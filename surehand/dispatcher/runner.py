@@ -22,7 +22,7 @@ from surehand.crashpoints import crash_point
 from surehand.dispatcher.context import Services
 from surehand.dispatcher.operations import run_operation
 from surehand.dispatcher.sessions import Session, claim
-from surehand.errors import LeaseLost, LeaseUnavailable, StaleOwner
+from surehand.errors import LeaseLost, LeaseUnavailable, NoAgentForRole, StaleOwner
 from surehand.model import ReportStatus, RetryPolicy, WriteReportResult
 from surehand.queue.heartbeat import Heartbeat
 from surehand.queue.leases import LeaseStore
@@ -149,7 +149,12 @@ class SessionRunner:
             log.warning("could not release lease:%s; it expires by itself", session.task_id)
 
     def _run_agent(self, session: Session) -> SessionOutcome:
-        spec = self.registry.get(session.task.fields.recipient)
+        try:
+            spec = self.registry.get(session.task.fields.recipient)
+        except NoAgentForRole as missing:
+            # Recorded as a failed attempt (visible, not retried), never left for the reconciler
+            # to mistake for a lost session and re-run in a loop.
+            return self._fail(session, missing)
         context = SessionContext(
             task=session.task,
             attempt=session.attempt,
