@@ -12,26 +12,42 @@ from surehand.store import tasks
 log = logging.getLogger(__name__)
 
 
-def publish_after_commit(services: Services, task_id: str) -> bool:
-    """Publish a ``run_session`` message for a committed TASK if a broker is configured.
-
-    Runs after the creating transaction committed, never inside it: a publish that fails
-    leaves the TASK unpublished in the store, and the dispatcher sweep retries it.
-    """
+def _publish(services: Services, task_id: str, bucket: Bucket) -> bool:
+    """Publish ``run_session`` for a TASK that is in ``bucket`` and not held."""
     if services.publisher is None:
         return False
     with services.store.snapshot() as connection:
         task = tasks.get(connection, task_id)
-    if task is None or task.bucket is not Bucket.INBOX or task.hold is not None:
+    if task is None or task.bucket is not bucket or task.hold is not None:
         return False
     try:
         services.publisher(task)
     except PublishFailed:
-        log.warning("publishing %s failed; the dispatcher sweep will retry", task_id)
+        log.warning("publishing %s failed; the next sweep or reconciler pass retries", task_id)
+        return False
+    return True
+
+
+def publish_after_commit(services: Services, task_id: str) -> bool:
+    """Publish a committed TASK in ``inbox`` and record that it was published.
+
+    Runs after the creating transaction committed, never inside it: a publish that fails
+    leaves the TASK unpublished in the store, and the dispatcher sweep retries it.
+    """
+    if not _publish(services, task_id, Bucket.INBOX):
         return False
     with services.store.transaction() as connection:
         tasks.set_published(connection, task_id, services.clock.now())
     return True
+
+
+def publish_successor(services: Services, task_id: str) -> bool:
+    """Publish ``run_session`` for an ``active`` TASK whose admission decided to re-execute.
+
+    The worker's claim checks the decision again (revision fence), so an extra message is
+    harmless; a missing one is published again by the next reconciler pass.
+    """
+    return _publish(services, task_id, Bucket.ACTIVE)
 
 
 def sweep(services: Services, limit: int = 500) -> int:
@@ -41,23 +57,3 @@ def sweep(services: Services, limit: int = 500) -> int:
     with services.store.snapshot() as connection:
         pending = tasks.unpublished_inbox(connection, limit=limit)
     return sum(publish_after_commit(services, task.task_id) for task in pending)
-
-
-def publish_successor(services: Services, task_id: str) -> bool:
-    """Publish ``run_session`` for a TASK whose successor admission decided to re-execute.
-
-    The worker's claim checks the decision again (revision fence), so an extra message is
-    harmless; a missing one is published again by the next reconciler pass.
-    """
-    if services.publisher is None:
-        return False
-    with services.store.snapshot() as connection:
-        task = tasks.get(connection, task_id)
-    if task is None or task.bucket is not Bucket.ACTIVE or task.hold is not None:
-        return False
-    try:
-        services.publisher(task)
-    except PublishFailed:
-        log.warning("publishing the successor of %s failed; the reconciler will retry", task_id)
-        return False
-    return True
