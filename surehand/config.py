@@ -60,8 +60,30 @@ class Settings(BaseSettings):
     work_dir: Path = Field(Path(".surehand/sessions"), description="Per-session directories.")
     fcop_dir: Path | None = Field(None, description="If set, mirror TASK/REPORT files here.")
     api_tokens: str = Field(
-        "", description="Comma list token=name:ROLE:tenant; empty means one local ADMIN."
+        "",
+        description="Comma list token=name:ROLE:tenant for the HTTP API and MCP over HTTP; "
+        "empty means one local ADMIN principal, allowed only on a loopback address.",
     )
+    api_host: str = Field(
+        "127.0.0.1", description="Address `surehand api` and `surehand up` bind (loopback)."
+    )
+    api_port: int = Field(8000, ge=0, le=65535, description="Port of the HTTP API (0: any).")
+    api_max_body_bytes: int = Field(
+        2 * 1024 * 1024,
+        gt=0,
+        description="Largest request body the API reads (a 1 MiB TASK body plus its JSON "
+        "envelope); larger requests get 413 before anything is parsed or written.",
+    )
+    mcp_transport: str = Field(
+        "stdio", description="`surehand mcp` transport: stdio (agent hosts) or http."
+    )
+    mcp_host: str = Field("127.0.0.1", description="Address `surehand mcp --transport http` binds.")
+    mcp_port: int = Field(8001, ge=0, le=65535, description="Port of the MCP HTTP transport.")
+    up_concurrency: int = Field(
+        4, ge=1, description="Sessions `surehand up` runs at once (worker threads)."
+    )
+    flower_host: str = Field("127.0.0.1", description="Address `surehand flower` binds.")
+    flower_port: int = Field(5555, ge=1, le=65535, description="Port of `surehand flower`.")
 
     def resolved_database_url(self) -> str:
         return self.database_url or default_database_url(self.home)

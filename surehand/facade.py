@@ -9,6 +9,7 @@ from typing import Any, Literal
 
 from celery import Celery
 
+from surehand import metrics
 from surehand.agents.builtin import register_builtin_agents
 from surehand.agents.registry import AgentHandler, AgentRegistry, Probe
 from surehand.clock import Clock, SystemClock
@@ -37,6 +38,7 @@ from surehand.model import (
     WriteReportResult,
     WriteTaskResult,
 )
+from surehand.notices import register_hold_notice, send_hold_notices
 from surehand.queue.celery_app import make_celery, publish_session
 from surehand.queue.leases import LeaseStore
 from surehand.queue.redis_client import connect_redis
@@ -108,7 +110,9 @@ class Surehand:
         ``conflict``. No id: a TASK with no retry guarantee (``idempotent: false``).
         """
         payload = request if request is not None else fields
-        return submissions.write_task(self.services, payload, tenant=self.tenant)
+        result = submissions.write_task(self.services, payload, tenant=self.tenant)
+        metrics.observe_submission(result.disposition.value)
+        return result
 
     def diagnose_submission(self, client_submission_id: str) -> SubmissionDiagnosis:
         """Read-only facts about a submission's receipt (never repairs anything)."""
@@ -241,11 +245,18 @@ class Surehand:
             lambda: self.reconciler,
             reconcile_every=self.settings.reconcile_interval_seconds,
         )
+        register_hold_notice(app)
         return app
 
     def publish(self, task: Task) -> None:
         """Publish ``run_session`` for a TASK to its recipient's queue (raises PublishFailed)."""
         publish_session(self.celery, task.task_id, task.fields.recipient, task.fields.priority)
+
+    def _notify_hold(self, case: InterruptionCase) -> None:
+        # Only with a broker: a hold notice is a Celery task, shown by Flower (notices.py).
+        if self.settings.broker_url:
+            held = {"task_id": case.task_id, "case_id": case.case_id}
+            send_hold_notices(self.celery, [{**held, "attempt": case.interrupted_epoch}])
 
     def run_session(self, task_id: str) -> SessionOutcome:
         """Claim and run one TASK in this process (what a worker does for each message)."""
@@ -258,8 +269,11 @@ class Surehand:
     def recover(self, task_id: str, *, actor: str) -> RecoveryOutcome:
         """Ask for a successor for an interrupted TASK; admission decides from the evidence."""
         outcome = self.recovery.recover(task_id, actor=actor, tenant=self.tenant)
+        metrics.observe_admission(outcome.admission.value)
         if outcome.admission is Admission.REEXECUTE:
             publish_successor(self.services, task_id)
+        elif outcome.case is not None and outcome.admission is Admission.HOLD_FOR_REVIEW:
+            self._notify_hold(outcome.case)
         return outcome
 
     def review(
@@ -269,6 +283,8 @@ class Surehand:
         case = self.recovery.review(
             case_id, effect=effect, note=note, actor=actor, tenant=self.tenant
         )
+        if case.admission is not None:
+            metrics.observe_admission(case.admission.value)
         if case.admission is Admission.REEXECUTE:
             publish_successor(self.services, case.task_id)
         return case

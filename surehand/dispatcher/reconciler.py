@@ -19,6 +19,7 @@ from datetime import datetime, timedelta
 
 from sqlalchemy import Connection
 
+from surehand import metrics
 from surehand.dispatcher import diagnostics, dispatch
 from surehand.dispatcher.recovery import Recovery
 from surehand.errors import LeaseUnavailable, StaleDecision
@@ -43,6 +44,7 @@ class PassReport:
     republished: int = 0
     stalled_receipts: int = 0
     redis_ok: bool = True
+    held: list[dict[str, object]] = field(default_factory=list)  # cases held in this pass
     seconds: float = 0.0
     next_due_seconds: float | None = None  # when a suspect's grace runs out, if sooner
 
@@ -70,6 +72,7 @@ class Reconciler:
         report.republished += dispatch.sweep(self.services)
         report.stalled_receipts = diagnostics.count_stalled(self.services)
         report.seconds = round(time.perf_counter() - started, 6)
+        metrics.observe_pass(report.seconds, report.lost, report.admissions)
         return report
 
     # -- running attempts ---------------------------------------------------------------------
@@ -154,6 +157,15 @@ class Reconciler:
     def _count(case: InterruptionCase, report: PassReport) -> None:
         key = case.admission.value if case.admission else "pending"
         report.admissions[key] = report.admissions.get(key, 0) + 1
+        if case.admission is Admission.HOLD_FOR_REVIEW:
+            # Named in the pass result so the Celery side can show the hold (hold notices).
+            report.held.append(
+                {
+                    "task_id": case.task_id,
+                    "case_id": case.case_id,
+                    "attempt": case.interrupted_epoch,
+                }
+            )
 
 
 def _revision(connection: Connection, task_id: str) -> int | None:

@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from surehand import metrics
 from surehand.agents.context import SessionContext
 from surehand.agents.registry import AgentRegistry
 from surehand.crashpoints import crash_point
@@ -117,6 +118,7 @@ class SessionRunner:
             return self._run_agent(session)
         finally:
             heartbeat.stop()
+            metrics.observe_renew_failures(heartbeat.renew_failures)
             if not session.cancelled.is_set():
                 self._release(session)
 
