@@ -2,10 +2,24 @@
 
 from __future__ import annotations
 
-from surehand.cli import admin_commands, session_commands, task_commands
+from surehand.cli import (
+    admin_commands,
+    check_command,
+    serve_commands,
+    session_commands,
+    task_commands,
+)
 from surehand.cli.app import app
 
-__all__ = ["admin_commands", "app", "main", "session_commands", "task_commands"]
+__all__ = [
+    "admin_commands",
+    "app",
+    "check_command",
+    "main",
+    "serve_commands",
+    "session_commands",
+    "task_commands",
+]
 
 
 def main() -> None:

@@ -34,6 +34,8 @@ EXIT_NOT_FOUND = 4
 EXIT_INVALID = 5  # bad input: nothing was written
 EXIT_REFUSED = 6  # a lifecycle or authority rule refused the request
 EXIT_RETRY = 75  # EX_TEMPFAIL: retry the same call later (store down, submission in progress)
+EXIT_TIMEOUT = 124  # a wait (tasks --watch --until-bucket) ran out of time, like timeout(1)
+EXIT_INTERRUPTED = 130  # a second Ctrl-C cut a shutdown short (128 + SIGINT)
 
 DatabaseUrl = Annotated[
     str | None,
@@ -49,6 +51,12 @@ JsonFlag = Annotated[
 
 def emit_json(data: Any) -> None:
     sys.stdout.write(json.dumps(data, ensure_ascii=False, indent=2, default=str) + "\n")
+
+
+def emit_event(data: Any) -> None:
+    """One compact JSON line, flushed at once (events of long-running commands)."""
+    sys.stdout.write(json.dumps(data, ensure_ascii=False, default=str) + "\n")
+    sys.stdout.flush()
 
 
 def exit_code_for(error: SurehandError) -> int:

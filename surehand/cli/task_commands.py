@@ -12,11 +12,13 @@ from surehand.cli.app import app
 from surehand.cli.common import (
     EXIT_CONFLICT,
     EXIT_RETRY,
+    EXIT_TIMEOUT,
     DatabaseUrl,
     JsonFlag,
     Tenant,
     console,
     emit_json,
+    err_console,
     handle_errors,
 )
 from surehand.cli.render import (
@@ -30,8 +32,10 @@ from surehand.cli.render import (
     task_table,
     tasks_table,
 )
+from surehand.cli.watch import WatchSpec, parse_buckets
+from surehand.cli.watch import watch as watch_tasks
 from surehand.facade import Surehand
-from surehand.model import ConflictCode, Disposition
+from surehand.model import Bucket, ConflictCode, Disposition
 
 
 def _open(database_url: str | None, tenant: str | None) -> Surehand:
@@ -173,16 +177,62 @@ def list_tasks(
     bucket: Annotated[str | None, typer.Option(envvar="SUREHAND_BUCKET")] = None,
     recipient: Annotated[str | None, typer.Option(envvar="SUREHAND_RECIPIENT")] = None,
     limit: Annotated[int, typer.Option(envvar="SUREHAND_LIMIT", min=1, max=1000)] = 50,
+    watch: Annotated[
+        bool, typer.Option("--watch", envvar="SUREHAND_WATCH", help="Refresh until Ctrl-C.")
+    ] = False,
+    interval: Annotated[
+        float, typer.Option(envvar="SUREHAND_WATCH_INTERVAL", min=0.05, help="Seconds.")
+    ] = 1.0,
+    task: Annotated[
+        str | None,
+        typer.Option("--task", envvar="SUREHAND_WATCH_TASK", help="TASK id for --until-bucket."),
+    ] = None,
+    until_bucket: Annotated[
+        str | None,
+        typer.Option(
+            envvar="SUREHAND_UNTIL_BUCKET",
+            help="With --watch --task: exit 0 once the TASK is in this bucket (e.g. review,done).",
+        ),
+    ] = None,
+    timeout: Annotated[
+        float | None,
+        typer.Option(envvar="SUREHAND_WATCH_TIMEOUT", help="Give up after this many seconds."),
+    ] = None,
     database_url: DatabaseUrl = None,
     tenant: Tenant = None,
     as_json: JsonFlag = False,
 ) -> None:
-    """List TASKs, newest first."""
+    """List TASKs, newest first; --watch keeps the table live."""
+    if watch or until_bucket:
+        _watch(
+            _open(database_url, tenant),
+            WatchSpec(bucket, recipient, limit, interval, _buckets(until_bucket), task, timeout),
+            as_json=as_json,
+        )
+        return
     found = _open(database_url, tenant).list_tasks(bucket=bucket, recipient=recipient, limit=limit)
     if as_json:
         emit_json([task.to_dict() for task in found])
     else:
         console.print(tasks_table(found))
+
+
+def _buckets(text: str | None) -> frozenset[Bucket]:
+    try:
+        return parse_buckets(text)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--until-bucket") from None
+
+
+def _watch(sh: Surehand, spec: WatchSpec, *, as_json: bool) -> None:
+    if spec.until and not spec.task_id:
+        raise typer.BadParameter("--until-bucket needs --task TASK-…", param_hint="--task")
+    if spec.task_id:
+        sh.get_task(spec.task_id)  # a typo should fail now, not after the timeout
+    code = watch_tasks(sh, spec, as_json=as_json)
+    if code == EXIT_TIMEOUT:
+        err_console.print(f"[red]timed out[/] after {spec.timeout:g} s waiting for {spec.task_id}")
+    raise typer.Exit(code)
 
 
 @app.command()

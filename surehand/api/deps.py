@@ -1,0 +1,62 @@
+"""Request dependencies: who is calling (bearer token → principal) and their tenant's facade."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Annotated
+
+from fastapi import Depends, Request
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+
+from surehand.errors import ValidationFailed
+from surehand.facade import Surehand
+from surehand.principals import Authenticator, Principal, TenantViews
+from surehand.requests import check_submission_id
+
+# Declared for the OpenAPI document (the "Authorize" button in /docs); the header is checked
+# by the Authenticator so that failures get surehand's problem+json shape.
+bearer = HTTPBearer(auto_error=False, description="A token from SUREHAND_API_TOKENS.")
+
+
+@dataclass(frozen=True)
+class Caller:
+    """The authenticated principal and the facade scoped to its tenant."""
+
+    principal: Principal
+    sh: Surehand
+
+    def acting(self, requested: str | None) -> str:
+        return self.principal.acting_role(requested)
+
+
+def get_caller(
+    request: Request,
+    _credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)],
+) -> Caller:
+    auth: Authenticator = request.app.state.auth
+    views: TenantViews = request.app.state.views
+    principal = auth.authenticate(request.headers.get("authorization"))
+    return Caller(principal, views(principal.tenant))
+
+
+CallerDep = Annotated[Caller, Depends(get_caller)]
+
+
+def submission_id(header: str | None, in_body: str | None) -> str | None:
+    """Merge the ``Idempotency-Key`` header with a body ``client_submission_id``.
+
+    Either may name the submission; both must then agree, since two different ids in one
+    request would leave it unclear which intent the client means to retry.
+    """
+    if header is None:
+        return in_body
+    try:
+        check_submission_id(header)
+    except ValueError as exc:
+        raise ValidationFailed("Idempotency-Key", str(exc)) from None
+    if in_body is not None and in_body != header:
+        raise ValidationFailed(
+            "Idempotency-Key",
+            "differs from client_submission_id in the body; send one of them, or the same id",
+        )
+    return header

@@ -1,0 +1,157 @@
+"""The ``/v1`` routes. Thin: each one authenticates, calls the facade of the caller's tenant,
+and returns the record's ``to_dict()``; errors become problem+json in ``problems``."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Header, Query
+from fastapi.responses import JSONResponse
+
+from surehand.api.deps import CallerDep, submission_id
+from surehand.api.problems import conflict_response
+from surehand.api.schemas import RecoverBody, ReportBody, ReviewBody, TransitionBody
+from surehand.model import Bucket, CaseState, Disposition
+from surehand.requests import TaskRequest
+
+router = APIRouter(prefix="/v1")
+
+IdempotencyKey = Annotated[
+    str | None,
+    Header(
+        alias="Idempotency-Key",
+        description="The submission id (client_submission_id): reuse it on every retry.",
+    ),
+]
+
+_CREATE_RESPONSES: dict[int | str, dict[str, Any]] = {
+    201: {"description": "Created: this call created the TASK."},
+    200: {"description": "Reused: an earlier call with this id created it; nothing new."},
+    400: {"description": "Bad input (problem+json naming the field); nothing written."},
+    401: {"description": "Missing or unknown bearer token."},
+    409: {"description": "in_progress (retry after Retry-After), task_missing, target_mismatch."},
+    413: {"description": "Body larger than the limit; nothing written."},
+    422: {"description": "digest_mismatch or schema_mismatch: same id, different request."},
+}
+
+
+def _json(data: Any, status: int = 200, headers: dict[str, str] | None = None) -> JSONResponse:
+    return JSONResponse(data, status_code=status, headers=headers)
+
+
+@router.post("/tasks", status_code=201, responses=_CREATE_RESPONSES, tags=["tasks"])
+def create_task(
+    request: TaskRequest, caller: CallerDep, idempotency_key: IdempotencyKey = None
+) -> JSONResponse:
+    """Create a TASK once per submission id (``write_task``).
+
+    Send the id as ``Idempotency-Key`` or ``client_submission_id``. A retry with the same id
+    and request returns the first result with 200; a different request under the same id is
+    a 422 conflict that changes nothing. Without an id the TASK has no retry guarantee.
+    """
+    csid = submission_id(idempotency_key, request.client_submission_id)
+    if csid != request.client_submission_id:
+        request = request.model_copy(update={"client_submission_id": csid})
+    result = caller.sh.write_task(request)
+    if result.disposition is Disposition.CONFLICT:
+        return conflict_response(result)
+    status = 201 if result.disposition is Disposition.CREATED else 200
+    location = {"Location": f"/v1/tasks/{result.task_id}"} if result.task_id else None
+    return _json(result.to_dict(), status, location)
+
+
+@router.get("/tasks", tags=["tasks"])
+def list_tasks(
+    caller: CallerDep,
+    bucket: Bucket | None = None,
+    recipient: str | None = None,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    offset: Annotated[int, Query(ge=0)] = 0,
+) -> JSONResponse:
+    """TASKs of the caller's tenant, newest first."""
+    found = caller.sh.list_tasks(bucket=bucket, recipient=recipient, limit=limit, offset=offset)
+    return _json({"tasks": [t.to_dict() for t in found], "limit": limit, "offset": offset})
+
+
+@router.get("/tasks/{task_id}", tags=["tasks"])
+def get_task(task_id: str, caller: CallerDep) -> JSONResponse:
+    """One TASK (another tenant's TASK is 404, like a missing one)."""
+    return _json(caller.sh.get_task(task_id).to_dict())
+
+
+@router.get("/tasks/{task_id}/history", tags=["tasks"])
+def task_history(task_id: str, caller: CallerDep) -> JSONResponse:
+    """The TASK's append-only history, oldest first."""
+    return _json({"history": [event.to_dict() for event in caller.sh.history(task_id)]})
+
+
+@router.get("/tasks/{task_id}/reports", tags=["reports"])
+def task_reports(task_id: str, caller: CallerDep) -> JSONResponse:
+    """Every REPORT revision on the TASK."""
+    return _json({"reports": [item.to_dict() for item in caller.sh.reports(task_id)]})
+
+
+@router.post("/tasks/{task_id}/reports", status_code=201, tags=["reports"])
+def create_report(
+    task_id: str, body: ReportBody, caller: CallerDep, idempotency_key: IdempotencyKey = None
+) -> JSONResponse:
+    """Write a REPORT (``write_report``): 201 new revision, 200 deduplicated (nothing written)."""
+    result = caller.sh.write_report(
+        task_id=task_id,
+        reporter=caller.acting(body.reporter),
+        body=body.body,
+        status=body.status,
+        recipient=body.recipient,
+        client_submission_id=submission_id(idempotency_key, body.client_submission_id),
+    )
+    return _json(result.to_dict(), 200 if result.deduplicated else 201)
+
+
+@router.post("/tasks/{task_id}/transitions", tags=["tasks"])
+def transition(task_id: str, body: TransitionBody, caller: CallerDep) -> JSONResponse:
+    """Move the TASK by a lifecycle action, acting as the caller's role."""
+    task = caller.sh.transition(
+        task_id,
+        body.action,
+        actor=caller.acting(body.actor),
+        reason=body.reason,
+        report_id=body.report_id,
+    )
+    return _json(task.to_dict())
+
+
+@router.post("/tasks/{task_id}/recover", tags=["recovery"])
+def recover(task_id: str, caller: CallerDep, body: RecoverBody | None = None) -> JSONResponse:
+    """Ask for a successor of an interrupted TASK; admission decides from the evidence."""
+    outcome = caller.sh.recover(task_id, actor=caller.acting(body.actor if body else None))
+    return _json(outcome.to_dict())
+
+
+@router.get("/cases", tags=["recovery"])
+def list_cases(
+    caller: CallerDep,
+    state: CaseState | None = None,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+) -> JSONResponse:
+    """Interruption cases of the caller's tenant, newest first."""
+    return _json({"cases": [c.to_dict() for c in caller.sh.cases(state=state, limit=limit)]})
+
+
+@router.get("/cases/{case_id}", tags=["recovery"])
+def get_case(case_id: str, caller: CallerDep) -> JSONResponse:
+    return _json(caller.sh.case(case_id).to_dict())
+
+
+@router.post("/cases/{case_id}/review", tags=["recovery"])
+def review(case_id: str, body: ReviewBody, caller: CallerDep) -> JSONResponse:
+    """Release a held TASK: the approver states whether the effect happened (403 otherwise)."""
+    case = caller.sh.review(
+        case_id, effect=body.effect, note=body.note, actor=caller.acting(body.actor)
+    )
+    return _json(case.to_dict())
+
+
+@router.get("/submissions/{client_submission_id}", tags=["tasks"])
+def diagnose(client_submission_id: str, caller: CallerDep) -> JSONResponse:
+    """Read-only diagnostics of a submission's receipt; never repairs anything."""
+    return _json(caller.sh.diagnose_submission(client_submission_id).to_dict())

@@ -1,0 +1,267 @@
+"""``surehand up | api | mcp | flower``: the long-running front doors."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+from pathlib import Path
+from types import FrameType
+from typing import Annotated
+
+import typer
+
+from surehand.cli.app import app
+from surehand.cli.common import (
+    EXIT_ERROR,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    DatabaseUrl,
+    JsonFlag,
+    Tenant,
+    console,
+    emit_event,
+    err_console,
+    handle_errors,
+)
+from surehand.cli.demo import run_demo
+from surehand.config import DEFAULT_HOME, Settings
+from surehand.embedded import Embedded
+from surehand.errors import ConfigError
+from surehand.facade import Surehand
+
+Host = Annotated[
+    str | None,
+    typer.Option("--host", envvar="SUREHAND_API_HOST", help="Address to bind [default 127.0.0.1]."),
+]
+Port = Annotated[
+    int | None, typer.Option("--port", envvar="SUREHAND_API_PORT", help="Port [default 8000].")
+]
+RedisUrl = Annotated[
+    str | None, typer.Option("--redis-url", envvar="SUREHAND_REDIS_URL", help="Redis for leases.")
+]
+BrokerUrl = Annotated[
+    str | None, typer.Option("--broker-url", envvar="SUREHAND_BROKER_URL", help="Celery broker.")
+]
+LogLevel = Annotated[str, typer.Option(envvar="SUREHAND_LOGLEVEL", help="debug|info|warning.")]
+
+
+def _settings(**overrides: object) -> Settings:
+    """Settings from the environment with the command line's explicit values on top."""
+    return Settings().model_copy(update={k: v for k, v in overrides.items() if v is not None})
+
+
+@app.command()
+@handle_errors
+def up(
+    home: Annotated[
+        Path | None, typer.Option(envvar="SUREHAND_HOME", help="Directory of the SQLite file.")
+    ] = None,
+    host: Host = None,
+    port: Port = None,
+    concurrency: Annotated[
+        int | None,
+        typer.Option(envvar="SUREHAND_UP_CONCURRENCY", min=1, help="Sessions at once [4]."),
+    ] = None,
+    api: Annotated[
+        bool, typer.Option("--api/--no-api", envvar="SUREHAND_UP_API", help="Serve HTTP.")
+    ] = True,
+    demo: Annotated[
+        bool,
+        typer.Option(envvar="SUREHAND_UP_DEMO", help="Submit a demo TASK and follow it."),
+    ] = False,
+    stop_after_demo: Annotated[
+        bool,
+        typer.Option(envvar="SUREHAND_UP_STOP_AFTER_DEMO", help="With --demo: then exit."),
+    ] = False,
+    database_url: DatabaseUrl = None,
+    redis_url: RedisUrl = None,
+    broker_url: BrokerUrl = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """Run API, worker, reconciler and dispatcher in one process (no services needed).
+
+    Defaults: SQLite under ./.surehand, in-process queue and leases, the demo agent for DEV,
+    QA and OPS unless SUREHAND_AGENTS is set. Ctrl-C stops it cleanly.
+    """
+    settings = _settings(
+        home=home, database_url=database_url, redis_url=redis_url, broker_url=broker_url
+    )
+    embedded = Embedded(
+        settings,
+        host=host or settings.api_host,
+        port=settings.api_port if port is None else port,
+        concurrency=concurrency or settings.up_concurrency,
+        with_api=api,
+    )
+    stop = threading.Event()
+    _trap_signals(stop)
+    embedded.start()
+    _announce(embedded, as_json=as_json)
+    code = EXIT_OK
+    if demo:
+        if not run_demo(embedded.sh, stop, as_json=as_json):
+            code = EXIT_ERROR
+        if stop_after_demo:
+            stop.set()
+    while not stop.wait(0.25):
+        if not embedded.healthy():
+            err_console.print("[red]a part of `surehand up` stopped unexpectedly; exiting[/]")
+            code = EXIT_ERROR
+            break
+    if not as_json:
+        err_console.print("stopping: no new sessions; waiting for running ones to finish…")
+    embedded.stop()
+    if as_json:
+        emit_event({"event": "stopped", "exit_code": code})
+    else:
+        err_console.print("stopped cleanly")
+    raise typer.Exit(code)
+
+
+def _trap_signals(stop: threading.Event) -> None:
+    def on_signal(signum: int, _frame: FrameType | None) -> None:
+        if stop.is_set():
+            # A second Ctrl-C: leave now. Sessions cut off here are found lost by the next
+            # run's reconciler and recovered from their recorded effects.
+            os._exit(EXIT_INTERRUPTED)
+        stop.set()
+
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGTERM, on_signal)
+
+
+def _announce(embedded: Embedded, *, as_json: bool) -> None:
+    settings = embedded.settings
+    store = embedded.sh.store.describe()
+    agents = "demo agent" if embedded.demo_agents else "SUREHAND_AGENTS"
+    if as_json:
+        emit_event(
+            {
+                "event": "ready",
+                "api": embedded.api_url,
+                "database": store,
+                "roles": embedded.roles,
+                "broker": settings.broker_url,
+                "leases": settings.redis_url or "in-process (fakeredis)",
+            }
+        )
+        sys.stdout.flush()
+        return
+    custom_home = not settings.database_url and settings.home != DEFAULT_HOME
+    home = f"SUREHAND_HOME={settings.home} " if custom_home else ""
+    console.print("[bold green]surehand up[/]: everything in one process (Ctrl-C to stop)")
+    console.print(f"  store       {store}")
+    if embedded.api_url:
+        console.print(f"  HTTP API    {embedded.api_url}   (OpenAPI: {embedded.api_url}/docs)")
+    console.print(f"  worker      roles {', '.join(embedded.roles)} ({agents})")
+    console.print(f"  leases      {settings.redis_url or 'in-process (fakeredis)'}")
+    console.print("Submit from another terminal in this directory:")
+    console.print(
+        f'  {home}surehand submit --sender PM --recipient DEV --subject "Say hello" '
+        "--id my-first-task",
+        soft_wrap=True,
+    )
+    console.print(f"  {home}surehand tasks --watch", soft_wrap=True)
+
+
+@app.command()
+@handle_errors
+def api(
+    host: Host = None,
+    port: Port = None,
+    loglevel: LogLevel = "info",
+    database_url: DatabaseUrl = None,
+    redis_url: RedisUrl = None,
+    broker_url: BrokerUrl = None,
+) -> None:
+    """Serve the HTTP API (OpenAPI at /docs). Binds 127.0.0.1 unless --host says otherwise.
+
+    Without SUREHAND_API_TOKENS every caller is a local ADMIN, so a non-loopback --host then
+    refuses to start.
+    """
+    from surehand.api import create_app  # needs the api extra
+    from surehand.api.server import serve
+    from surehand.principals import Authenticator
+
+    settings = _settings(database_url=database_url, redis_url=redis_url, broker_url=broker_url)
+    bind_host = host or settings.api_host
+    Authenticator(settings).check_bind(bind_host, "the API")
+    bind_port = settings.api_port if port is None else port
+    sh = Surehand(settings=settings)
+    sh.store.ensure_schema()
+    err_console.print(f"surehand API on http://{bind_host}:{bind_port} (OpenAPI at /docs)")
+    serve(create_app(sh), bind_host, bind_port, log_level=loglevel)
+
+
+@app.command()
+@handle_errors
+def mcp(
+    transport: Annotated[
+        str | None,
+        typer.Option(envvar="SUREHAND_MCP_TRANSPORT", help="stdio (default) or http."),
+    ] = None,
+    host: Annotated[
+        str | None, typer.Option(envvar="SUREHAND_MCP_HOST", help="HTTP address [127.0.0.1].")
+    ] = None,
+    port: Annotated[
+        int | None, typer.Option(envvar="SUREHAND_MCP_PORT", help="HTTP port [8001].")
+    ] = None,
+    database_url: DatabaseUrl = None,
+    broker_url: BrokerUrl = None,
+    tenant: Tenant = None,
+) -> None:
+    """Serve the MCP tools (write_task, write_report, read_task, list_tasks, task_status).
+
+    Agent hosts spawn it over stdio: `claude mcp add surehand -- surehand mcp`.
+    """
+    from surehand.mcp.transport import run_http, run_stdio  # needs the mcp extra
+
+    settings = _settings(database_url=database_url, broker_url=broker_url, tenant=tenant)
+    chosen = transport or settings.mcp_transport
+    sh = Surehand(settings=settings)
+    if chosen == "stdio":
+        run_stdio(sh)
+    elif chosen == "http":
+        run_http(host or settings.mcp_host, settings.mcp_port if port is None else port, sh)
+    else:
+        raise ConfigError(f"--transport must be stdio or http, not {chosen!r}")
+
+
+@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+@handle_errors
+def flower(
+    ctx: typer.Context,
+    host: Annotated[
+        str | None, typer.Option(envvar="SUREHAND_FLOWER_HOST", help="Address [127.0.0.1].")
+    ] = None,
+    port: Annotated[
+        int | None, typer.Option(envvar="SUREHAND_FLOWER_PORT", help="Port [5555].")
+    ] = None,
+    broker_url: BrokerUrl = None,
+) -> None:
+    """Run Flower on surehand's Celery app: sessions show as surehand.run_session[task_id].
+
+    Extra arguments go to Flower (e.g. --basic-auth=user:pass); its FLOWER_* variables apply.
+    """
+    settings = _settings(broker_url=broker_url)
+    if not settings.broker_url or settings.broker_url.startswith("memory"):
+        raise ConfigError(
+            "Flower watches a shared broker: set SUREHAND_BROKER_URL (an in-process memory "
+            "broker cannot be watched from another process)",
+            setting="SUREHAND_BROKER_URL",
+        )
+    os.environ["SUREHAND_BROKER_URL"] = settings.broker_url
+    argv = [
+        sys.executable,
+        "-m",
+        "celery",
+        "-A",
+        "surehand.celery_entry",
+        "flower",
+        f"--address={host or settings.flower_host}",
+        f"--port={settings.flower_port if port is None else port}",
+        *ctx.args,
+    ]
+    os.execv(sys.executable, argv)

@@ -1,0 +1,155 @@
+"""``surehand up``: API, worker, reconciler and dispatcher sweep in one process.
+
+The embedded default needs no services: a SQLite file under ``SUREHAND_HOME``, Celery's
+in-process ``memory://`` transport (a queue that exists only inside this process, which is the
+point: nothing else can consume it), a thread-pool worker, and fakeredis for leases. TASKs
+submitted by other processes (``surehand submit``) have no broker to publish to; the sweep
+publishes them here within about a second. With ``SUREHAND_BROKER_URL`` and
+``SUREHAND_REDIS_URL`` set, the same process is a worker of a real deployment instead.
+
+Shutdown is a Celery warm shutdown: no new session starts, running sessions finish and
+release their leases. A second Ctrl-C exits at once; sessions cut off that way are found lost
+by the reconciler of the next run and recovered from their recorded effects.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from surehand.agents.builtin import register_demo
+from surehand.config import DEFAULT_HOME, Settings
+from surehand.dispatcher import dispatch
+from surehand.dispatcher.reconciler import reconcile_loop
+from surehand.facade import Surehand
+from surehand.model import Bucket
+from surehand.queue.celery_app import DEFAULT_QUEUE, MEMORY_BROKER, configure_worker_queues
+from surehand.store import tasks
+
+if TYPE_CHECKING:
+    from surehand.api.server import BackgroundServer
+
+log = logging.getLogger(__name__)
+
+_JOIN_TIMEOUT_S = 30.0
+
+
+def embedded_settings(settings: Settings) -> Settings:
+    """``settings`` with the embedded defaults filled in (memory broker, files under home)."""
+    update: dict[str, object] = {"broker_url": settings.broker_url or MEMORY_BROKER}
+    if "work_dir" not in settings.model_fields_set and settings.home != DEFAULT_HOME:
+        update["work_dir"] = settings.home / "sessions"
+    return settings.model_copy(update=update)
+
+
+@dataclass
+class Embedded:
+    """One process running everything; ``start()`` then ``stop()`` (or ``run_until``)."""
+
+    settings: Settings
+    host: str = "127.0.0.1"
+    port: int = 8000
+    concurrency: int = 4
+    with_api: bool = True
+    stopping: threading.Event = field(default_factory=threading.Event)
+
+    def __post_init__(self) -> None:
+        self.settings = embedded_settings(self.settings)
+        self.sh = Surehand(settings=self.settings)
+        self.demo_agents = not self.settings.agents
+        if self.demo_agents:
+            register_demo(self.sh.registry)
+        self.roles = self.sh.registry.roles()
+        self.api_url: str | None = None
+        self._threads: list[threading.Thread] = []
+        self._api: BackgroundServer | None = None
+
+    @property
+    def memory_broker(self) -> bool:
+        return self.settings.broker_url == MEMORY_BROKER
+
+    def start(self) -> None:
+        """Migrate (SQLite) or verify the schema, then start every part; raises on failure."""
+        self.sh.store.ensure_schema()
+        if self.with_api:
+            self._start_api()  # first: a taken port should fail before anything else runs
+        self._start_worker()
+        if self.memory_broker:
+            self._republish_inbox()
+        interval = self.settings.reconcile_interval_seconds
+        self._spawn(
+            "surehand-reconciler", reconcile_loop, self.sh.reconciler, self.stopping, interval
+        )
+        self._spawn("surehand-sweep", self._sweep_loop)
+
+    def _start_api(self) -> None:
+        from surehand.api import create_app  # optional extra: imported only when serving
+        from surehand.api.server import BackgroundServer
+        from surehand.principals import Authenticator
+
+        Authenticator(self.settings).check_bind(self.host, "the API")
+        server = BackgroundServer(create_app(self.sh), self.host, self.port).start()
+        self._api = server
+        self.api_url = server.url
+
+    def _start_worker(self) -> None:
+        app = self.sh.celery
+        queues = [queue.name for queue in configure_worker_queues(app, self.roles)]
+        self.worker = app.WorkController(
+            hostname=f"up@{socket.gethostname()}",
+            pool_cls="threads",
+            concurrency=self.concurrency,
+            queues=[*queues, DEFAULT_QUEUE],
+            without_mingle=True,
+            without_gossip=True,
+            without_heartbeat=True,
+            send_events=not self.memory_broker,  # nobody can watch an in-process transport
+            loglevel="WARNING",
+        )
+        self._spawn("surehand-worker", self.worker.start)
+
+    def _republish_inbox(self) -> None:
+        """Publish every unheld ``inbox`` TASK again: messages a previous ``up`` left in its
+        in-memory queue died with it. Duplicates are harmless (claiming is compare-and-set)."""
+        with self.sh.store.snapshot() as connection:
+            waiting = tasks.list_tasks(
+                connection, tenant=None, bucket=Bucket.INBOX, held=False, limit=100_000
+            )
+        for task in reversed(waiting):  # oldest first
+            self.sh.publish(task)
+        if waiting:
+            log.warning("republished %d waiting TASK(s) from an earlier run", len(waiting))
+
+    def _sweep_loop(self) -> None:
+        """Publish TASKs committed by other processes (which had no broker to publish to)."""
+        interval = self.settings.sweep_interval_seconds
+        while not self.stopping.wait(interval):
+            try:
+                dispatch.sweep(self.sh.services)
+            except Exception:
+                log.exception("dispatcher sweep failed; retrying in %.1f s", interval)
+
+    def _spawn(self, name: str, target: Callable[..., object], *args: object) -> None:
+        thread = threading.Thread(target=target, args=args, name=name, daemon=True)
+        thread.start()
+        self._threads.append(thread)
+
+    def healthy(self) -> bool:
+        """Every part still running (a dead worker thread means the process should exit)."""
+        return all(thread.is_alive() for thread in self._threads)
+
+    def stop(self) -> None:
+        """Warm shutdown: stop taking work, let running sessions finish, release everything."""
+        self.stopping.set()
+        if self._api is not None:
+            self._api.stop()
+        worker = getattr(self, "worker", None)
+        if worker is not None:
+            worker.stop()  # finishes running sessions; each releases its own lease
+        for thread in self._threads:
+            thread.join(_JOIN_TIMEOUT_S)
+        self.sh.close()

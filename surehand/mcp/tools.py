@@ -1,0 +1,203 @@
+"""The MCP tools: ``write_task``, ``write_report``, ``read_task``, ``list_tasks``, ``task_status``.
+
+Each tool calls the same facade as the other doors and returns the same records as structured
+content (and as JSON text for hosts that only read text). A typed surehand error comes back as
+a tool error whose structured content is ``{"error": {code, message, retryable, ...}}``, so an
+agent can tell "fix the field" from "retry later".
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Annotated, Any, Literal
+
+from mcp.server.mcpserver import Context, MCPServer
+from mcp_types import CallToolResult, TextContent, ToolAnnotations
+from pydantic import Field
+
+from surehand import __version__
+from surehand.errors import SurehandError
+from surehand.facade import Surehand
+from surehand.principals import Authenticator, Principal, TenantViews
+
+INSTRUCTIONS = """\
+surehand is a task queue for AI-agent work. Enqueue work with write_task; follow it with
+task_status or read_task. Every write_task call needs a client_submission_id: make up one id
+per piece of work you intend to create (for example "fix-login-bug-2026-01-31") and send the
+SAME id again whenever you retry that call, even after a timeout or an error. A retry with the
+same id never creates a second TASK; it returns the first result with disposition "reused".
+"""
+
+WRITE_TASK = """\
+Create a TASK for a role (recipient) to work on, exactly once per client_submission_id.
+
+client_submission_id: generate ONE id per business intent and reuse it on EVERY retry of this
+call (after a timeout, a lost response, a restart). Same id + same request returns the first
+result with disposition "reused" and creates nothing; same id + a different request returns
+disposition "conflict" (code digest_mismatch) and changes nothing. Use a new id only for a
+new, different piece of work. Returns the write_task result record (task_id, disposition, ...).
+"""
+
+Role = Annotated[str, Field(description="Role code such as PM, DEV, QA or OPS.")]
+TaskId = Annotated[str, Field(description="TASK id such as TASK-20260131-001.")]
+Bucket = Literal["inbox", "active", "review", "done", "archive"]
+
+
+def _result(data: dict[str, Any], *, error: bool = False) -> CallToolResult:
+    text = json.dumps(data, ensure_ascii=False, default=str)
+    return CallToolResult(
+        content=[TextContent(type="text", text=text)], structured_content=data, is_error=error
+    )
+
+
+class Tools:
+    """The tool bodies, bound to a facade per tenant and an authenticator."""
+
+    def __init__(self, sh: Surehand) -> None:
+        self.auth = Authenticator(sh.settings)
+        self.views = TenantViews(sh)
+
+    def principal(self, ctx: Context | None) -> Principal:
+        """The HTTP caller's principal; over stdio (no headers) the local user."""
+        headers = ctx.headers if ctx is not None else None
+        if headers is None:
+            return self.auth.local
+        return self.auth.authenticate(headers.get("authorization"))
+
+    def call(
+        self, ctx: Context | None, body: Callable[[Principal, Surehand], Any]
+    ) -> CallToolResult:
+        try:
+            principal = self.principal(ctx)
+            return _result(body(principal, self.views(principal.tenant)))
+        except SurehandError as exc:
+            return _result({"error": {**exc.to_dict(), "retryable": exc.retryable}}, error=True)
+
+    def write_task(
+        self,
+        sender: Role,
+        recipient: Role,
+        subject: Annotated[str, Field(description="One line, at most 512 characters.")],
+        client_submission_id: Annotated[
+            str,
+            Field(description="One id per intended TASK; reuse it on every retry. [A-Za-z0-9._:-]"),
+        ],
+        body: Annotated[str, Field(description="What to do (Markdown, at most 1 MiB).")] = "",
+        priority: Annotated[str, Field(description="P0-P3 or urgent/high/normal/low.")] = "P2",
+        risk_level: Literal["low", "medium", "high", "irreversible"] = "medium",
+        thread_key: str = "",
+        parent: Annotated[str, Field(description="Parent TASK id, if any.")] = "",
+        references: list[str] | None = None,
+        depends_on: Annotated[list[str] | None, Field(description="TASK ids.")] = None,
+        ctx: Context | None = None,
+    ) -> CallToolResult:
+        request = {
+            "sender": sender,
+            "recipient": recipient,
+            "subject": subject,
+            "body": body,
+            "priority": priority,
+            "risk_level": risk_level,
+            "thread_key": thread_key,
+            "parent": parent,
+            "references": references or [],
+            "depends_on": depends_on or [],
+            "client_submission_id": client_submission_id,
+        }
+        return self.call(ctx, lambda _p, sh: sh.write_task(request).to_dict())
+
+    def write_report(
+        self,
+        task_id: TaskId,
+        reporter: Annotated[str, Field(description="Your role: the TASK's recipient.")],
+        body: Annotated[str, Field(description="The report (Markdown).")],
+        status: Literal["done", "in_progress", "blocked", "aborted"] = "done",
+        client_submission_id: Annotated[
+            str | None, Field(description="Reuse on retry; an identical REPORT is deduplicated.")
+        ] = None,
+        ctx: Context | None = None,
+    ) -> CallToolResult:
+        """Write a REPORT on a TASK. Only the TASK's recipient may report; an identical REPORT
+        returns deduplicated: true and writes nothing."""
+        return self.call(
+            ctx,
+            lambda p, sh: sh.write_report(
+                task_id=task_id,
+                reporter=p.acting_role(reporter),
+                body=body,
+                status=status,
+                client_submission_id=client_submission_id,
+            ).to_dict(),
+        )
+
+    def read_task(self, task_id: TaskId, ctx: Context | None = None) -> CallToolResult:
+        """Read a TASK with its REPORTs and history."""
+
+        def read(_p: Principal, sh: Surehand) -> dict[str, Any]:
+            return {
+                "task": sh.get_task(task_id).to_dict(),
+                "reports": [report.to_dict() for report in sh.reports(task_id)],
+                "history": [event.to_dict() for event in sh.history(task_id)],
+            }
+
+        return self.call(ctx, read)
+
+    def list_tasks(
+        self,
+        bucket: Bucket | None = None,
+        recipient: Annotated[str | None, Field(description="Only TASKs for this role.")] = None,
+        limit: Annotated[int, Field(ge=1, le=1000)] = 50,
+        offset: Annotated[int, Field(ge=0)] = 0,
+        ctx: Context | None = None,
+    ) -> CallToolResult:
+        """List TASKs, newest first, optionally by bucket and recipient."""
+        return self.call(
+            ctx,
+            lambda _p, sh: {
+                "tasks": [
+                    task.to_dict()
+                    for task in sh.list_tasks(
+                        bucket=bucket, recipient=recipient, limit=limit, offset=offset
+                    )
+                ]
+            },
+        )
+
+    def task_status(self, task_id: TaskId, ctx: Context | None = None) -> CallToolResult:
+        """Where a TASK is: bucket, hold, current attempt and its state, latest REPORT."""
+
+        def status(_p: Principal, sh: Surehand) -> dict[str, Any]:
+            task = sh.get_task(task_id)
+            attempts = sh.attempts(task_id)
+            reports = sh.reports(task_id)
+            latest = reports[-1] if reports else None
+            return {
+                "task_id": task.task_id,
+                "bucket": task.bucket.value,
+                "hold": task.to_dict()["hold"],
+                "attempt": attempts[-1].number if attempts else None,
+                "attempt_state": attempts[-1].state.value if attempts else None,
+                "latest_report": latest.to_dict() if latest else None,
+                "updated_at": task.updated_at.isoformat(),
+            }
+
+        return self.call(ctx, status)
+
+
+def build_server(sh: Surehand | None = None) -> MCPServer:
+    """An MCP server exposing surehand's tools for ``sh`` (default ``Surehand.from_env()``)."""
+    tools = Tools(sh or Surehand.from_env())
+    server: MCPServer = MCPServer(
+        "surehand", instructions=INSTRUCTIONS, version=__version__, log_level="WARNING"
+    )
+    read_only = ToolAnnotations(read_only_hint=True, open_world_hint=False)
+    idempotent = ToolAnnotations(idempotent_hint=True, destructive_hint=False)
+    server.add_tool(
+        tools.write_task, name="write_task", description=WRITE_TASK, annotations=idempotent
+    )
+    server.add_tool(tools.write_report, name="write_report", annotations=idempotent)
+    server.add_tool(tools.read_task, name="read_task", annotations=read_only)
+    server.add_tool(tools.list_tasks, name="list_tasks", annotations=read_only)
+    server.add_tool(tools.task_status, name="task_status", annotations=read_only)
+    return server

@@ -1,0 +1,89 @@
+"""Running the MCP server: over stdio (what agent hosts spawn) or streamable HTTP.
+
+Over stdio the caller is the local user (``SUREHAND_TENANT``), like the CLI. Over HTTP the same
+bearer tokens as the HTTP API apply (``SUREHAND_API_TOKENS``): every request without a known
+token gets 401 before it reaches the MCP session, and without tokens the server refuses to bind
+anything but loopback.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import Any
+
+import uvicorn
+from mcp.server.mcpserver import MCPServer
+
+from surehand.errors import AuthError
+from surehand.facade import Surehand
+from surehand.mcp.tools import build_server
+from surehand.principals import Authenticator
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+ASGIApp = Callable[
+    [Scope, Callable[[], Awaitable[Message]], Callable[[Message], Awaitable[None]]], Awaitable[None]
+]
+
+MCP_PATH = "/mcp"
+
+
+def run_stdio(sh: Surehand | None = None) -> None:
+    """Serve MCP on stdin/stdout until the host closes stdin."""
+    # stdout is the protocol channel: keep every log line on stderr, and quiet.
+    logging.basicConfig(level=logging.WARNING)
+    build_server(sh).run("stdio")
+
+
+class RequireToken:
+    """ASGI wrapper: 401 for HTTP requests without a known bearer token (when tokens exist)."""
+
+    def __init__(self, app: ASGIApp, auth: Authenticator) -> None:
+        self.app = app
+        self.auth = auth
+
+    async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and not self.auth.open:
+            header = next(
+                (v.decode("latin-1") for k, v in scope.get("headers", []) if k == b"authorization"),
+                None,
+            )
+            try:
+                self.auth.authenticate(header)
+            except AuthError as error:
+                await _unauthorized(send, error)
+                return
+        await self.app(scope, receive, send)
+
+
+async def _unauthorized(send: Callable[[Message], Awaitable[None]], error: AuthError) -> None:
+    body = json.dumps({"error": error.to_dict()}).encode()
+    await send(
+        {
+            "type": "http.response.start",
+            "status": 401,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"www-authenticate", b'Bearer realm="surehand"'),
+                (b"content-length", str(len(body)).encode()),
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})
+
+
+def http_app(server: MCPServer, auth: Authenticator, host: str) -> ASGIApp:
+    """The streamable HTTP app at ``/mcp``, behind the token check."""
+    app = server.streamable_http_app(streamable_http_path=MCP_PATH, host=host)
+    return RequireToken(app, auth)
+
+
+def run_http(host: str, port: int, sh: Surehand | None = None) -> None:
+    """Serve MCP over streamable HTTP at ``http://host:port/mcp`` until SIGINT/SIGTERM."""
+    surehand = sh or Surehand.from_env()
+    auth = Authenticator(surehand.settings)
+    auth.check_bind(host, "the MCP HTTP server")
+    app = http_app(build_server(surehand), auth, host)
+    uvicorn.run(app, host=host, port=port, log_level="warning")

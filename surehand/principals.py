@@ -1,0 +1,144 @@
+"""Who is calling a network door (HTTP API, MCP over HTTP), and which tenant they act in.
+
+``SUREHAND_API_TOKENS`` maps bearer tokens to principals: ``token=name:ROLE:tenant,...``.
+With no tokens configured there is exactly one principal, a local ADMIN in
+``SUREHAND_TENANT``, and the doors refuse to bind anything but a loopback address, so an
+unauthenticated API is never reachable from another machine.
+
+A principal's tenant scopes every read and every submission id; its role is the acting role of
+transitions, reports, recoveries and reviews. Only an ADMIN principal may act as another role
+(the operator's and the local default's way to, say, approve as PM).
+"""
+
+from __future__ import annotations
+
+import copy
+import hmac
+import ipaddress
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from surehand.config import Settings
+from surehand.errors import AuthError, ConfigError, Forbidden
+from surehand.facade import Surehand
+from surehand.model import ADMIN
+from surehand.requests import check_role, validate_tenant
+
+LOCAL_NAME = "local"
+
+
+@dataclass(frozen=True, slots=True)
+class Principal:
+    """An authenticated caller: a name for logs, the acting role, and the tenant."""
+
+    name: str
+    role: str
+    tenant: str
+
+    def acting_role(self, requested: str | None) -> str:
+        """The role a call acts as: the principal's own, or (ADMIN only) the one requested."""
+        if requested is None or requested == self.role:
+            return self.role
+        if self.role != ADMIN:
+            raise Forbidden(
+                f"principal {self.name!r} acts as {self.role}; it may not act as {requested}",
+                role=self.role,
+            )
+        return requested
+
+
+def parse_tokens(spec: str) -> dict[str, Principal]:
+    """Parse ``token=name:ROLE:tenant,...``; raise ConfigError naming the bad entry."""
+    table: dict[str, Principal] = {}
+    for raw in filter(None, (part.strip() for part in spec.split(","))):
+        token, _, who = raw.partition("=")
+        parts = who.split(":")
+        if not token or len(parts) != 3 or not all(parts):
+            raise ConfigError(
+                "SUREHAND_API_TOKENS entries look like token=name:ROLE:tenant "
+                f"(entry {len(table) + 1} does not)",
+                setting="SUREHAND_API_TOKENS",
+            )
+        name, role, tenant = parts
+        try:
+            check_role(role)
+            validate_tenant(tenant)
+        except ValueError as exc:
+            raise ConfigError(
+                f"SUREHAND_API_TOKENS entry for {name!r}: {exc}", setting="SUREHAND_API_TOKENS"
+            ) from None
+        table[token] = Principal(name, role, tenant)
+    return table
+
+
+def is_loopback(host: str) -> bool:
+    """True for ``localhost`` and loopback IPs (127.0.0.0/8, ::1)."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+class Authenticator:
+    """Turns an ``Authorization`` header into a :class:`Principal` (or raises AuthError)."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.tokens: Mapping[str, Principal] = parse_tokens(settings.api_tokens)
+        self.local = Principal(LOCAL_NAME, ADMIN, validate_tenant(settings.tenant))
+
+    @property
+    def open(self) -> bool:
+        """No tokens configured: every caller is the local ADMIN (loopback only)."""
+        return not self.tokens
+
+    def check_bind(self, host: str, door: str) -> None:
+        """Refuse to serve without tokens on an address other machines can reach."""
+        if self.open and not is_loopback(host):
+            raise ConfigError(
+                f"refusing to start {door} on {host} without SUREHAND_API_TOKENS: anyone who "
+                "can reach it would act as ADMIN. Set tokens (token=name:ROLE:tenant) or bind "
+                "127.0.0.1",
+                setting="SUREHAND_API_TOKENS",
+            )
+
+    def authenticate(self, authorization: str | None) -> Principal:
+        if self.open:
+            return self.local
+        scheme, _, token = (authorization or "").partition(" ")
+        if scheme.lower() != "bearer" or not token.strip():
+            raise AuthError("send Authorization: Bearer <token> (see SUREHAND_API_TOKENS)")
+        token = token.strip()
+        for known, principal in self.tokens.items():
+            # Constant-time comparison, so response timing does not leak token prefixes.
+            if hmac.compare_digest(known.encode(), token.encode()):
+                return principal
+        raise AuthError("the bearer token is not known to this server")
+
+
+class TenantViews:
+    """Per-tenant handles on one :class:`Surehand` that share its store, leases and broker.
+
+    ``Surehand`` scopes every call by its own ``tenant``; a network door serves many tenants,
+    so it keeps one shallow copy per tenant instead of one database engine per tenant.
+    """
+
+    def __init__(self, base: Surehand) -> None:
+        self.base = base
+        self._views: dict[str, Surehand] = {base.tenant: base}
+        self._lock = threading.Lock()
+
+    def __call__(self, tenant: str) -> Surehand:
+        with self._lock:
+            view = self._views.get(tenant)
+            if view is None:
+                view = copy.copy(self.base)
+                view.settings = self.base.settings.model_copy(update={"tenant": tenant})
+                self._views[tenant] = view
+            return view
+
+    def warm(self) -> None:
+        """Build the base's lazily created parts once, so every view shares them."""
+        _ = self.base.registry, self.base.leases, self.base.recovery
