@@ -30,7 +30,7 @@ from surehand.crashpoints import crash_point
 from surehand.digest import request_digest, sha256_hex
 from surehand.dispatcher.context import Services
 from surehand.dispatcher.dispatch import publish_after_commit
-from surehand.errors import DuplicateKey
+from surehand.errors import DuplicateKey, StoreError
 from surehand.fcop import render_task
 from surehand.model import (
     DIGEST_SCHEMA_VERSION,
@@ -42,6 +42,7 @@ from surehand.model import (
     EventKind,
     Receipt,
     ReceiptState,
+    Task,
     TaskFields,
     WriteTaskResult,
     task_path,
@@ -50,6 +51,8 @@ from surehand.requests import TaskRequest, parse_task_request, validate_tenant
 from surehand.store import counters, events, receipts, tasks
 
 log = logging.getLogger(__name__)
+
+_MAX_COLLISIONS = 3
 
 
 class _HoldLost(Exception):
@@ -156,24 +159,52 @@ class _Submission:
         self.pause = 0.005
 
     def run(self) -> WriteTaskResult:
+        collisions = 0
         while True:
-            reserved = self._reserve()
-            if reserved is not None:
-                crash_point("write_task.after_reserve")
-                return self._create(reserved)
-            outcome = self._converge()
-            if outcome is not None:
-                return outcome
+            found = self._reserve()
+            if found is None:
+                receipt = self._read()  # another caller reserved it just now
+            else:
+                receipt, reserved_here = found
+                if reserved_here:
+                    crash_point("write_task.after_reserve")
+                    return self._create(receipt)
+            # The submission has a receipt. Receipts are never deleted, so follow it until it
+            # answers; trying to reserve again on every poll would take a write transaction
+            # and the day's counter lock each time, stalling every other submission's reserve.
+            while receipt is not None:
+                outcome = self._converge(receipt)
+                if outcome is not None:
+                    return outcome
+                receipt = self._read()
+            # The reserve hit a unique key, yet this submission has no receipt: the number the
+            # counter handed out belongs to another receipt. Never spin on it.
+            collisions += 1
+            if collisions >= _MAX_COLLISIONS:
+                raise StoreError(
+                    "the TASK counter handed out a number that another submission already "
+                    "holds (was the database restored from an older backup?); nothing was "
+                    "written. Move the counters row past the highest task number and retry"
+                )
 
     # -- stage 1 ------------------------------------------------------------------------------
 
-    def _reserve(self) -> Receipt | None:
-        """Insert the reserved receipt; None if this submission already has one."""
+    def _reserve(self) -> tuple[Receipt, bool] | None:
+        """Insert the reserved receipt, or find the submission's receipt first.
+
+        Returns ``(receipt, True)`` if this call reserved it, ``(receipt, False)`` if it was
+        there already (a retry: no task number is allocated, no counter lock taken), and None
+        if a concurrent caller inserted it between our look and our insert.
+        """
         now = self.services.clock.now()
         try:
             with self.services.store.transaction() as connection:
+                existing = receipts.get(connection, self.tenant, self.submission_id)
+                if existing is not None:
+                    return existing, False
                 task_id = _new_task_id(connection, self.services)
                 path = task_path(Bucket.INBOX, task_id, self.fields.sender, self.fields.recipient)
+                held_until = now + self._hold()
                 receipts.insert_reserved(
                     connection,
                     tenant=self.tenant,
@@ -183,14 +214,29 @@ class _Submission:
                     task_id=task_id,
                     task_path=path,
                     holder=self.holder,
-                    held_until=now + self._hold(),
+                    held_until=held_until,
                     now=now,
                 )
-                return receipts.get(connection, self.tenant, self.submission_id)
         except DuplicateKey as error:
             if error.table != "receipts" and error.table != "unknown":
                 raise
             return None
+        reserved = Receipt(
+            tenant=self.tenant,
+            client_submission_id=self.submission_id,
+            digest_schema_version=DIGEST_SCHEMA_VERSION,
+            request_digest=self.digest,
+            task_id=task_id,
+            task_path=path,
+            state=ReceiptState.RESERVED,
+            holder=self.holder,
+            held_until=held_until,
+            document_digest=None,
+            result=None,
+            created_at=now,
+            updated_at=now,
+        )
+        return reserved, True
 
     def _hold(self) -> timedelta:
         return timedelta(seconds=self.services.settings.submission_hold_seconds)
@@ -232,9 +278,13 @@ class _Submission:
             ):
                 raise _HoldLost
             crash_point("write_task.before_commit")
-        stored = tasks.document(connection, receipt.task_id)
-        if stored is None or sha256_hex(stored) != document_digest:
-            raise _HoldLost  # the row changed under us; re-read and decide again
+        if not created:
+            # Adopting a TASK found in the store: confirm its document inside this
+            # transaction. (A TASK this transaction inserted was hashed from the very text
+            # it stored; reading back up to 1 MiB would confirm nothing more.)
+            stored = tasks.document(connection, receipt.task_id)
+            if stored is None or sha256_hex(stored) != document_digest:
+                raise _HoldLost  # the row changed under us; re-read and decide again
         result = self._result(receipt, Disposition.CREATED, ReceiptState.COMMITTED)
         moved = receipts.mark_committed(
             connection,
@@ -251,19 +301,19 @@ class _Submission:
 
     # -- an existing receipt ------------------------------------------------------------------
 
-    def _converge(self) -> WriteTaskResult | None:
-        """Decide on an existing receipt; None means "loop again" (it changed under us)."""
+    def _read(self) -> Receipt | None:
         with self.services.store.snapshot() as connection:
-            receipt = receipts.get(connection, self.tenant, self.submission_id)
-        if receipt is None:
-            return None
-        if receipt.held_until is not None and receipt.held_until > self.services.clock.now():
-            return self._wait_or_give_up(receipt)
+            return receipts.get(connection, self.tenant, self.submission_id)
+
+    def _converge(self, receipt: Receipt) -> WriteTaskResult | None:
+        """Decide on an existing receipt; None means "read it again" (it changed under us)."""
         mismatch = self._mismatch(receipt)
         if mismatch is not None:
             return mismatch
         if receipt.state is ReceiptState.COMMITTED:
             return self._replay(receipt)
+        if receipt.held_until is not None and receipt.held_until > self.services.clock.now():
+            return self._wait_or_give_up(receipt)
         return self._recover(receipt)
 
     def _mismatch(self, receipt: Receipt) -> WriteTaskResult | None:
@@ -311,7 +361,15 @@ class _Submission:
         return None
 
     def _recover(self, receipt: Receipt) -> WriteTaskResult | None:
-        """Take over a receipt whose holder is gone and resume it under its identity."""
+        """Take over a receipt whose holder is gone and resume it under its identity.
+
+        A recovery fact that forbids going on (task missing, another identity at the target)
+        is answered before taking the receipt over, so that such a conflict writes nothing:
+        the receipt keeps its holder and its age, and diagnostics keep calling it stalled.
+        """
+        refusal = self._refusal(receipt, *self._target(receipt))
+        if refusal is not None:
+            return self._conflict(receipt, *refusal)
         now = self.services.clock.now()
         with self.services.store.transaction() as connection:
             if not receipts.take_over(
@@ -322,19 +380,38 @@ class _Submission:
 
     def _resume(self, receipt: Receipt) -> WriteTaskResult | None:
         """Holding the receipt, apply the recovery rule for its stage and the TASK's state."""
+        task, document = self._target(receipt)
+        refusal = self._refusal(receipt, task, document)
+        if refusal is not None:
+            return self._refuse(receipt, *refusal)
+        if task is None:
+            return self._create(receipt)  # reserved, task absent: continue with its identity
+        return self._adopt(receipt, task.document_digest)
+
+    def _target(self, receipt: Receipt) -> tuple[Task | None, str | None]:
+        """The TASK at the receipt's preallocated id, and its stored document."""
         with self.services.store.snapshot() as connection:
             task = tasks.get(connection, receipt.task_id)
+            document = tasks.document(connection, receipt.task_id) if task else None
+        return task, document
+
+    def _refusal(
+        self, receipt: Receipt, task: Task | None, document: str | None
+    ) -> tuple[ConflictCode, str] | None:
+        """The recovery rule of DESIGN.md section 3 that forbids going on, if any."""
         if task is None:
-            return self._create(receipt)  # task absent: continue with the same identity
-        if task is None:
-            return self._refuse(receipt, ConflictCode.TASK_MISSING, _missing(receipt))
+            if receipt.state is ReceiptState.RESERVED:
+                return None  # task absent: continue with the same identity
+            return ConflictCode.TASK_MISSING, _missing(receipt)
         if not self._matches(task.tenant, task.client_submission_id, task.request_digest):
-            return self._refuse(receipt, ConflictCode.TARGET_MISMATCH, _foreign(receipt))
+            return ConflictCode.TARGET_MISMATCH, _foreign(receipt)
+        if document is None or sha256_hex(document) != task.document_digest:
+            return ConflictCode.TARGET_MISMATCH, _foreign(receipt)  # content changed
         if receipt.state is ReceiptState.TASK_CREATED and (
             receipt.document_digest != task.document_digest
         ):
-            return self._refuse(receipt, ConflictCode.TARGET_MISMATCH, _foreign(receipt))
-        return self._adopt(receipt, task.document_digest)
+            return ConflictCode.TARGET_MISMATCH, _foreign(receipt)
+        return None
 
     def _matches(self, tenant: str, submission_id: str | None, digest: str) -> bool:
         return (tenant, submission_id, digest) == (self.tenant, self.submission_id, self.digest)

@@ -1,0 +1,109 @@
+"""Bad input to write_task: a typed ValidationFailed naming the field, and nothing written.
+
+Every case runs on each store backend and checks that no TASK, no receipt and no task number
+came out of the refused call; the good edges (a 255-character id, a body of exactly 1 MiB)
+are accepted.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from surehand.dispatcher.context import Services
+from surehand.dispatcher.submissions import write_task
+from surehand.errors import ValidationFailed
+from surehand.model import Disposition
+from tests.submission_helpers import TENANT, counter_rows, counts, request
+
+MIB = 1024 * 1024
+
+BAD: list[tuple[str, dict[str, Any], str]] = [
+    ("id of 256 characters", request(client_submission_id="a" * 256), "client_submission_id"),
+    ("empty id", request(client_submission_id=""), "client_submission_id"),
+    ("id with a space", request(client_submission_id="sub 1"), "client_submission_id"),
+    ("id with a slash", request(client_submission_id="sub/1"), "client_submission_id"),
+    ("id with unicode", request(client_submission_id="sub-é"), "client_submission_id"),
+    ("id with a trailing newline", request(client_submission_id="sub-1\n"), "client_submission_id"),
+    ("id that is not a string", request(client_submission_id=42), "client_submission_id"),
+    ("body over 1 MiB in UTF-8", request(body="é" * (MIB // 2 + 1)), "body"),
+    ("body over 1 MiB of ASCII", request(body="a" * (MIB + 1)), "body"),
+    ("subject of 513 characters", request(subject="s" * 513), "subject"),
+    ("blank subject", request(subject=" \t\n "), "subject"),
+    ("empty subject", request(subject=""), "subject"),
+    ("missing subject", {"sender": "PM", "recipient": "DEV"}, "subject"),
+    ("priority P7", request(priority="P7"), "priority"),
+    ("sender with a space", request(sender="dev team"), "sender"),
+    ("lowercase sender", request(sender="dev"), "sender"),
+    ("sender with a trailing newline", request(sender="DEV\n"), "sender"),
+    ("reserved sender SYSTEM", request(sender="SYSTEM"), "sender"),
+    ("lowercase recipient", request(recipient="qa"), "recipient"),
+    ("lone surrogate in the body", request(body="ok \ud800"), "body"),
+    ("lone surrogate in the subject", request(subject="Fix \udfff login"), "subject"),
+    ("NUL in the body", request(body="a\x00b"), "body"),
+    ("257 references", request(references=[f"r{i}" for i in range(257)]), "references"),
+    ("depends_on item not a task id", request(depends_on=["fix-login"]), "depends_on"),
+    ("depends_on item with a newline", request(depends_on=["TASK-20261130-001\n"]), "depends_on"),
+    (
+        "depends_on item with non-ASCII digits",
+        request(depends_on=["TASK-\uff12\uff10\uff12\uff16\uff11\uff11\uff13\uff10-001"]),
+        "depends_on",
+    ),
+    ("parent not a task id", request(parent="TASK-1"), "parent"),
+    ("unknown risk level", request(risk_level="extreme"), "risk_level"),
+    ("unknown extra field", request(assignee="DEV"), "assignee"),
+]
+
+
+@pytest.mark.parametrize(
+    ("data", "field"), [pytest.param(data, field, id=name) for name, data, field in BAD]
+)
+def test_a_bad_request_is_refused_naming_the_field_and_writes_nothing(
+    services: Services, data: dict[str, Any], field: str
+) -> None:
+    with pytest.raises(ValidationFailed) as refused:
+        write_task(services, data, tenant=TENANT)
+    assert refused.value.field == field
+    assert refused.value.code == "invalid_request"
+    assert str(refused.value).startswith(f"{field}: ")
+    assert counts(services.store) == (0, 0)
+    assert counter_rows(services.store) == []
+
+
+@pytest.mark.parametrize("tenant", ["", "a b", "acme/eu", "é", "t" * 256, "acme\n"])
+def test_an_invalid_tenant_is_refused_and_writes_nothing(services: Services, tenant: str) -> None:
+    with pytest.raises(ValidationFailed) as refused:
+        write_task(services, request(client_submission_id="sub-1"), tenant=tenant)
+    assert refused.value.field == "tenant"
+    assert counts(services.store) == (0, 0)
+
+
+def test_an_id_of_exactly_255_allowed_characters_is_accepted(services: Services) -> None:
+    submission_id = ("Az09._:-" * 32)[:255]
+    result = write_task(services, request(client_submission_id=submission_id), tenant=TENANT)
+    assert result.disposition is Disposition.CREATED
+    assert result.client_submission_id == submission_id
+    again = write_task(services, request(client_submission_id=submission_id), tenant=TENANT)
+    assert again.disposition is Disposition.REUSED
+    assert counts(services.store) == (1, 1)
+
+
+@pytest.mark.parametrize("body", ["a" * MIB, "é" * (MIB // 2)], ids=["ascii", "two-byte"])
+def test_a_body_of_exactly_1_mib_is_accepted(services: Services, body: str) -> None:
+    result = write_task(services, request(body=body, client_submission_id="big"), tenant=TENANT)
+    assert result.disposition is Disposition.CREATED
+    assert counts(services.store) == (1, 1)
+
+
+def test_a_subject_of_exactly_512_characters_is_accepted(services: Services) -> None:
+    result = write_task(services, request(subject="s" * 512), tenant=TENANT)
+    assert result.disposition is Disposition.CREATED
+    assert counts(services.store) == (1, 0)
+
+
+def test_256_references_are_accepted(services: Services) -> None:
+    references = [f"r{i}" for i in range(256)]
+    result = write_task(services, request(references=references), tenant=TENANT)
+    assert result.disposition is Disposition.CREATED
+    assert counts(services.store) == (1, 0)

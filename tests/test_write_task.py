@@ -1,0 +1,644 @@
+"""write_task on each store backend: reuse after a lost response, typed conflicts that change
+nothing, tenant scoping, the legacy path, task numbers, and recovery from every receipt stage.
+
+The recovery tests seed the receipts and tasks tables directly, the way Stripe-style recovery
+points are tested ("continues from <stage>"): a receipt left by a caller that died, its hold
+expired per the injected clock, and a retry that must continue under the original identity.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from surehand.config import Settings
+from surehand.dispatcher import diagnostics
+from surehand.dispatcher.context import Services
+from surehand.dispatcher.submissions import write_task
+from surehand.errors import StoreError
+from surehand.model import (
+    Bucket,
+    ConflictCode,
+    Disposition,
+    Receipt,
+    ReceiptState,
+    WriteTaskResult,
+)
+from surehand.store import receipts, tasks
+from surehand.testing import ManualClock
+from tests.submission_helpers import (
+    TENANT,
+    counter_rows,
+    counts,
+    digest_of,
+    move_bucket,
+    receipt_row,
+    request,
+    seed_counter,
+    seed_receipt,
+    seed_task,
+    task_ids,
+)
+
+SID = "sub-1"
+ORIGINAL = request(client_submission_id=SID)
+CHANGED = request(client_submission_id=SID, subject="Fix logout")
+DAY = "20261130"  # the ManualClock's default start is 2026-11-30 09:00 UTC
+PREALLOCATED = f"TASK-{DAY}-001"
+
+
+def submit(services: Services, data: dict[str, object], tenant: str = TENANT) -> WriteTaskResult:
+    return write_task(services, data, tenant=tenant)
+
+
+def with_settings(services: Services, *, submission_wait_seconds: float) -> Services:
+    settings = Settings(
+        submission_wait_seconds=submission_wait_seconds, submission_hold_seconds=30.0
+    )
+    return dataclasses.replace(services, settings=settings)
+
+
+def stored_receipt(services: Services, submission_id: str = SID) -> Receipt:
+    with services.store.snapshot() as connection:
+        receipt = receipts.get(connection, TENANT, submission_id)
+    assert receipt is not None
+    return receipt
+
+
+def receipt_state(services: Services, submission_id: str = SID) -> str:
+    return stored_receipt(services, submission_id).state.value
+
+
+def assert_conflict(result: WriteTaskResult, code: ConflictCode) -> None:
+    assert result.disposition is Disposition.CONFLICT
+    assert result.action_taken is False
+    assert result.conflict is not None
+    assert result.conflict.code is code
+    assert result.conflict.message
+
+
+# -- retries ----------------------------------------------------------------------------------
+
+
+def test_a_retry_after_a_lost_response_reuses_the_first_result(services: Services) -> None:
+    first = submit(services, ORIGINAL)  # committed, but say the response never arrived
+    assert first.disposition is Disposition.CREATED
+    assert first.action_taken is True
+    assert first.receipt_state is ReceiptState.COMMITTED
+    assert first.idempotent is True
+    assert first.task_id == PREALLOCATED
+
+    retry = submit(services, ORIGINAL)
+
+    assert retry.disposition is Disposition.REUSED
+    assert retry.action_taken is False
+    assert (retry.task_id, retry.task_path) == (first.task_id, first.task_path)
+    assert retry.request_digest == first.request_digest == digest_of(ORIGINAL)
+    assert retry.digest_schema_version == "write-task-v1"
+    assert retry.receipt_state is ReceiptState.COMMITTED
+    assert retry.conflict is None
+    assert counts(services.store) == (1, 1)
+
+
+def test_a_retry_returns_the_first_result_even_after_the_task_moved_bucket(
+    services: Services, clock: ManualClock
+) -> None:
+    first = submit(services, ORIGINAL)
+    assert first.task_id is not None
+    move_bucket(services.store, first.task_id, Bucket.ACTIVE, clock.now())
+
+    retry = submit(services, ORIGINAL)
+
+    assert retry.disposition is Disposition.REUSED
+    assert retry.task_id == first.task_id
+    assert retry.task_path == first.task_path
+    assert retry.task_path is not None
+    assert "/inbox/" in retry.task_path
+    assert counts(services.store) == (1, 1)
+
+
+def test_the_same_id_with_a_different_request_is_a_digest_mismatch_that_changes_nothing(
+    services: Services,
+) -> None:
+    first = submit(services, ORIGINAL)
+    receipt_before = receipt_row(services.store, TENANT, SID)
+    counters_before = counter_rows(services.store)
+
+    conflict = submit(services, CHANGED)
+
+    assert_conflict(conflict, ConflictCode.DIGEST_MISMATCH)
+    assert conflict.request_digest == digest_of(CHANGED) != first.request_digest
+    assert counts(services.store) == (1, 1)
+    assert receipt_row(services.store, TENANT, SID) == receipt_before
+    assert counter_rows(services.store) == counters_before
+
+    again = submit(services, ORIGINAL)
+    assert again.disposition is Disposition.REUSED
+    assert again.task_id == first.task_id
+    assert counts(services.store) == (1, 1)
+
+
+def test_a_receipt_from_another_digest_schema_is_a_schema_mismatch(
+    services: Services, clock: ManualClock
+) -> None:
+    seed_counter(services.store, DAY, 1)
+    seed_task(
+        services.store, task_id=PREALLOCATED, data=ORIGINAL, submission_id=SID, now=clock.now()
+    )
+    seed_receipt(
+        services.store,
+        submission_id=SID,
+        data=ORIGINAL,
+        task_id=PREALLOCATED,
+        state=ReceiptState.COMMITTED,
+        created_at=clock.now(),
+        schema_version="write-task-v0",
+    )
+    receipt_before = receipt_row(services.store, TENANT, SID)
+
+    result = submit(services, ORIGINAL)
+
+    assert_conflict(result, ConflictCode.SCHEMA_MISMATCH)
+    assert counts(services.store) == (1, 1)
+    assert receipt_row(services.store, TENANT, SID) == receipt_before
+
+
+@pytest.mark.parametrize("hold", ["live", "expired"])
+def test_a_different_request_is_a_digest_mismatch_before_any_in_progress_check(
+    services: Services, clock: ManualClock, hold: str
+) -> None:
+    # The receipt is reserved (not committed) and, for "live", still held by another caller:
+    # the mismatch must be answered at once, not after waiting, and must not take it over.
+    seed_counter(services.store, DAY, 1)
+    offset = timedelta(seconds=30 if hold == "live" else -30)
+    seed_receipt(
+        services.store,
+        submission_id=SID,
+        data=ORIGINAL,
+        task_id=PREALLOCATED,
+        state=ReceiptState.RESERVED,
+        created_at=clock.now() - timedelta(seconds=60),
+        holder="other-caller",
+        held_until=clock.now() + offset,
+    )
+    receipt_before = receipt_row(services.store, TENANT, SID)
+    slow_to_give_up = with_settings(services, submission_wait_seconds=60.0)
+
+    result = submit(slow_to_give_up, CHANGED)
+
+    assert_conflict(result, ConflictCode.DIGEST_MISMATCH)
+    assert result.receipt_state is ReceiptState.RESERVED
+    assert counts(services.store) == (0, 1)
+    assert receipt_row(services.store, TENANT, SID) == receipt_before
+
+
+def test_a_live_holder_makes_the_same_request_wait_then_answers_in_progress(
+    services: Services, clock: ManualClock
+) -> None:
+    seed_counter(services.store, DAY, 1)
+    seed_receipt(
+        services.store,
+        submission_id=SID,
+        data=ORIGINAL,
+        task_id=PREALLOCATED,
+        state=ReceiptState.RESERVED,
+        created_at=clock.now(),
+        holder="live-holder",
+        held_until=clock.now() + timedelta(seconds=30),
+    )
+    receipt_before = receipt_row(services.store, TENANT, SID)
+    impatient = with_settings(services, submission_wait_seconds=0.2)
+
+    result = submit(impatient, ORIGINAL)
+
+    assert_conflict(result, ConflictCode.IN_PROGRESS)
+    assert result.task_id == PREALLOCATED
+    assert counts(services.store) == (0, 1)
+    assert receipt_row(services.store, TENANT, SID) == receipt_before
+
+    # Once the holder's time has run out, the same retry recovers the reservation.
+    clock.advance(31)
+    recovered = submit(impatient, ORIGINAL)
+    assert recovered.disposition is Disposition.CREATED
+    assert recovered.task_id == PREALLOCATED
+    assert counts(services.store) == (1, 1)
+
+
+# -- tenants and the legacy path --------------------------------------------------------------
+
+
+def test_submission_ids_are_scoped_per_tenant(services: Services) -> None:
+    acme = submit(services, ORIGINAL, tenant="acme")
+    globex = submit(services, ORIGINAL, tenant="globex")
+    # Another tenant may even use the id for another request: no conflict leaks across.
+    initech = submit(services, CHANGED, tenant="initech")
+
+    assert [r.disposition for r in (acme, globex, initech)] == [Disposition.CREATED] * 3
+    assert len({acme.task_id, globex.task_id, initech.task_id}) == 3
+    assert counts(services.store) == (3, 3)
+
+    assert submit(services, ORIGINAL, tenant="acme").task_id == acme.task_id
+    assert submit(services, ORIGINAL, tenant="globex").task_id == globex.task_id
+    assert submit(services, CHANGED, tenant="initech").task_id == initech.task_id
+    assert counts(services.store) == (3, 3)
+    with services.store.snapshot() as connection:
+        assert tasks.count(connection, tenant="acme") == 1
+        assert tasks.count(connection, tenant="globex") == 1
+
+
+def test_a_call_without_an_id_takes_the_legacy_path_with_no_retry_guarantee(
+    services: Services,
+) -> None:
+    first = submit(services, request())
+    second = submit(services, request())
+
+    for result in (first, second):
+        assert result.disposition is Disposition.CREATED
+        assert result.action_taken is True
+        assert result.idempotent is False
+        assert result.receipt_state is None
+        assert result.client_submission_id is None
+        assert result.request_digest == digest_of(request())
+    assert first.task_id != second.task_id
+    assert counts(services.store) == (2, 0)
+    assert first.to_dict()["idempotent"] is False
+
+
+# -- task numbers -----------------------------------------------------------------------------
+
+
+def test_task_numbers_follow_the_utc_date_of_the_clock_and_restart_each_day(
+    services: Services, clock: ManualClock
+) -> None:
+    clock.set(datetime(2026, 11, 30, 23, 59, 59, 900_000, tzinfo=UTC))
+    before_midnight = [submit(services, request(client_submission_id=f"s{i}")) for i in (1, 2)]
+    clock.advance(0.2)  # 2026-12-01 00:00:00.1 UTC
+    after_midnight = submit(services, request(client_submission_id="s3"))
+    legacy = submit(services, request())
+    clock.set(datetime(2026, 11, 30, 23, 59, 59, 950_000, tzinfo=UTC))  # the clock steps back
+    late = submit(services, request(client_submission_id="s4"))
+
+    assert [r.task_id for r in before_midnight] == ["TASK-20261130-001", "TASK-20261130-002"]
+    assert after_midnight.task_id == "TASK-20261201-001"
+    assert legacy.task_id == "TASK-20261201-002"
+    assert late.task_id == "TASK-20261130-003"  # the day's counter continues, never reused
+    assert len(set(task_ids(services.store))) == 5
+    assert counts(services.store) == (5, 4)
+    assert counter_rows(services.store) == [("TASK", "20261130", 3), ("TASK", "20261201", 2)]
+
+
+def test_task_numbers_are_padded_to_three_digits_and_grow_past_999(services: Services) -> None:
+    first = submit(services, request(client_submission_id="n1"))
+    seed_counter(services.store, DAY, 998)
+    nine_nine_nine = submit(services, request(client_submission_id="n999"))
+    thousandth = submit(services, request(client_submission_id="n1000"))
+
+    assert first.task_id == f"TASK-{DAY}-001"
+    assert nine_nine_nine.task_id == f"TASK-{DAY}-999"
+    assert thousandth.task_id == f"TASK-{DAY}-1000"
+    assert thousandth.task_path == f"fcop/_lifecycle/inbox/TASK-{DAY}-1000-PM-to-DEV.md"
+    # The 4-digit id is still a valid reference for later requests.
+    child = submit(services, request(depends_on=[f"TASK-{DAY}-1000"], parent=f"TASK-{DAY}-999"))
+    assert child.task_id == f"TASK-{DAY}-1001"
+    assert counts(services.store) == (4, 3)
+
+
+def test_a_conflict_or_a_reuse_consumes_no_task_number(services: Services) -> None:
+    first = submit(services, ORIGINAL)
+    assert submit(services, CHANGED).disposition is Disposition.CONFLICT
+    assert submit(services, ORIGINAL).disposition is Disposition.REUSED
+    second = submit(services, request(client_submission_id="sub-2"))
+
+    assert (first.task_id, second.task_id) == (f"TASK-{DAY}-001", f"TASK-{DAY}-002")
+    assert counter_rows(services.store) == [("TASK", DAY, 2)]
+    assert counts(services.store) == (2, 2)
+
+
+# -- recovery from each receipt stage (seeded) ------------------------------------------------
+
+
+def seed_abandoned(
+    services: Services,
+    state: ReceiptState,
+    *,
+    document_digest: str | None = None,
+    data: dict[str, object] | None = None,
+) -> dict[str, object]:
+    """A receipt left by a caller that died a minute ago; its hold ran out 30 s ago. The
+    counter is where the dead caller's reserve left it."""
+    now = services.clock.now()
+    seed_counter(services.store, DAY, 1)
+    return seed_receipt(
+        services.store,
+        submission_id=SID,
+        data=data or ORIGINAL,
+        task_id=PREALLOCATED,
+        state=state,
+        created_at=now - timedelta(seconds=60),
+        holder="dead-caller",
+        held_until=now - timedelta(seconds=30),
+        document_digest=document_digest,
+    )
+
+
+def task_row_document(services: Services, task_id: str) -> str | None:
+    with services.store.snapshot() as connection:
+        return tasks.document(connection, task_id)
+
+
+def test_a_retry_continues_from_reserved_by_creating_the_absent_task_under_its_identity(
+    services: Services,
+) -> None:
+    first = seed_abandoned(services, ReceiptState.RESERVED)
+    counters_before = counter_rows(services.store)
+
+    result = submit(services, ORIGINAL)
+
+    assert result.disposition is Disposition.CREATED
+    assert result.action_taken is True
+    assert (result.task_id, result.task_path) == (PREALLOCATED, first["task_path"])
+    assert result.receipt_state is ReceiptState.COMMITTED
+    assert counter_rows(services.store) == counters_before  # no new number allocated
+    assert counts(services.store) == (1, 1)
+    assert receipt_state(services) == "committed"
+    with services.store.snapshot() as connection:
+        task = tasks.get(connection, PREALLOCATED)
+    assert task is not None
+    assert (task.tenant, task.client_submission_id) == (TENANT, SID)
+    assert task.request_digest == digest_of(ORIGINAL)
+
+    again = submit(services, ORIGINAL)
+    assert again.disposition is Disposition.REUSED
+    assert again.task_id == PREALLOCATED
+
+
+def test_a_retry_continues_from_reserved_by_adopting_the_matching_task(
+    services: Services, clock: ManualClock
+) -> None:
+    document_digest = seed_task(
+        services.store,
+        task_id=PREALLOCATED,
+        data=ORIGINAL,
+        submission_id=SID,
+        now=clock.now() - timedelta(seconds=59),
+    )
+    first = seed_abandoned(services, ReceiptState.RESERVED)
+    document_before = task_row_document(services, PREALLOCATED)
+    counters_before = counter_rows(services.store)
+
+    result = submit(services, ORIGINAL)
+
+    assert result.disposition is Disposition.REUSED
+    assert result.action_taken is False
+    assert (result.task_id, result.task_path) == (PREALLOCATED, first["task_path"])
+    assert counts(services.store) == (1, 1)
+    assert counter_rows(services.store) == counters_before
+    assert task_row_document(services, PREALLOCATED) == document_before
+    receipt = stored_receipt(services)
+    assert receipt.state is ReceiptState.COMMITTED
+    assert receipt.document_digest == document_digest
+    assert receipt.holder is None
+
+
+@pytest.mark.parametrize("state", [ReceiptState.RESERVED, ReceiptState.TASK_CREATED])
+@pytest.mark.parametrize("other", ["legacy task", "other submission", "other tenant"])
+def test_a_retry_refuses_a_preallocated_task_that_holds_another_identity(
+    services: Services, clock: ManualClock, state: ReceiptState, other: str
+) -> None:
+    data, submission_id, tenant = {
+        "legacy task": (request(subject="Unrelated"), None, TENANT),
+        "other submission": (ORIGINAL, "sub-other", TENANT),
+        "other tenant": (ORIGINAL, SID, "globex"),
+    }[other]
+    document_digest = seed_task(
+        services.store,
+        task_id=PREALLOCATED,
+        data=data,
+        submission_id=submission_id,
+        tenant=tenant,
+        now=clock.now(),
+    )
+    seed_abandoned(services, state, document_digest=document_digest)
+    document_before = task_row_document(services, PREALLOCATED)
+    receipt_before = receipt_row(services.store, TENANT, SID)
+
+    result = submit(services, ORIGINAL)
+
+    assert_conflict(result, ConflictCode.TARGET_MISMATCH)
+    assert result.task_id == PREALLOCATED
+    assert counts(services.store) == (1, 1)
+    assert task_row_document(services, PREALLOCATED) == document_before  # nothing overwritten
+    assert receipt_row(services.store, TENANT, SID) == receipt_before  # nor the receipt
+    assert_conflict(submit(services, ORIGINAL), ConflictCode.TARGET_MISMATCH)  # and it stays so
+    assert counts(services.store) == (1, 1)
+
+
+@pytest.mark.parametrize("state", [ReceiptState.RESERVED, ReceiptState.TASK_CREATED])
+def test_a_retry_refuses_a_preallocated_task_whose_document_was_edited(
+    services: Services, clock: ManualClock, state: ReceiptState
+) -> None:
+    document_digest = seed_task(
+        services.store,
+        task_id=PREALLOCATED,
+        data=ORIGINAL,
+        submission_id=SID,
+        now=clock.now(),
+        tampered=True,
+    )
+    seed_abandoned(services, state, document_digest=document_digest)
+    receipt_before = receipt_row(services.store, TENANT, SID)
+
+    result = submit(with_settings(services, submission_wait_seconds=1.0), ORIGINAL)
+
+    assert_conflict(result, ConflictCode.TARGET_MISMATCH)
+    assert counts(services.store) == (1, 1)
+    assert receipt_row(services.store, TENANT, SID) == receipt_before
+
+
+def test_a_retry_continues_from_task_created_by_finishing_the_commit(
+    services: Services, clock: ManualClock
+) -> None:
+    document_digest = seed_task(
+        services.store, task_id=PREALLOCATED, data=ORIGINAL, submission_id=SID, now=clock.now()
+    )
+    first = seed_abandoned(services, ReceiptState.TASK_CREATED, document_digest=document_digest)
+
+    result = submit(services, ORIGINAL)
+
+    assert result.disposition is Disposition.REUSED
+    assert result.action_taken is False
+    assert (result.task_id, result.task_path) == (PREALLOCATED, first["task_path"])
+    assert result.receipt_state is ReceiptState.COMMITTED
+    assert counts(services.store) == (1, 1)
+    assert receipt_state(services) == "committed"
+    assert submit(services, ORIGINAL).task_id == PREALLOCATED
+
+
+def test_a_retry_from_task_created_reports_a_missing_task_and_never_recreates_it(
+    services: Services,
+) -> None:
+    seed_abandoned(services, ReceiptState.TASK_CREATED, document_digest="ab" * 32)
+    counters_before = counter_rows(services.store)
+    receipt_before = receipt_row(services.store, TENANT, SID)
+
+    result = submit(services, ORIGINAL)
+
+    assert_conflict(result, ConflictCode.TASK_MISSING)
+    assert result.task_id == PREALLOCATED
+    assert result.receipt_state is ReceiptState.TASK_CREATED
+    assert counts(services.store) == (0, 1)
+    assert counter_rows(services.store) == counters_before
+    assert receipt_row(services.store, TENANT, SID) == receipt_before
+    assert_conflict(submit(services, ORIGINAL), ConflictCode.TASK_MISSING)
+    assert counts(services.store) == (0, 1)
+
+
+def test_a_retry_from_task_created_refuses_a_task_whose_document_differs(
+    services: Services, clock: ManualClock
+) -> None:
+    seed_task(
+        services.store, task_id=PREALLOCATED, data=ORIGINAL, submission_id=SID, now=clock.now()
+    )
+    seed_abandoned(services, ReceiptState.TASK_CREATED, document_digest="0" * 64)
+    document_before = task_row_document(services, PREALLOCATED)
+    receipt_before = receipt_row(services.store, TENANT, SID)
+
+    result = submit(services, ORIGINAL)
+
+    assert_conflict(result, ConflictCode.TARGET_MISMATCH)
+    assert counts(services.store) == (1, 1)
+    assert task_row_document(services, PREALLOCATED) == document_before
+    assert receipt_row(services.store, TENANT, SID) == receipt_before
+
+
+@pytest.mark.parametrize("state", [ReceiptState.RESERVED, ReceiptState.TASK_CREATED])
+def test_a_receipt_with_a_live_hold_is_not_taken_over(
+    services: Services, clock: ManualClock, state: ReceiptState
+) -> None:
+    document_digest = None
+    if state is ReceiptState.TASK_CREATED:
+        document_digest = seed_task(
+            services.store, task_id=PREALLOCATED, data=ORIGINAL, submission_id=SID, now=clock.now()
+        )
+    seed_counter(services.store, DAY, 1)
+    seed_receipt(
+        services.store,
+        submission_id=SID,
+        data=ORIGINAL,
+        task_id=PREALLOCATED,
+        state=state,
+        created_at=clock.now() - timedelta(seconds=5),
+        holder="live-holder",
+        held_until=clock.now() + timedelta(seconds=25),
+        document_digest=document_digest,
+    )
+    receipt_before = receipt_row(services.store, TENANT, SID)
+    tasks_before = counts(services.store).tasks
+
+    result = submit(with_settings(services, submission_wait_seconds=0.1), ORIGINAL)
+
+    assert_conflict(result, ConflictCode.IN_PROGRESS)
+    assert receipt_row(services.store, TENANT, SID) == receipt_before
+    assert counts(services.store) == (tasks_before, 1)
+
+
+# -- diagnostics ------------------------------------------------------------------------------
+
+
+def test_diagnostics_report_a_stalled_reservation_and_never_change_it(
+    services: Services, clock: ManualClock
+) -> None:
+    seed_counter(services.store, DAY, 1)
+    seed_receipt(
+        services.store,
+        submission_id=SID,
+        data=ORIGINAL,
+        task_id=PREALLOCATED,
+        state=ReceiptState.RESERVED,
+        created_at=clock.now() - timedelta(hours=1),
+        holder="dead-caller",
+        held_until=clock.now() - timedelta(minutes=59),
+    )
+    receipt_before = receipt_row(services.store, TENANT, SID)
+
+    for _ in range(25):
+        diagnosis = diagnostics.diagnose_submission(services, TENANT, SID)
+        stalled = diagnostics.stalled_submissions(services)
+        assert diagnostics.count_stalled(services) == 1
+
+    assert diagnosis.state is ReceiptState.RESERVED
+    assert diagnosis.task_id == PREALLOCATED
+    assert diagnosis.target_exists is False
+    assert diagnosis.digests_match is None
+    assert diagnosis.stalled is True
+    assert diagnosis.held_by_live_caller is False
+    assert diagnosis.age_seconds == 3600.0
+    assert stalled == [diagnosis]
+    assert receipt_row(services.store, TENANT, SID) == receipt_before
+    assert counts(services.store) == (0, 1)
+    assert counter_rows(services.store) == [("TASK", DAY, 1)]
+
+
+def test_retrying_a_stuck_submission_keeps_it_stalled_in_diagnostics(
+    services: Services, clock: ManualClock
+) -> None:
+    # A client that keeps retrying a task_missing submission must not hide it from operators.
+    seed_counter(services.store, DAY, 1)
+    seed_receipt(
+        services.store,
+        submission_id=SID,
+        data=ORIGINAL,
+        task_id=PREALLOCATED,
+        state=ReceiptState.TASK_CREATED,
+        created_at=clock.now() - timedelta(hours=1),
+        document_digest="ab" * 32,
+    )
+    for _ in range(3):
+        assert_conflict(submit(services, ORIGINAL), ConflictCode.TASK_MISSING)
+        clock.advance(60)
+
+    (diagnosis,) = diagnostics.stalled_submissions(services)
+    assert diagnosis.client_submission_id == SID
+    assert diagnosis.state is ReceiptState.TASK_CREATED
+    assert diagnosis.target_exists is False
+    assert diagnosis.age_seconds == 3600.0 + 180.0
+    assert counts(services.store) == (0, 1)
+
+
+def test_a_counter_behind_the_data_is_a_typed_error_not_a_spin(
+    services: Services, clock: ManualClock
+) -> None:
+    # Another submission holds TASK-...-001 but the counter was never advanced (say, restored
+    # from an older backup): the reserve keeps colliding on the task number.
+    seed_receipt(
+        services.store,
+        submission_id="older",
+        data=ORIGINAL,
+        task_id=PREALLOCATED,
+        state=ReceiptState.COMMITTED,
+        created_at=clock.now(),
+    )
+
+    with pytest.raises(StoreError, match="counter"):
+        submit(services, request(client_submission_id="newer"))
+
+    assert counts(services.store) == (0, 1)
+    assert counter_rows(services.store) == []
+
+
+def test_diagnostics_of_a_committed_submission_show_a_healthy_receipt(
+    services: Services, clock: ManualClock
+) -> None:
+    first = submit(services, ORIGINAL)
+    clock.advance(3600)
+
+    diagnosis = diagnostics.diagnose_submission(services, TENANT, SID)
+
+    assert diagnosis.state is ReceiptState.COMMITTED
+    assert diagnosis.task_id == first.task_id
+    assert (diagnosis.target_exists, diagnosis.digests_match) == (True, True)
+    assert diagnosis.stalled is False
+    assert diagnostics.stalled_submissions(services) == []
+    assert counts(services.store) == (1, 1)

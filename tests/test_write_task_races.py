@@ -1,0 +1,133 @@
+"""Concurrent write_task callers with one submission id converge on one TASK.
+
+Threads are lined up behind a barrier; separate OS processes behind a start signal on stdin
+(each connected and ready first). Every run must end with exactly one ``created``, the rest
+``reused`` with the same task_id, one TASK and one receipt, on SQLite and on Postgres. The
+waiting limit is generous here so that a slow machine cannot turn a wait into ``in_progress``;
+``in_progress`` itself is tested in test_write_task.py.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import pytest
+
+from surehand.config import Settings
+from surehand.dispatcher.context import Services
+from surehand.dispatcher.submissions import write_task
+from surehand.model import ConflictCode, Disposition, WriteTaskResult
+from surehand.store import Store
+from tests.submission_helpers import (
+    TENANT,
+    child_result,
+    counts,
+    request,
+    run_child,
+    run_children_at_once,
+)
+
+SID = "race-1"
+ORIGINAL = request(client_submission_id=SID)
+OTHER = request(client_submission_id=SID, subject="Deploy staging", recipient="OPS")
+
+
+@pytest.fixture
+def patient(services: Services) -> Services:
+    settings = Settings(submission_wait_seconds=60.0, submission_hold_seconds=60.0)
+    return dataclasses.replace(services, settings=settings)
+
+
+def call_at_once(services: Services, requests: list[dict[str, Any]]) -> list[WriteTaskResult]:
+    """One thread per request, released together by a barrier."""
+    barrier = threading.Barrier(len(requests))
+
+    def call(data: dict[str, Any]) -> WriteTaskResult:
+        barrier.wait()
+        return write_task(services, data, tenant=TENANT)
+
+    with ThreadPoolExecutor(max_workers=len(requests)) as pool:
+        return list(pool.map(call, requests))
+
+
+def tally(dispositions: list[str]) -> dict[str, int]:
+    return dict(Counter(dispositions))
+
+
+@pytest.mark.parametrize("callers", [8, 64])
+def test_concurrent_threads_with_one_id_and_one_request_create_one_task(
+    patient: Services, callers: int
+) -> None:
+    results = call_at_once(patient, [ORIGINAL] * callers)
+
+    assert tally([r.disposition.value for r in results]) == {"created": 1, "reused": callers - 1}
+    assert len({r.task_id for r in results}) == 1
+    assert len({r.task_path for r in results}) == 1
+    assert sum(r.action_taken for r in results) == 1
+    assert counts(patient.store) == (1, 1)
+
+
+def test_concurrent_threads_with_one_id_and_two_requests_create_one_task(
+    patient: Services,
+) -> None:
+    requests = [ORIGINAL, OTHER] * 4
+
+    results = call_at_once(patient, requests)
+
+    created = [r for r in results if r.disposition is Disposition.CREATED]
+    assert len(created) == 1
+    winner = created[0]
+    for data, result in zip(requests, results, strict=True):
+        assert result.task_id == winner.task_id
+        if result is winner:
+            continue
+        if result.request_digest == winner.request_digest:
+            assert result.disposition is Disposition.REUSED, data
+        else:
+            assert result.disposition is Disposition.CONFLICT, data
+            assert result.conflict is not None
+            assert result.conflict.code is ConflictCode.DIGEST_MISMATCH
+    assert tally([r.disposition.value for r in results]) == {
+        "created": 1,
+        "reused": 3,
+        "conflict": 4,
+    }
+    assert counts(patient.store) == (1, 1)
+
+
+def test_concurrent_processes_with_one_id_create_one_task(store: Store) -> None:
+    results = run_children_at_once(8, store.url, SID, [ORIGINAL])
+
+    assert tally([r["disposition"] for r in results]) == {"created": 1, "reused": 7}
+    assert len({r["task_id"] for r in results}) == 1
+    assert counts(store) == (1, 1)
+
+
+def test_concurrent_processes_with_two_requests_create_one_task(store: Store) -> None:
+    results = run_children_at_once(8, store.url, SID, [ORIGINAL, OTHER])
+
+    assert Counter(r["disposition"] for r in results)["created"] == 1
+    assert len({r["task_id"] for r in results}) == 1
+    conflicts = [r["conflict"]["code"] for r in results if r["disposition"] == "conflict"]
+    assert conflicts == ["digest_mismatch"] * 4
+    assert counts(store) == (1, 1)
+
+
+def test_a_fresh_process_reuses_the_result_committed_by_another(services: Services) -> None:
+    url = services.store.url
+    first = child_result(run_child(url, SID, ORIGINAL))
+    assert first["disposition"] == "created"
+
+    after_restart = child_result(run_child(url, SID, ORIGINAL))
+    in_this_process = write_task(services, ORIGINAL, tenant=TENANT)
+
+    assert after_restart["disposition"] == "reused"
+    assert after_restart["action_taken"] is False
+    assert after_restart["task_id"] == first["task_id"] == in_this_process.task_id
+    assert after_restart["task_path"] == first["task_path"]
+    assert in_this_process.disposition is Disposition.REUSED
+    assert counts(services.store) == (1, 1)
