@@ -6,8 +6,9 @@ What the TASK already recorded for the same fingerprint decides whether the effe
 - an open intent bound to this attempt (a successor admitted as ``single_verified``): run it
   once more with the recorded idempotency key;
 - failed because a probe found the effect absent: run again;
-- failed because the effect raised (it may have happened): run again only with an idempotency
-  key under the ``keyed`` retry policy, else refuse;
+- failed because the effect raised (it may have happened): run again only if it was declared
+  under the ``keyed`` retry policy with an idempotency key and is repeated with that same key
+  (so the far side can dedupe the two tries), else refuse;
 - nothing recorded: run.
 """
 
@@ -19,6 +20,7 @@ from typing import Any
 from surehand.agents.context import EffectResult
 from surehand.crashpoints import crash_point
 from surehand.digest import operation_fingerprint
+from surehand.dispatcher.effects import keyed
 from surehand.dispatcher.sessions import Session, _jsonable
 from surehand.errors import OperationFailed
 from surehand.model import Operation, OperationState, RetryPolicy
@@ -79,7 +81,16 @@ def _refuse_unsafe_repeat(
     retry_policy: RetryPolicy,
     idempotency_key: str | None,
 ) -> None:
-    if prior is None or _bound_here(session, prior):
+    if prior is None:
+        return
+    if _bound_here(session, prior):
+        # Admission bound this attempt to repeat the effect with its recorded key; under any
+        # other key the far side could not recognise the repeat.
+        if idempotency_key != prior.idempotency_key:
+            raise OperationFailed(
+                f"operation {prior.name!r} was admitted to run again with idempotency key "
+                f"{prior.idempotency_key!r}, not {idempotency_key!r}"
+            )
         return
     if prior.state is OperationState.INTENT:
         raise OperationFailed(
@@ -88,11 +99,18 @@ def _refuse_unsafe_repeat(
         )
     if (prior.outcome or {}).get("probe") == PROBE_ABSENT:
         return
-    if retry_policy is RetryPolicy.KEYED and idempotency_key:
+    # A repeat is safe only if the far side can dedupe it against the failed try: that try
+    # must have carried a key under the keyed policy, and the repeat must carry the same key.
+    if (
+        keyed(prior)
+        and retry_policy is RetryPolicy.KEYED
+        and idempotency_key == prior.idempotency_key
+    ):
         return
     raise OperationFailed(
         f"operation {prior.name!r} failed before ({prior.error}); it may have taken effect, so "
-        "it is not repeated without an idempotency key and retry_policy='keyed'"
+        "it is not repeated unless it was declared with retry_policy='keyed' and an idempotency "
+        "key, and is repeated with that same key"
     )
 
 
