@@ -50,10 +50,23 @@ class SessionOutcome:
 
 
 class _Port:
-    """Implements SessionPort for one session (the agent's view of the service layer)."""
+    """Implements SessionPort for one session (the agent's view of the service layer).
+
+    Once the session lost its lease, the port refuses new operations and reports with
+    ``LeaseLost``: that is how an agent that never looks at ``ctx.cancelled`` is stopped
+    before its next side effect, not after it.
+    """
 
     def __init__(self, session: Session) -> None:
         self.session = session
+
+    def _check_live(self, write: str) -> None:
+        if self.session.cancelled.is_set():
+            raise LeaseLost(
+                f"{write} refused: the session of {self.session.task_id} lost its lease",
+                task_id=self.session.task_id,
+                attempt_id=self.session.attempt.attempt_id,
+            )
 
     def operation(
         self,
@@ -65,6 +78,7 @@ class _Port:
         retry_policy: RetryPolicy,
         probe: str | None,
     ) -> Any:
+        self._check_live(f"operation {name!r}")
         return run_operation(
             self.session,
             name,
@@ -78,6 +92,7 @@ class _Port:
     def report(
         self, body: str, status: ReportStatus, submission_id: str | None
     ) -> WriteReportResult:
+        self._check_live("report")
         return self.session.report(body, status, submission_id)
 
 
