@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import shlex
+import signal
 import subprocess
 import time
 from collections.abc import Sequence
@@ -21,6 +22,7 @@ from surehand.errors import AgentError, ConfigError
 from surehand.fcop import render_task
 
 _POLL = 0.1
+STOP_GRACE_SECONDS = 5.0  # from SIGTERM to SIGKILL for a command being stopped
 MAX_OUTPUT = 512 * 1024
 
 
@@ -44,15 +46,19 @@ class CommandAgent:
 
     def __call__(self, ctx: SessionContext) -> str:
         work_dir = self._prepare(ctx)
-        with subprocess.Popen(
-            self.argv,
-            cwd=work_dir,
-            env=self._environment(ctx, work_dir),
-            stdin=subprocess.DEVNULL,
-            stdout=(work_dir / "stdout.txt").open("wb"),
-            stderr=(work_dir / "stderr.txt").open("wb"),
-            start_new_session=True,
-        ) as process:
+        with (
+            (work_dir / "stdout.txt").open("wb") as stdout,
+            (work_dir / "stderr.txt").open("wb") as stderr,
+            subprocess.Popen(
+                self.argv,
+                cwd=work_dir,
+                env=self._environment(ctx, work_dir),
+                stdin=subprocess.DEVNULL,
+                stdout=stdout,
+                stderr=stderr,
+                start_new_session=True,
+            ) as process,
+        ):
             code = self._wait(process, ctx)
         output = _tail(work_dir / "stdout.txt")
         if code != 0:
@@ -103,15 +109,29 @@ class CommandAgent:
 
 
 def _stop(process: subprocess.Popen[bytes]) -> None:
-    """Terminate the command's whole process group, then kill it if it lingers."""
+    """Terminate the command's whole process group, then kill whatever of it lingers.
+
+    The group, not just the leader: the leader may exit on SIGTERM while a child that ignores
+    it lives on, still able to make side effects for a session that has ended.
+    """
+    group = process.pid  # start_new_session: the leader's pid is the group id
+    _signal_group(group, signal.SIGTERM)
+    deadline = time.monotonic() + STOP_GRACE_SECONDS
+    while time.monotonic() < deadline:
+        if process.poll() is not None and not _signal_group(group, 0):
+            return  # the leader is reaped and no member of the group is left
+        time.sleep(_POLL)
+    _signal_group(group, signal.SIGKILL)
+    process.wait()
+
+
+def _signal_group(group: int, sig: int) -> bool:
+    """Send ``sig`` to a process group; False if the group has no member left."""
     try:
-        os.killpg(process.pid, 15)
-        process.wait(timeout=5)
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, 9)
-        process.wait()
+        os.killpg(group, sig)
     except ProcessLookupError:
-        pass
+        return False
+    return True
 
 
 def _tail(path: Path) -> str:
