@@ -1,0 +1,371 @@
+"""The session runner in-process: claim -> lease -> heartbeat -> agent -> record return ->
+settle, and every way a session ends without settling (agent exception, lost lease, a
+successor that took over, a lease held by someone else)."""
+
+# ruff: noqa: F811  (test functions take the fixtures imported below)
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any
+
+import pytest
+
+from surehand.agents.context import SessionContext
+from surehand.dispatcher.runner import SessionOutcome
+from surehand.errors import LeaseLost
+from surehand.facade import Surehand
+from surehand.model import (
+    AttemptState,
+    Bucket,
+    EventKind,
+    OperationState,
+    ReportStatus,
+)
+from tests.procs import wait_until
+from tests.session_helpers import (  # noqa: F401  (harness fixtures)
+    Harness,
+    attempts_of,
+    claimed,
+    committed_task,
+    events_of,
+    harness,
+    operations_of,
+    read_task,
+    redis_harness,
+    reports_of,
+    rows_of,
+)
+
+Agent = Callable[[SessionContext], Any]
+
+
+@pytest.fixture
+def background() -> Iterator[ThreadPoolExecutor]:
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        yield pool
+
+
+def with_agent(sh: Surehand, agent: Agent, *, review: bool = True) -> Surehand:
+    sh.registry.register("DEV", agent, review=review)
+    return sh
+
+
+def finished(sh: Surehand, task_id: str) -> list[str]:
+    return [e.data["state"] for e in events_of(sh.store, task_id, EventKind.ATTEMPT_FINISHED)]
+
+
+# -- settling --------------------------------------------------------------------------------
+
+
+def test_a_session_settles_in_review_with_the_agent_result_as_its_report(
+    harness: Harness,
+) -> None:
+    def agent(ctx: SessionContext) -> str:
+        ctx.operation("open_pr", {"branch": "fix"}, lambda: "PR #12")
+        return "Opened PR #12"
+
+    sh = with_agent(harness.surehand(), agent)
+    task_id = committed_task(sh)
+
+    outcome = sh.run_session(task_id)
+
+    assert outcome == SessionOutcome(task_id, "settled", 1, "review")
+    task = read_task(sh.store, task_id)
+    assert (task.bucket, task.epoch) == (Bucket.REVIEW, 1)
+    [attempt] = attempts_of(sh.store, task_id)
+    assert attempt.state is AttemptState.SUCCEEDED
+    assert (attempt.agent_returned, attempt.result) == (True, "Opened PR #12")
+    [report] = reports_of(sh.store, task_id)
+    assert (report.body, report.reporter, report.recipient) == ("Opened PR #12", "DEV", "PM")
+    assert (report.status, report.attempt_id) == (ReportStatus.DONE, attempt.attempt_id)
+    [op] = operations_of(sh.store, task_id)
+    assert (op.name, op.state, op.outcome) == (
+        "open_pr",
+        OperationState.SUCCEEDED,
+        {"value": "PR #12"},
+    )
+    assert finished(sh, task_id) == ["succeeded"]
+    assert sh.leases.holder(task_id) is None  # released with compare-and-delete
+
+
+def test_an_agent_registered_without_review_settles_in_done(harness: Harness) -> None:
+    sh = with_agent(harness.surehand(), lambda ctx: "done already", review=False)
+    task_id = committed_task(sh)
+
+    assert sh.run_session(task_id).bucket == "done"
+    assert read_task(sh.store, task_id).bucket is Bucket.DONE
+
+
+def test_a_structured_result_becomes_a_json_report(harness: Harness) -> None:
+    sh = with_agent(harness.surehand(), lambda ctx: {"files": 2, "ok": True})
+    task_id = committed_task(sh)
+
+    sh.run_session(task_id)
+
+    [report] = reports_of(sh.store, task_id)
+    assert report.body == '{\n  "files": 2,\n  "ok": true\n}'
+
+
+def test_a_progress_report_from_the_agent_stays_beside_the_final_report_that_submit_cites(
+    harness: Harness,
+) -> None:
+    def agent(ctx: SessionContext) -> str:
+        ctx.report("cloning the repo", ReportStatus.IN_PROGRESS)
+        return "all tests pass"
+
+    sh = with_agent(harness.surehand(), agent)
+    task_id = committed_task(sh)
+
+    sh.run_session(task_id)
+
+    progress, final = reports_of(sh.store, task_id)
+    assert (progress.status, progress.body) == (ReportStatus.IN_PROGRESS, "cloning the repo")
+    assert (final.status, final.body) == (ReportStatus.DONE, "all tests pass")
+    submit = events_of(sh.store, task_id, EventKind.TRANSITION)[-1]
+    assert (submit.action, submit.data["report_id"]) == ("submit", final.report_id)
+
+
+def test_the_heartbeat_keeps_a_session_longer_than_its_ttl_leased(harness: Harness) -> None:
+    held: list[str | None] = []
+
+    def agent(ctx: SessionContext) -> str:
+        for _ in range(4):
+            ctx.wait_cancelled(0.25)  # four times a quarter of a 0.5 s TTL
+            held.append(sh.leases.holder(ctx.task.task_id))
+        return "long work"
+
+    sh = with_agent(harness.surehand(lease_ttl_seconds=0.5, heartbeat_seconds=0.1), agent)
+    task_id = committed_task(sh)
+
+    outcome = sh.run_session(task_id)
+
+    attempt_id = attempts_of(sh.store, task_id)[0].attempt_id
+    assert held == [attempt_id] * 4
+    assert outcome.outcome == "settled"
+
+
+def test_a_duplicate_run_of_a_settled_task_does_not_run_the_agent(harness: Harness) -> None:
+    runs: list[int] = []
+    sh = with_agent(harness.surehand(), lambda ctx: runs.append(1))
+    task_id = committed_task(sh)
+
+    first, second = sh.run_session(task_id), sh.run_session(task_id)
+
+    assert (first.outcome, second.outcome) == ("settled", "not_claimed")
+    assert runs == [1]
+    assert len(events_of(sh.store, task_id, EventKind.CLAIM_REFUSED)) == 1
+
+
+# -- failing ---------------------------------------------------------------------------------
+
+
+def test_an_agent_exception_fails_the_attempt_and_nothing_is_retried(harness: Harness) -> None:
+    runs: list[int] = []
+
+    def agent(ctx: SessionContext) -> str:
+        runs.append(ctx.attempt.number)
+        raise ValueError("the spec is contradictory")
+
+    sh = with_agent(harness.surehand(), agent)
+    task_id = committed_task(sh)
+
+    outcome = sh.run_session(task_id)
+    again = sh.run_session(task_id)
+    sh.reconcile()
+
+    assert (outcome.outcome, outcome.error) == ("failed", "ValueError: the spec is contradictory")
+    assert again.outcome == "not_claimed"
+    assert runs == [1]
+    [attempt] = attempts_of(sh.store, task_id)
+    assert attempt.state is AttemptState.FAILED
+    assert attempt.error == "ValueError: the spec is contradictory"
+    assert attempt.agent_returned is False
+    task = read_task(sh.store, task_id)
+    assert (task.bucket, task.hold) == (Bucket.ACTIVE, None)
+    assert reports_of(sh.store, task_id) == []
+    assert finished(sh, task_id) == ["failed"]
+    assert sh.cases() == []
+    assert sh.leases.holder(task_id) is None
+
+
+def test_an_operation_failure_the_agent_lets_through_fails_the_attempt(
+    harness: Harness,
+) -> None:
+    def agent(ctx: SessionContext) -> str:
+        ctx.operation("push", {"remote": "origin"}, _raise_timeout)
+        return "pushed"
+
+    sh = with_agent(harness.surehand(), agent)
+    task_id = committed_task(sh)
+
+    outcome = sh.run_session(task_id)
+
+    assert outcome.outcome == "failed"
+    assert "OperationFailed" in (attempts_of(sh.store, task_id)[0].error or "")
+    [op] = operations_of(sh.store, task_id)
+    assert (op.state, op.error) == (OperationState.FAILED, "TimeoutError: remote hung up")
+    assert read_task(sh.store, task_id).bucket is Bucket.ACTIVE
+
+
+def _raise_timeout() -> None:
+    raise TimeoutError("remote hung up")
+
+
+def test_a_task_whose_role_has_no_agent_fails_its_attempt(harness: Harness) -> None:
+    sh = harness.surehand()
+    task_id = committed_task(sh)
+
+    outcome = sh.run_session(task_id)
+
+    assert outcome.outcome == "failed"
+    assert "NoAgentForRole" in (outcome.error or "")
+    assert attempts_of(sh.store, task_id)[0].state is AttemptState.FAILED
+
+
+def test_a_lease_held_by_another_attempt_rolls_the_claim_back_without_running_the_agent(
+    harness: Harness,
+) -> None:
+    runs: list[int] = []
+    sh = with_agent(harness.surehand(lease_ttl_seconds=0.3), lambda ctx: runs.append(1))
+    task_id = committed_task(sh)
+    assert sh.leases.acquire(task_id, "someone-else", 60_000)
+
+    outcome = sh.run_session(task_id)
+
+    assert outcome.outcome == "lease_busy"
+    assert runs == []
+    task = read_task(sh.store, task_id)
+    assert (task.bucket, task.published) == (Bucket.INBOX, False)
+    assert attempts_of(sh.store, task_id)[0].state is AttemptState.FAILED
+    assert sh.leases.holder(task_id) == "someone-else"
+
+
+# -- losing the lease ------------------------------------------------------------------------
+
+
+def test_a_deleted_lease_cancels_the_session_which_stops_its_agent_and_never_settles(
+    redis_harness: Harness, background: ThreadPoolExecutor
+) -> None:
+    started, saw = threading.Event(), []
+
+    def agent(ctx: SessionContext) -> str:
+        started.set()
+        saw.append(ctx.wait_cancelled(60))
+        saw.append(ctx.cancelled)
+        return "this must never become a REPORT"
+
+    sh = with_agent(redis_harness.surehand(), agent)
+    task_id = committed_task(sh)
+    running: Future[SessionOutcome] = background.submit(sh.run_session, task_id)
+    assert started.wait(30)
+
+    assert sh.leases.client.delete(sh.leases.key(task_id)) == 1
+    outcome = running.result(timeout=60)
+
+    assert saw == [True, True]
+    assert outcome.outcome == "lease_lost"
+    task = read_task(sh.store, task_id)
+    assert (task.bucket, task.epoch) == (Bucket.ACTIVE, 1)
+    [attempt] = attempts_of(sh.store, task_id)
+    assert (attempt.state, attempt.agent_returned, attempt.ended_at) == (
+        AttemptState.RUNNING,
+        False,
+        None,
+    )
+    assert reports_of(sh.store, task_id) == []
+    assert finished(sh, task_id) == []
+    assert sh.leases.holder(task_id) is None  # not put back by the lost session
+
+
+def test_an_agent_that_ignores_cancellation_cannot_start_another_effect(
+    redis_harness: Harness, background: ThreadPoolExecutor
+) -> None:
+    started, go_on = threading.Event(), threading.Event()
+    effects: list[str] = []
+    contexts: list[SessionContext] = []
+
+    def agent(ctx: SessionContext) -> str:
+        contexts.append(ctx)
+        started.set()
+        go_on.wait(60)  # never looks at ctx.cancelled
+        ctx.operation("email_customer", {"to": "a@b.c"}, lambda: effects.append("sent"))
+        return "sent the email"
+
+    sh = with_agent(redis_harness.surehand(), agent)
+    task_id = committed_task(sh)
+    running = background.submit(sh.run_session, task_id)
+    assert started.wait(30)
+    sh.leases.client.delete(sh.leases.key(task_id))
+    wait_until(lambda: contexts[0].cancelled, timeout=30, what="the heartbeat to see the loss")
+    go_on.set()
+
+    outcome = running.result(timeout=60)
+
+    assert outcome.outcome == "lease_lost"
+    assert LeaseLost.__name__ in (outcome.error or "")
+    assert effects == []
+    assert operations_of(sh.store, task_id) == []
+    assert reports_of(sh.store, task_id) == []
+    assert attempts_of(sh.store, task_id)[0].state is AttemptState.RUNNING
+
+
+class FrozenHeartbeat:
+    """A heartbeat that never beats: the owner is paused (GC, SIGSTOP, a slow disk)."""
+
+    renew_failures = 0
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+    def start(self) -> None:
+        pass
+
+    def stop(self) -> None:
+        pass
+
+
+@pytest.mark.parametrize("late_write", ["operation", "return"])
+def test_a_paused_session_resuming_after_its_successor_took_over_is_fenced(
+    redis_harness: Harness,
+    background: ThreadPoolExecutor,
+    monkeypatch: pytest.MonkeyPatch,
+    late_write: str,
+) -> None:
+    monkeypatch.setattr("surehand.dispatcher.runner.Heartbeat", FrozenHeartbeat)
+    paused, resume = threading.Event(), threading.Event()
+    effects: list[str] = []
+
+    def agent(ctx: SessionContext) -> str:
+        if ctx.attempt.number == 1:
+            paused.set()
+            resume.wait(60)
+        if late_write == "operation":
+            ctx.operation("deploy", {"env": "prod"}, lambda: effects.append("old owner"))
+        return f"result of attempt {ctx.attempt.number}"
+
+    sh = with_agent(redis_harness.surehand(lease_ttl_seconds=0.3), agent)
+    task_id = committed_task(sh)
+    old_run = background.submit(sh.run_session, task_id)
+    assert paused.wait(30)
+    wait_until(lambda: sh.leases.holder(task_id) is None, timeout=10, what="the lease to expire")
+    [old] = attempts_of(sh.store, task_id)
+    sh.recovery.lose(old, state=AttemptState.SESSION_LOST, by="test")
+    successor = claimed(sh.services, task_id, worker="successor")
+    assert sh.leases.acquire(task_id, successor.attempt.attempt_id, 60_000)
+    before = rows_of(sh.store, task_id)
+
+    resume.set()
+    outcome = old_run.result(timeout=60)
+
+    assert (outcome.outcome, outcome.attempt) == ("stale", 1)
+    assert "StaleOwner" in (outcome.error or "")
+    assert effects == []
+    assert rows_of(sh.store, task_id) == before
+    [fenced] = events_of(sh.store, task_id, EventKind.STALE_OWNER_FENCED)
+    assert (fenced.attempt_id, fenced.epoch) == (old.attempt_id, 1)
+    expected = "operation_intent:deploy" if late_write == "operation" else "record_return"
+    assert fenced.data["write"] == expected
+    assert sh.leases.holder(task_id) == successor.attempt.attempt_id  # not released by the old
