@@ -34,10 +34,14 @@ Create each TASK once, take it over only on evidence.
 def create_app(sh: Surehand | None = None) -> FastAPI:
     """The API for ``sh`` (default: ``Surehand.from_env()``), with its own auth table.
 
-    The caller binds it; ``surehand api`` and ``surehand up`` check first that an API without
+    Raises SchemaNotReady when a Postgres schema is not migrated (`surehand db upgrade`). The
+    caller binds it; ``surehand api`` and ``surehand up`` check first that an API without
     tokens only listens on loopback (``Authenticator.check_bind``).
     """
     surehand = sh or Surehand.from_env()
+    # Migrate (SQLite) or verify (Postgres) now, in one thread: concurrent first requests
+    # would otherwise race into the migration.
+    surehand.store.ensure_schema()
     auth = Authenticator(surehand.settings)
     views = TenantViews(surehand)
     views.warm()
