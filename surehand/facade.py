@@ -264,7 +264,10 @@ class Surehand:
 
     def reconcile(self) -> PassReport:
         """One reconciler pass: find lost sessions, open cases, admit successors."""
-        return self.reconciler.run_once()
+        report = self.reconciler.run_once()
+        if report.held and self.settings.broker_url:
+            send_hold_notices(self.celery, report.held)  # so Flower shows the held TASKs
+        return report
 
     def recover(self, task_id: str, *, actor: str) -> RecoveryOutcome:
         """Ask for a successor for an interrupted TASK; admission decides from the evidence."""
