@@ -69,11 +69,10 @@ def up(
     ] = True,
     demo: Annotated[
         bool,
-        typer.Option(envvar="SUREHAND_UP_DEMO", help="Submit a demo TASK and follow it."),
-    ] = False,
-    stop_after_demo: Annotated[
-        bool,
-        typer.Option(envvar="SUREHAND_UP_STOP_AFTER_DEMO", help="With --demo: then exit."),
+        typer.Option(
+            envvar="SUREHAND_UP_DEMO",
+            help="Submit a demo TASK, follow it to its REPORT, then stop (exit 0 on success).",
+        ),
     ] = False,
     database_url: DatabaseUrl = None,
     redis_url: RedisUrl = None,
@@ -83,7 +82,8 @@ def up(
     """Run API, worker, reconciler and dispatcher in one process (no services needed).
 
     Defaults: SQLite under ./.surehand, in-process queue and leases, the demo agent for DEV,
-    QA and OPS unless SUREHAND_AGENTS is set. Ctrl-C stops it cleanly.
+    QA and OPS unless SUREHAND_AGENTS is set. Ctrl-C stops it cleanly (running sessions
+    finish first; a second Ctrl-C exits at once). With --demo it stops after the demo.
     """
     settings = _settings(
         home=home, database_url=database_url, redis_url=redis_url, broker_url=broker_url
@@ -98,13 +98,11 @@ def up(
     stop = threading.Event()
     _trap_signals(stop)
     embedded.start()
-    _announce(embedded, as_json=as_json)
+    _announce(embedded, as_json=as_json, hints=not demo)
     code = EXIT_OK
     if demo:
-        if not run_demo(embedded.sh, stop, as_json=as_json):
-            code = EXIT_ERROR
-        if stop_after_demo:
-            stop.set()
+        code = EXIT_OK if run_demo(embedded.sh, stop, as_json=as_json) else EXIT_ERROR
+        stop.set()
     while not stop.wait(0.25):
         if not embedded.healthy():
             err_console.print("[red]a part of `surehand up` stopped unexpectedly; exiting[/]")
@@ -132,7 +130,7 @@ def _trap_signals(stop: threading.Event) -> None:
     signal.signal(signal.SIGTERM, on_signal)
 
 
-def _announce(embedded: Embedded, *, as_json: bool) -> None:
+def _announce(embedded: Embedded, *, as_json: bool, hints: bool) -> None:
     settings = embedded.settings
     store = embedded.sh.store.describe()
     agents = "demo agent" if embedded.demo_agents else "SUREHAND_AGENTS"
@@ -157,6 +155,8 @@ def _announce(embedded: Embedded, *, as_json: bool) -> None:
         console.print(f"  HTTP API    {embedded.api_url}   (OpenAPI: {embedded.api_url}/docs)")
     console.print(f"  worker      roles {', '.join(embedded.roles)} ({agents})")
     console.print(f"  leases      {settings.redis_url or 'in-process (fakeredis)'}")
+    if not hints:
+        return
     console.print("Submit from another terminal in this directory:")
     console.print(
         f'  {home}surehand submit --sender PM --recipient DEV --subject "Say hello" '

@@ -1,0 +1,185 @@
+"""``surehand up`` as a user runs it: one process on a temporary SQLite home, TASKs submitted
+from other processes, watched with ``tasks --watch``, stopped with SIGINT/SIGTERM (exit 0).
+Also the README's first command, on a fresh virtual environment."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from surehand.facade import Surehand
+from surehand.store import tasks
+from tests.procs import SUREHAND, Proc, spawn, wait_until
+
+pytestmark = pytest.mark.slow
+REPO = Path(__file__).resolve().parent.parent
+
+
+def env_for(home: Path) -> dict[str, str]:
+    return {"SUREHAND_HOME": str(home), "SUREHAND_API_PORT": "0"}
+
+
+def run(args: list[str], home: Path, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        SUREHAND + args,
+        env={**os.environ, **env_for(home)},
+        cwd=home,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+def events(proc: Proc) -> list[dict[str, Any]]:
+    found = []
+    for line in proc.output().splitlines():
+        if line.startswith("{"):
+            found.append(json.loads(line))
+    return found
+
+
+def start_up(home: Path, *extra: str) -> tuple[Proc, dict[str, Any]]:
+    proc = spawn(["up", "--json", *extra], env_for(home), home / "up.log")
+
+    def ready() -> bool:
+        return proc.returncode is not None or any(e.get("event") == "ready" for e in events(proc))
+
+    wait_until(ready, timeout=60, what="surehand up to be ready")
+    assert proc.returncode is None, proc.output()
+    return proc, next(e for e in events(proc) if e.get("event") == "ready")
+
+
+def stop(proc: Proc, sig: int) -> int:
+    os.killpg(proc.process.pid, sig)
+    return proc.process.wait(timeout=60)
+
+
+def test_up_runs_a_task_submitted_from_another_process(tmp_path: Path) -> None:
+    proc, ready = start_up(tmp_path)
+    try:
+        assert ready["roles"] == ["DEV", "OPS", "QA"]
+        submitted = run(
+            [
+                "submit",
+                "--sender",
+                "PM",
+                "--recipient",
+                "DEV",
+                "--subject",
+                "Hi",
+                "--id",
+                "s-1",
+                "--json",
+            ],
+            tmp_path,
+        )
+        assert submitted.returncode == 0, submitted.stderr
+        task_id = json.loads(submitted.stdout)["task_id"]
+        watched = run(
+            [
+                "tasks",
+                "--watch",
+                "--task",
+                task_id,
+                "--until-bucket",
+                "review",
+                "--timeout",
+                "30",
+                "--interval",
+                "0.2",
+                "--json",
+            ],
+            tmp_path,
+        )
+        assert watched.returncode == 0, watched.stdout + watched.stderr
+        assert json.loads(watched.stdout.splitlines()[-1])["reached"] == "review"
+        shown = json.loads(run(["show", task_id, "--json"], tmp_path).stdout)
+        assert [r["reporter"] for r in shown["reports"]] == ["DEV"]
+        assert "Demo agent handled" in shown["reports"][0]["body"]
+        assert [a["state"] for a in shown["attempts"]] == ["succeeded"]
+        over_http = httpx.get(f"{ready['api']}/v1/tasks/{task_id}", timeout=10).json()
+        assert over_http["bucket"] == "review"
+    finally:
+        code = stop(proc, signal.SIGINT)
+    assert code == 0, proc.output()
+    assert events(proc)[-1] == {"event": "stopped", "exit_code": 0}
+
+
+def test_up_republishes_waiting_tasks_and_stops_on_sigterm(tmp_path: Path) -> None:
+    """A TASK published into an earlier run's in-memory queue is run by the next ``up``."""
+    sh = Surehand(database_url=f"sqlite:///{tmp_path / 'surehand.sqlite3'}")
+    task_id = str(sh.write_task(sender="PM", recipient="QA", subject="Left over").task_id)
+    with sh.store.transaction() as connection:
+        tasks.set_published(connection, task_id, sh.services.clock.now())
+    proc, _ready = start_up(tmp_path, "--no-api")
+    try:
+        wait_until(lambda: sh.get_task(task_id).bucket.value == "review", timeout=30)
+    finally:
+        code = stop(proc, signal.SIGTERM)
+    assert code == 0, proc.output()
+
+
+def test_up_demo_follows_a_task_to_its_report(tmp_path: Path) -> None:
+    done = run(["up", "--demo", "--json"], tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    kinds = [json.loads(line)["event"] for line in done.stdout.splitlines()]
+    assert kinds[0] == "ready"
+    assert kinds[-2:] == ["report", "stopped"]
+    buckets = [
+        json.loads(line)["bucket"] for line in done.stdout.splitlines() if '"bucket"' in line
+    ]
+    assert buckets[-1] == "review"
+
+
+def _quick_start() -> list[str]:
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    block = re.search(r"```bash\n(.*?)```", readme, re.DOTALL)
+    assert block is not None, "README.md has no ```bash quick start block"
+    return [line for line in block.group(1).splitlines() if line.strip()]
+
+
+def _index_reachable() -> bool:
+    probe = [sys.executable, "-m", "pip", "index", "versions", "pip"]
+    try:
+        return subprocess.run(probe, capture_output=True, timeout=30, check=False).returncode == 0
+    except subprocess.TimeoutExpired:
+        return False
+
+
+def test_readme_first_commands(tmp_path: Path) -> None:
+    """The README's first command on a fresh venv reaches a TASK with the demo's REPORT; its
+    second is the test command CI runs."""
+    if os.environ.get("SUREHAND_TEST_FRESH_VENV") == "0" or not _index_reachable():
+        pytest.skip("no package index reachable (or SUREHAND_TEST_FRESH_VENV=0)")
+    first, second = _quick_start()[:2]
+    assert "surehand up --demo" in first
+    assert second in (REPO / ".ci" / "run").read_text(encoding="utf-8")
+    checkout = tmp_path / "checkout"
+    shutil.copytree(
+        REPO,
+        checkout,
+        ignore=shutil.ignore_patterns(".venv", ".git", ".surehand", "__pycache__", "*.egg-info"),
+    )
+    done = subprocess.run(
+        ["bash", "-c", first],
+        cwd=checkout,
+        env={k: v for k, v in os.environ.items() if not k.startswith("SUREHAND_")}
+        | {"SUREHAND_API_PORT": "0", "PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "REPORT by DEV" in done.stdout
