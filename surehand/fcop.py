@@ -15,9 +15,12 @@ import yaml
 
 from surehand.model import Report, TaskEvent, TaskFields
 
+# libyaml's emitter when present: rendering is on write_task's hot path.
+_Dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+
 
 def _document(front: Mapping[str, Any], body: str) -> str:
-    header = yaml.safe_dump(dict(front), sort_keys=False, allow_unicode=True, width=1000)
+    header = yaml.dump(dict(front), Dumper=_Dumper, sort_keys=False, allow_unicode=True, width=1000)
     return f"---\n{header}---\n\n{body}\n"
 
 

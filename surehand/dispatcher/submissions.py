@@ -1,17 +1,18 @@
 """``write_task``: create a TASK exactly once per (tenant, client_submission_id).
 
-The receipt moves ``reserved -> task_created -> committed`` in two commits:
+The fast path is one transaction in which the TASK store joins the receipt's transaction
+(DESIGN.md section 3): allocate the task number, insert the receipt — it passes ``reserved``
+and ``task_created`` inside the transaction and is written ``committed`` with the full result
+and the document digest — insert the TASK and its creation event, commit. A crash anywhere
+before the commit leaves nothing behind; after it, every retry replays the result. Concurrent
+callers with one id converge on the unique (tenant, id) key: the database makes the others wait
+for the first commit, then they read the committed receipt and answer ``reused``.
 
-1. *reserve*: allocate the task number and insert the ``reserved`` receipt, held by this
-   caller for ``submission_hold_seconds``. The unique (tenant, id) key makes concurrent callers
-   converge here: one inserts, the others find the receipt and wait for it to commit.
-2. *create*: insert the TASK and its creation event, move the receipt to ``task_created``
-   with the document digest, read the document back to confirm it, and move the receipt to
-   ``committed`` with the full result — one transaction, as DESIGN.md section 3 allows.
-
-A caller that finds a receipt short of ``committed`` whose holder's time has run out takes it
-over (compare-and-set) and recovers it under the original identity, following the table in
-DESIGN.md section 3. Checks run in this order: schema/digest mismatch, in progress, replay.
+A receipt found short of ``committed`` (left by a writer whose TASK store did not share its
+transaction, or restored from elsewhere) is recovered under its original identity following
+the table in DESIGN.md section 3; a live holder is waited for (bounded), an expired one is
+taken over with a compare-and-set. Checks run in this order: schema/digest mismatch, in
+progress, replay.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import time
 import uuid
 from collections.abc import Mapping
 from dataclasses import replace
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from surehand.clock import utc_day
@@ -72,25 +73,33 @@ def write_task(
     return _Submission(services, tenant, parsed.client_submission_id, fields, digest).run()
 
 
-def _new_task_id(connection: Any, services: Services) -> str:
+def _new_task_id(connection: Any, services: Services, ahead: int | None = None) -> str:
     day = utc_day(services.clock.now())
-    return f"TASK-{day}-{counters.next_number(connection, 'TASK', day):03d}"
+    number = ahead if ahead is not None else counters.next_number(connection, "TASK", day)
+    return f"TASK-{day}-{number:03d}"
+
+
+def _render(
+    task_id: str, fields: TaskFields, submission_id: str | None, now: datetime
+) -> tuple[str, str]:
+    """The TASK's FCoP document and its SHA-256 (the receipt's document digest)."""
+    document = render_task(task_id, fields, created_at=now, submission_id=submission_id)
+    return document, sha256_hex(document)
 
 
 def _insert_task(
     connection: Any,
-    services: Services,
     *,
     task_id: str,
     tenant: str,
     fields: TaskFields,
     submission_id: str | None,
     digest: str,
+    document: tuple[str, str],
+    now: datetime,
 ) -> str:
     """Insert the TASK row and its creation event; returns the document digest."""
-    now = services.clock.now()
-    document = render_task(task_id, fields, created_at=now, submission_id=submission_id)
-    document_digest = sha256_hex(document)
+    text, document_digest = document
     tasks.insert_task(
         connection,
         task_id=task_id,
@@ -98,7 +107,7 @@ def _insert_task(
         fields=fields,
         submission_id=submission_id,
         request_digest=digest,
-        document=document,
+        document=text,
         document_digest=document_digest,
         now=now,
     )
@@ -118,16 +127,18 @@ def _create_legacy(
     services: Services, fields: TaskFields, digest: str, tenant: str
 ) -> WriteTaskResult:
     """No submission id: create a TASK with no retry guarantee (``idempotent: false``)."""
+    now = services.clock.now()
     with services.store.transaction() as connection:
         task_id = _new_task_id(connection, services)
         _insert_task(
             connection,
-            services,
             task_id=task_id,
             tenant=tenant,
             fields=fields,
             submission_id=None,
             digest=digest,
+            document=_render(task_id, fields, None, now),
+            now=now,
         )
     publish_after_commit(services, task_id)
     return WriteTaskResult(
@@ -161,23 +172,20 @@ class _Submission:
     def run(self) -> WriteTaskResult:
         collisions = 0
         while True:
-            found = self._reserve()
-            if found is None:
-                receipt = self._read()  # another caller reserved it just now
-            else:
-                receipt, reserved_here = found
-                if reserved_here:
-                    crash_point("write_task.after_reserve")
-                    return self._create(receipt)
-            # The submission has a receipt. Receipts are never deleted, so follow it until it
-            # answers; trying to reserve again on every poll would take a write transaction
-            # and the day's counter lock each time, stalling every other submission's reserve.
+            # A retry (the common case after a lost response) costs one read.
+            receipt = self._read()
+            if receipt is None:
+                created = self._create_at_once()
+                if created is not None:
+                    return created
+                receipt = self._read()  # another caller committed it first
+            # Receipts are never deleted: follow this one until it answers.
             while receipt is not None:
                 outcome = self._converge(receipt)
                 if outcome is not None:
                     return outcome
                 receipt = self._read()
-            # The reserve hit a unique key, yet this submission has no receipt: the number the
+            # The insert hit a unique key, yet this submission has no receipt: the number the
             # counter handed out belongs to another receipt. Never spin on it.
             collisions += 1
             if collisions >= _MAX_COLLISIONS:
@@ -187,25 +195,18 @@ class _Submission:
                     "written. Move the counters row past the highest task number and retry"
                 )
 
-    # -- stage 1 ------------------------------------------------------------------------------
-
-    def _reserve(self) -> tuple[Receipt, bool] | None:
-        """Insert the reserved receipt, or find the submission's receipt first.
-
-        Returns ``(receipt, True)`` if this call reserved it, ``(receipt, False)`` if it was
-        there already (a retry: no task number is allocated, no counter lock taken), and None
-        if a concurrent caller inserted it between our look and our insert.
-        """
+    def _create_at_once(self) -> WriteTaskResult | None:
+        """Number, receipt, TASK and event in one transaction; None if the id was taken."""
         now = self.services.clock.now()
+        ahead = self.services.store.allocate_ahead("TASK", utc_day(now))
         try:
             with self.services.store.transaction() as connection:
-                existing = receipts.get(connection, self.tenant, self.submission_id)
-                if existing is not None:
-                    return existing, False
-                task_id = _new_task_id(connection, self.services)
+                task_id = _new_task_id(connection, self.services, ahead)
                 path = task_path(Bucket.INBOX, task_id, self.fields.sender, self.fields.recipient)
-                held_until = now + self._hold()
-                receipts.insert_reserved(
+                result = self._created(task_id, path)
+                document = _render(task_id, self.fields, self.submission_id, now)
+                # The receipt goes first: a concurrent caller with the same id stops here.
+                receipts.insert_committed(
                     connection,
                     tenant=self.tenant,
                     submission_id=self.submission_id,
@@ -213,30 +214,41 @@ class _Submission:
                     digest=self.digest,
                     task_id=task_id,
                     task_path=path,
-                    holder=self.holder,
-                    held_until=held_until,
+                    document_digest=document[1],
+                    result=result.to_dict(),
                     now=now,
                 )
+                _insert_task(
+                    connection,
+                    task_id=task_id,
+                    tenant=self.tenant,
+                    fields=self.fields,
+                    submission_id=self.submission_id,
+                    digest=self.digest,
+                    document=document,
+                    now=now,
+                )
+                crash_point("write_task.before_commit")
         except DuplicateKey as error:
-            if error.table != "receipts" and error.table != "unknown":
+            if error.table not in ("receipts", "unknown"):
                 raise
             return None
-        reserved = Receipt(
-            tenant=self.tenant,
-            client_submission_id=self.submission_id,
-            digest_schema_version=DIGEST_SCHEMA_VERSION,
-            request_digest=self.digest,
+        crash_point("write_task.after_commit")
+        publish_after_commit(self.services, task_id)
+        return result
+
+    def _created(self, task_id: str, path: str) -> WriteTaskResult:
+        return WriteTaskResult(
+            disposition=Disposition.CREATED,
+            action_taken=True,
             task_id=task_id,
             task_path=path,
-            state=ReceiptState.RESERVED,
-            holder=self.holder,
-            held_until=held_until,
-            document_digest=None,
-            result=None,
-            created_at=now,
-            updated_at=now,
+            client_submission_id=self.submission_id,
+            request_digest=self.digest,
+            digest_schema_version=DIGEST_SCHEMA_VERSION,
+            receipt_state=ReceiptState.COMMITTED,
+            idempotent=True,
         )
-        return reserved, True
 
     def _hold(self) -> timedelta:
         return timedelta(seconds=self.services.settings.submission_hold_seconds)
@@ -247,14 +259,16 @@ class _Submission:
         """Insert the TASK under the receipt's identity and commit the receipt."""
         try:
             with self.services.store.transaction() as connection:
+                now = self.services.clock.now()
                 document_digest = _insert_task(
                     connection,
-                    self.services,
                     task_id=receipt.task_id,
                     tenant=self.tenant,
                     fields=self.fields,
                     submission_id=self.submission_id,
                     digest=self.digest,
+                    document=_render(receipt.task_id, self.fields, self.submission_id, now),
+                    now=now,
                 )
                 result = self._finish(connection, receipt, document_digest, created=True)
         except DuplicateKey:
@@ -302,7 +316,7 @@ class _Submission:
     # -- an existing receipt ------------------------------------------------------------------
 
     def _read(self) -> Receipt | None:
-        with self.services.store.snapshot() as connection:
+        with self.services.store.single_read() as connection:
             return receipts.get(connection, self.tenant, self.submission_id)
 
     def _converge(self, receipt: Receipt) -> WriteTaskResult | None:

@@ -14,8 +14,8 @@ from sqlalchemy import Connection, Engine
 from sqlalchemy.engine import make_url
 
 from surehand.errors import SchemaNotReady
-from surehand.store import migrate
-from surehand.store.engine import make_engine, snapshot, transaction
+from surehand.store import counters, migrate
+from surehand.store.engine import make_engine, single_read, snapshot, transaction
 
 __all__ = ["Store"]
 
@@ -71,6 +71,29 @@ class Store:
         self.ensure_schema()
         with snapshot(self.engine) as connection:
             yield connection
+
+    @contextmanager
+    def single_read(self) -> Iterator[Connection]:
+        """For exactly one read statement (autocommit; no transaction round trips)."""
+        self.ensure_schema()
+        with single_read(self.engine) as connection:
+            yield connection
+
+    def allocate_ahead(self, kind: str, day: str) -> int | None:
+        """On Postgres, allocate a number in a short transaction of its own; on SQLite, None.
+
+        Postgres creators would otherwise queue on the counter row for the whole of their
+        creating transaction. The allocation commits without waiting for the WAL flush: that
+        is safe because any later commit that uses the number flushes the WAL up to and past
+        it, so a number is never reused once anything durable holds it (it may be skipped when
+        the creating transaction rolls back). SQLite serialises writers anyway, so it
+        allocates inside the creating transaction and leaves no gaps.
+        """
+        if self.dialect != "postgresql":
+            return None
+        with self.transaction() as connection:
+            connection.exec_driver_sql("SET LOCAL synchronous_commit = off")
+            return counters.next_number(connection, kind, day)
 
     def dispose(self) -> None:
         self.engine.dispose()

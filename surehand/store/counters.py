@@ -2,24 +2,35 @@
 
 from __future__ import annotations
 
-from sqlalchemy import Connection, update
+from typing import Any
+
+from sqlalchemy import Connection, bindparam
 from sqlalchemy.dialects import postgresql, sqlite
 
 from surehand.store.schema import counters
 
 
+def _upsert(insert: Any) -> Any:
+    # Built once, executed with parameters: the compiled statement is reused from the cache.
+    return (
+        insert(counters)
+        .values(kind=bindparam("kind"), day=bindparam("day"), last=1)
+        .on_conflict_do_update(
+            index_elements=[counters.c.kind, counters.c.day],
+            set_={"last": counters.c.last + 1},
+        )
+        .returning(counters.c.last)
+    )
+
+
+_UPSERT = {"postgresql": _upsert(postgresql.insert), "sqlite": _upsert(sqlite.insert)}
+
+
 def next_number(connection: Connection, kind: str, day: str) -> int:
     """Allocate the next number for (kind, day) inside the caller's transaction.
 
-    The row lock taken by the UPDATE serialises allocators until the transaction ends, so a
+    One upsert statement. Its row lock serialises allocators until the transaction ends, so a
     rolled-back allocation releases its number and a committed one is never handed out again.
     """
-    insert = postgresql.insert if connection.dialect.name == "postgresql" else sqlite.insert
-    connection.execute(insert(counters).values(kind=kind, day=day, last=0).on_conflict_do_nothing())
-    bumped = connection.execute(
-        update(counters)
-        .where(counters.c.kind == kind, counters.c.day == day)
-        .values(last=counters.c.last + 1)
-        .returning(counters.c.last)
-    ).scalar_one()
-    return int(bumped)
+    statement = _UPSERT[connection.dialect.name]
+    return int(connection.execute(statement, {"kind": kind, "day": day}).scalar_one())

@@ -6,6 +6,7 @@ callers above the store never see SQLAlchemy or DBAPI exceptions.
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -14,7 +15,6 @@ from typing import Any
 
 from sqlalchemy import Connection, Engine, create_engine, event, exc
 from sqlalchemy.engine import make_url
-from sqlalchemy.pool import NullPool
 
 from surehand.errors import (
     ConfigError,
@@ -57,9 +57,9 @@ def _sqlite_engine(url: str) -> Engine:
     parsed = make_url(url)
     if parsed.database and parsed.database != ":memory:":
         Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
-    # NullPool: each checkout is a fresh connection, which is cheap for SQLite and keeps
-    # connections from being shared across forked worker processes.
-    engine = create_engine(url, poolclass=NullPool, connect_args={"timeout": 30})
+    engine = create_engine(url, pool_size=5, max_overflow=20, connect_args={"timeout": 30})
+    # A forked child (prefork workers) must not reuse the parent's connections.
+    os.register_at_fork(after_in_child=lambda: engine.dispose(close=False))
 
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_connection: Any, _record: Any) -> None:
@@ -114,6 +114,17 @@ def transaction(engine: Engine) -> Iterator[Connection]:
     try:
         with engine.begin() as connection:
             yield connection
+    except (exc.DBAPIError, exc.SQLAlchemyError) as error:
+        raise translate(error) from error
+
+
+@contextmanager
+def single_read(engine: Engine) -> Iterator[Connection]:
+    """A connection for ONE read statement, run in autocommit: a single statement is atomic by
+    itself, and skipping BEGIN/COMMIT saves two round trips on hot paths."""
+    try:
+        with engine.connect() as connection:
+            yield connection.execution_options(isolation_level="AUTOCOMMIT")
     except (exc.DBAPIError, exc.SQLAlchemyError) as error:
         raise translate(error) from error
 

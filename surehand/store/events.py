@@ -11,6 +11,8 @@ from sqlalchemy import Connection, Row, func, insert, select
 from surehand.model import Bucket, EventKind, TaskEvent
 from surehand.store.schema import task_events
 
+_INSERT = insert(task_events)  # executed with parameters: compiled once, reused from the cache
+
 
 def append(
     connection: Connection,
@@ -29,19 +31,20 @@ def append(
 ) -> None:
     """Append one event inside the caller's transaction."""
     connection.execute(
-        insert(task_events).values(
-            task_id=task_id,
-            at=at,
-            kind=kind.value,
-            by=by,
-            action=action,
-            from_bucket=from_bucket.value if from_bucket else None,
-            to_bucket=to_bucket.value if to_bucket else None,
-            reason=reason,
-            attempt_id=attempt_id,
-            epoch=epoch,
-            data=dict(data or {}),
-        )
+        _INSERT,
+        {
+            "task_id": task_id,
+            "at": at,
+            "kind": kind.value,
+            "by": by,
+            "action": action,
+            "from_bucket": from_bucket.value if from_bucket else None,
+            "to_bucket": to_bucket.value if to_bucket else None,
+            "reason": reason,
+            "attempt_id": attempt_id,
+            "epoch": epoch,
+            "data": dict(data or {}),
+        },
     )
 
 

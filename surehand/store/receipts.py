@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, Row, func, insert, or_, select, update
+from sqlalchemy import Connection, Row, bindparam, func, insert, or_, select, update
 
 from surehand.model import Receipt, ReceiptState
 from surehand.store.schema import receipts
@@ -32,6 +32,14 @@ def _receipt(row: Row[Any]) -> Receipt:
         created_at=row.created_at,
         updated_at=row.updated_at,
     )
+
+
+# Hot-path statements are built once and executed with parameters (cached compilation).
+_INSERT = insert(receipts)
+_GET = select(receipts).where(
+    receipts.c.tenant == bindparam("tenant"),
+    receipts.c.client_submission_id == bindparam("sid"),
+)
 
 
 def _key(tenant: str, submission_id: str) -> tuple[Any, ...]:
@@ -69,8 +77,43 @@ def insert_reserved(
     )
 
 
+def insert_committed(
+    connection: Connection,
+    *,
+    tenant: str,
+    submission_id: str,
+    schema_version: str,
+    digest: str,
+    task_id: str,
+    task_path: str,
+    document_digest: str,
+    result: Mapping[str, Any],
+    now: datetime,
+) -> None:
+    """Insert a receipt whose stages all complete in the caller's transaction, which also
+    inserts the TASK; raises DuplicateKey if the submission already exists."""
+    connection.execute(
+        _INSERT,
+        {
+            "tenant": tenant,
+            "client_submission_id": submission_id,
+            "digest_schema_version": schema_version,
+            "request_digest": digest,
+            "task_id": task_id,
+            "task_path": task_path,
+            "state": ReceiptState.COMMITTED.value,
+            "holder": None,
+            "held_until": None,
+            "document_digest": document_digest,
+            "result": dict(result),
+            "created_at": now,
+            "updated_at": now,
+        },
+    )
+
+
 def get(connection: Connection, tenant: str, submission_id: str) -> Receipt | None:
-    row = connection.execute(select(receipts).where(*_key(tenant, submission_id))).one_or_none()
+    row = connection.execute(_GET, {"tenant": tenant, "sid": submission_id}).one_or_none()
     return _receipt(row) if row is not None else None
 
 

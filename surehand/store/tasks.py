@@ -56,6 +56,9 @@ def _task(row: Row[Any]) -> Task:
     )
 
 
+_INSERT = insert(tasks)  # executed with parameters: compiled once, reused from the cache
+
+
 def insert_task(
     connection: Connection,
     *,
@@ -70,24 +73,27 @@ def insert_task(
 ) -> None:
     """Insert a TASK in ``inbox`` at revision 1; raises DuplicateKey if the id exists."""
     connection.execute(
-        insert(tasks).values(
-            task_id=task_id,
-            tenant=tenant,
+        _INSERT,
+        {
+            "task_id": task_id,
+            "tenant": tenant,
             **fields.semantic_dict(),
-            bucket=Bucket.INBOX.value,
-            revision=1,
-            epoch=0,
-            rework_round=0,
-            client_submission_id=submission_id,
-            request_digest=request_digest,
-            digest_schema_version=DIGEST_SCHEMA_VERSION,
-            idempotent=submission_id is not None,
-            document=document,
-            document_digest=document_digest,
-            published=False,
-            created_at=now,
-            updated_at=now,
-        )
+            "bucket": Bucket.INBOX.value,
+            "revision": 1,
+            "epoch": 0,
+            "rework_round": 0,
+            "hold_case_id": None,
+            "hold_reason": None,
+            "client_submission_id": submission_id,
+            "request_digest": request_digest,
+            "digest_schema_version": DIGEST_SCHEMA_VERSION,
+            "idempotent": submission_id is not None,
+            "document": document,
+            "document_digest": document_digest,
+            "published": False,
+            "created_at": now,
+            "updated_at": now,
+        },
     )
 
 
