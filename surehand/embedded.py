@@ -31,7 +31,7 @@ from surehand.queue.celery_app import DEFAULT_QUEUE, MEMORY_BROKER, configure_wo
 from surehand.store import tasks
 
 if TYPE_CHECKING:
-    from surehand.api.server import BackgroundServer
+    from surehand.serving import BackgroundServer
 
 log = logging.getLogger(__name__)
 
@@ -88,8 +88,8 @@ class Embedded:
 
     def _start_api(self) -> None:
         from surehand.api import create_app  # optional extra: imported only when serving
-        from surehand.api.server import BackgroundServer
         from surehand.principals import Authenticator
+        from surehand.serving import BackgroundServer
 
         Authenticator(self.settings).check_bind(self.host, "the API")
         server = BackgroundServer(create_app(self.sh), self.host, self.port).start()

@@ -19,7 +19,6 @@ import httpx
 import pytest
 
 from surehand.api import create_app
-from surehand.api.server import BackgroundServer
 from surehand.config import Settings
 from surehand.digest import request_digest
 from surehand.errors import ConfigError
@@ -27,6 +26,7 @@ from surehand.facade import Surehand
 from surehand.model import DIGEST_SCHEMA_VERSION, Bucket, task_path
 from surehand.principals import Authenticator
 from surehand.requests import parse_task_request
+from surehand.serving import BackgroundServer
 from surehand.store import Store, receipts, tasks
 
 TOKENS = ",".join(

@@ -182,8 +182,8 @@ def api(
     refuses to start.
     """
     from surehand.api import create_app  # needs the api extra
-    from surehand.api.server import serve
     from surehand.principals import Authenticator
+    from surehand.serving import serve
 
     settings = _settings(database_url=database_url, redis_url=redis_url, broker_url=broker_url)
     bind_host = host or settings.api_host

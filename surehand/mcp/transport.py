@@ -13,13 +13,13 @@ import logging
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
-import uvicorn
 from mcp.server.mcpserver import MCPServer
 
 from surehand.errors import AuthError
 from surehand.facade import Surehand
 from surehand.mcp.tools import build_server
 from surehand.principals import Authenticator
+from surehand.serving import serve
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -86,4 +86,4 @@ def run_http(host: str, port: int, sh: Surehand | None = None) -> None:
     auth = Authenticator(surehand.settings)
     auth.check_bind(host, "the MCP HTTP server")
     app = http_app(build_server(surehand), auth, host)
-    uvicorn.run(app, host=host, port=port, log_level="warning")
+    serve(app, host, port, log_level="warning", setting="SUREHAND_MCP_PORT")

@@ -1,0 +1,111 @@
+"""Serving an ASGI app with uvicorn, shared by the HTTP API and the MCP HTTP transport: in the
+foreground (``surehand api``, ``surehand mcp --transport http``) or in a background thread
+(``surehand up``, tests).
+
+The listening socket is bound here before uvicorn starts, so a taken port fails at once with a
+clear error, and port 0 (any free port) reports the port it actually got. In the foreground,
+Ctrl-C or SIGTERM ends the process with exit 0 after uvicorn's graceful shutdown.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from types import FrameType
+from typing import Any
+
+import uvicorn
+
+from surehand.errors import ConfigError
+
+_START_TIMEOUT_S = 15.0
+
+
+def bind(host: str, port: int, *, setting: str = "SUREHAND_API_PORT") -> socket.socket:
+    """A listening TCP socket on ``host:port``; ConfigError naming ``setting`` if it fails."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host.strip("[]"), port))
+    except OSError as exc:
+        sock.close()
+        raise ConfigError(
+            f"cannot listen on {host}:{port} ({exc.strerror}); choose another --port",
+            setting=setting,
+        ) from None
+    sock.listen(2048)
+    sock.set_inheritable(True)
+    return sock
+
+
+def _config(app: Any, log_level: str) -> uvicorn.Config:
+    # access_log off unless debugging: request lines would repeat every task id at INFO.
+    return uvicorn.Config(app, log_level=log_level, access_log=log_level == "debug")
+
+
+def serve(
+    app: Any, host: str, port: int, *, log_level: str = "info", setting: str = "SUREHAND_API_PORT"
+) -> None:
+    """Run ``app`` in this (main) thread until SIGINT/SIGTERM, then return normally."""
+    sock = bind(host, port, setting=setting)
+    with quiet_signals():
+        uvicorn.Server(_config(app, log_level)).run(sockets=[sock])
+
+
+@contextlib.contextmanager
+def quiet_signals() -> Iterator[None]:
+    """Let a signal that stopped uvicorn end the process with exit 0.
+
+    uvicorn handles SIGINT/SIGTERM itself and, after its graceful shutdown, raises the signal
+    again for the previous handlers: with Python's defaults that is a KeyboardInterrupt (exit
+    130) or death by SIGTERM. A shutdown on request is a success, so the previous handlers are
+    no-ops while uvicorn runs.
+    """
+    previous = {sig: signal.signal(sig, _ignore) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _ignore(_signum: int, _frame: FrameType | None) -> None:
+    return None
+
+
+class BackgroundServer:
+    """uvicorn in a daemon thread; ``stop()`` finishes in-flight requests and returns."""
+
+    def __init__(self, app: Any, host: str, port: int, *, log_level: str = "warning") -> None:
+        self.host = host
+        self.socket = bind(host, port)
+        self.port: int = self.socket.getsockname()[1]
+        self.server = uvicorn.Server(_config(app, log_level))
+        self.thread = threading.Thread(
+            target=self.server.run, kwargs={"sockets": [self.socket]}, name="surehand-http"
+        )
+        self.thread.daemon = True
+
+    @property
+    def url(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}"
+
+    def start(self) -> BackgroundServer:
+        self.thread.start()
+        deadline = time.monotonic() + _START_TIMEOUT_S
+        while not self.server.started:
+            if not self.thread.is_alive() or time.monotonic() > deadline:
+                raise ConfigError(f"the server did not start on {self.url}")
+            time.sleep(0.02)
+        return self
+
+    def stop(self, timeout: float = 10.0) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout)
+        self.socket.close()
