@@ -1,0 +1,116 @@
+"""The deployment files without Docker: the compose file parses, every surehand service runs a
+real ``surehand`` command with real options, every ``SUREHAND_*`` variable is a setting or a
+CLI variable, healthchecks and ordering are in place, and the guide covers operations."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+import typer.main
+import yaml
+
+from surehand.cli import app
+from surehand.config import Settings
+
+COMPOSE = Path(__file__).resolve().parent.parent / "compose"
+EXPECTED = {"postgres", "redis", "migrate", "api", "worker-dev", "worker-ops", "beat", "flower"}
+
+
+@pytest.fixture(scope="module")
+def services() -> dict[str, dict[str, Any]]:
+    data = yaml.safe_load((COMPOSE / "docker-compose.yml").read_text(encoding="utf-8"))
+    found: dict[str, dict[str, Any]] = data["services"]
+    return found
+
+
+def surehand_services(services: dict[str, dict[str, Any]]) -> dict[str, list[str]]:
+    return {
+        name: spec["command"]
+        for name, spec in services.items()
+        if "command" in spec and spec["command"][0] == "surehand"
+    }
+
+
+def resolve(args: list[str]) -> tuple[Any, list[str]]:
+    """The typer/click command an argv names, and the rest of the argv."""
+    command: Any = typer.main.get_command(app)
+    rest = list(args)
+    while rest and hasattr(command, "commands") and rest[0] in command.commands:
+        command = command.commands[rest.pop(0)]
+    assert not hasattr(command, "commands"), f"{args} names a group, not a command"
+    return command, rest
+
+
+def cli_env_vars() -> set[str]:
+    found: set[str] = set()
+
+    def walk(command: Any) -> None:
+        for param in getattr(command, "params", []):
+            envvar = getattr(param, "envvar", None)
+            found.update([envvar] if isinstance(envvar, str) else envvar or [])
+        for child in getattr(command, "commands", {}).values():
+            walk(child)
+
+    walk(typer.main.get_command(app))
+    return found
+
+
+def test_all_services_present(services: dict[str, dict[str, Any]]) -> None:
+    assert set(services) == EXPECTED
+
+
+def test_every_service_command_is_a_real_surehand_command(
+    services: dict[str, dict[str, Any]],
+) -> None:
+    commands = surehand_services(services)
+    assert set(commands) == EXPECTED - {"postgres", "redis"}
+    for name, argv in commands.items():
+        command, rest = resolve(argv[1:])
+        known = {opt for param in command.params for opt in getattr(param, "opts", [])}
+        flags = [token for token in rest if token.startswith("--")]
+        assert set(flags) <= known, f"{name}: unknown options {set(flags) - known}"
+        for param in command.params:  # required options are given
+            if getattr(param, "required", False) and param.param_type_name == "option":
+                assert set(param.opts) & set(flags), f"{name}: missing {param.opts[0]}"
+
+
+def test_every_surehand_variable_is_known(services: dict[str, dict[str, Any]]) -> None:
+    settings = {f"SUREHAND_{name.upper()}" for name in Settings.model_fields}
+    known = settings | cli_env_vars()
+    text = (COMPOSE / "docker-compose.yml").read_text(encoding="utf-8")
+    used = set(re.findall(r"\bSUREHAND_[A-Z0-9_]+", text))
+    for spec in services.values():
+        used |= {key for key in spec.get("environment", {}) if key.startswith("SUREHAND_")}
+    assert used - known == set()
+    assert {"SUREHAND_DATABASE_URL", "SUREHAND_BROKER_URL", "SUREHAND_REDIS_URL"} <= used
+
+
+def test_ordering_healthchecks_and_exposure(services: dict[str, dict[str, Any]]) -> None:
+    commands = surehand_services(services)
+    assert [name for name, argv in commands.items() if argv[1:2] == ["beat"]] == ["beat"]
+    assert commands["migrate"] == ["surehand", "db", "upgrade"]
+    for name in ("api", "worker-dev", "worker-ops", "beat", "flower"):
+        depends = services[name]["depends_on"]
+        assert depends["migrate"]["condition"] == "service_completed_successfully", name
+    for name in EXPECTED - {"migrate"}:
+        assert "healthcheck" in services[name], name
+    roles = {commands[w][commands[w].index("--roles") + 1] for w in ("worker-dev", "worker-ops")}
+    assert roles == {"DEV", "QA,OPS"}
+    assert "SUREHAND_API_TOKENS" in services["api"]["environment"]
+    for name in ("api", "flower"):
+        assert all(port.startswith("127.0.0.1:") for port in services[name]["ports"]), name
+
+
+def test_dockerfile_and_guide() -> None:
+    dockerfile = (COMPOSE / "Dockerfile").read_text(encoding="utf-8")
+    assert "FROM python:3.11-slim" in dockerfile
+    assert 'pip install ".[all]"' in dockerfile
+    assert "USER surehand" in dockerfile
+    guide = (COMPOSE / "DEPLOYMENT.md").read_text(encoding="utf-8")
+    for topic in ("Scaling workers by role", "Exactly one beat", "Backups", "Upgrading"):
+        assert f"## {topic}" in guide
+    for needle in ("pg_dump", "surehand db upgrade", "surehand check", "--roles"):
+        assert needle in guide
