@@ -82,6 +82,14 @@ class Settings(BaseSettings):
     up_concurrency: int = Field(
         4, ge=1, description="Sessions `surehand up` runs at once (worker threads)."
     )
+    metrics_port: int = Field(
+        0,
+        ge=0,
+        le=65535,
+        description="If set, `surehand worker` serves Prometheus /metrics on this port (the API "
+        "and `surehand up` serve theirs at /metrics already); 0 turns it off.",
+    )
+    metrics_host: str = Field("127.0.0.1", description="Address of the worker's metrics port.")
     flower_host: str = Field("127.0.0.1", description="Address `surehand flower` binds.")
     flower_port: int = Field(5555, ge=1, le=65535, description="Port of `surehand flower`.")
 

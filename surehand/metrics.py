@@ -1,9 +1,9 @@
 """Prometheus metrics shared by the doors, the worker and the reconciler (prometheus-client).
 
 Counters live in the default registry of the process that counts them: in a multi-process
-deployment every process (API, each worker, ``surehand up``) exposes its own numbers, and
-Prometheus sums them. Worker processes have no HTTP server of their own unless
-``surehand worker`` is run with ``--metrics-port``; see compose/DEPLOYMENT.md.
+deployment every process exposes its own numbers and Prometheus sums them. The API and
+``surehand up`` serve them at ``/metrics``; a ``surehand worker`` serves them on
+``SUREHAND_METRICS_PORT`` when that is set (see compose/DEPLOYMENT.md).
 
 Where each number is counted:
 
@@ -20,8 +20,16 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from celery.signals import task_postrun
-from prometheus_client import CONTENT_TYPE_LATEST, Counter, Histogram, generate_latest
+from celery.signals import task_postrun, worker_ready
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    Counter,
+    Histogram,
+    generate_latest,
+    start_http_server,
+)
+
+from surehand.config import Settings
 
 SESSION_TASK = "surehand.run_session"
 
@@ -92,3 +100,11 @@ def _count_session(sender: Any = None, retval: Any = None, **_: Any) -> None:
         return
     outcome = retval.get("outcome") if isinstance(retval, dict) else None
     observe_session(str(outcome) if outcome else "error")
+
+
+@worker_ready.connect(weak=False)
+def _serve_worker_metrics(**_: Any) -> None:
+    """A ``surehand worker`` has no API: serve its counters on SUREHAND_METRICS_PORT if set."""
+    settings = Settings()
+    if settings.metrics_port:
+        start_http_server(settings.metrics_port, addr=settings.metrics_host)

@@ -79,9 +79,6 @@ def post_task(
     return client.post("/v1/tasks", json=dict(body or REQUEST), headers=headers)
 
 
-# -- idempotent creation -----------------------------------------------------------------------
-
-
 def test_created_then_reused_same_record(api: Served) -> None:
     with api.client() as client:
         first = post_task(client, "sub-1")
@@ -150,24 +147,23 @@ def test_same_key_different_body_is_422_and_writes_nothing(api: Served) -> None:
     assert api.counts() == (1, 1)
 
 
-def test_body_id_and_header_must_agree(api: Served) -> None:
+def test_submission_id_from_header_or_body(api: Served) -> None:
     with api.client() as client:
         both = post_task(client, "a-1", {**REQUEST, "client_submission_id": "b-1"})
         same = post_task(client, "c-1", {**REQUEST, "client_submission_id": "c-1"})
         body_only = post_task(client, None, {**REQUEST, "client_submission_id": "d-1"})
+        malformed = post_task(client, "no spaces allowed")
+        legacy = post_task(client, None)
     assert both.status_code == 400
     assert both.json()["field"] == "Idempotency-Key"
     assert same.status_code == 201
     assert body_only.status_code == 201
     assert body_only.json()["client_submission_id"] == "d-1"
-    assert api.counts() == (2, 2)
-
-
-def test_no_id_creates_a_non_idempotent_task(api: Served) -> None:
-    with api.client() as client:
-        response = post_task(client, None)
-    assert response.status_code == 201
-    assert response.json()["idempotent"] is False
+    assert malformed.status_code == 400
+    assert malformed.json()["field"] == "Idempotency-Key"
+    assert legacy.status_code == 201
+    assert legacy.json()["idempotent"] is False  # no id: no retry guarantee
+    assert api.counts() == (3, 2)
 
 
 def _reserve(store: Store, tenant: str, submission_id: str, *, hold_for: float) -> None:
@@ -199,9 +195,6 @@ def test_in_progress_is_409_with_retry_after(store: Store) -> None:
         assert response.json()["retryable"] is True
         assert int(response.headers["retry-after"]) >= 1
         assert served.counts() == (0, 1)
-
-
-# -- bad input writes nothing ------------------------------------------------------------------
 
 
 def test_malformed_json_is_400_and_writes_nothing(api: Served) -> None:
@@ -236,13 +229,6 @@ def test_invalid_fields_are_named(api: Served, change: dict[str, object], field:
     assert api.counts() == (0, 0)
 
 
-def test_bad_idempotency_key_is_named(api: Served) -> None:
-    with api.client() as client:
-        response = post_task(client, "no spaces allowed")
-    assert response.status_code == 400
-    assert response.json()["field"] == "Idempotency-Key"
-
-
 def test_oversized_body_is_413_and_writes_nothing(api: Served) -> None:
     huge = {**REQUEST, "body": "x" * (3 * 1024 * 1024)}
     with api.client() as client:
@@ -270,9 +256,6 @@ def test_body_over_one_mib_under_limit_is_400(api: Served) -> None:
     assert response.status_code == 400
     assert response.json()["field"] == "body"
     assert api.counts() == (0, 0)
-
-
-# -- auth and tenants --------------------------------------------------------------------------
 
 
 def test_missing_or_unknown_token_is_401(api: Served) -> None:
@@ -366,9 +349,6 @@ def test_list_filters_and_validation(api: Served) -> None:
         bad = client.get("/v1/tasks", params={"bucket": "nowhere"})
         assert bad.status_code == 400
         assert bad.json()["field"] == "bucket"
-
-
-# -- operations --------------------------------------------------------------------------------
 
 
 def test_docs_health_and_metrics(api: Served) -> None:

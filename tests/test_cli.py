@@ -269,7 +269,15 @@ def test_api_mcp_worker_and_beat_start_and_stop(cli: Cli, tmp_path: Path) -> Non
 
     with private_redis(tmp_path) as broker:
         queue_env = {**env, "SUREHAND_BROKER_URL": broker.url, "SUREHAND_REDIS_URL": broker.url}
-        worker = start_worker({**queue_env, "SUREHAND_AGENTS": "DEV=demo"}, tmp_path / "w.log")
+        metrics_port = free_port()
+        worker_env = {
+            **queue_env,
+            "SUREHAND_AGENTS": "DEV=demo",
+            "SUREHAND_METRICS_PORT": str(metrics_port),
+        }
+        worker = start_worker(worker_env, tmp_path / "w.log")
+        scraped = httpx.get(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10).text
+        assert "surehand_sessions_total" in scraped
         os.killpg(worker.process.pid, signal.SIGTERM)
         assert worker.process.wait(timeout=60) == 0, worker.output()
         beat = spawn(["beat", "--loglevel", "info"], queue_env, tmp_path / "beat.log")
