@@ -133,11 +133,11 @@ def test_the_heartbeat_keeps_a_session_longer_than_its_ttl_leased(harness: Harne
 
     def agent(ctx: SessionContext) -> str:
         for _ in range(4):
-            ctx.wait_cancelled(0.25)  # four times a quarter of a 0.5 s TTL
+            ctx.wait_cancelled(0.3)  # 1.2 s in all: longer than the 1 s TTL
             held.append(sh.leases.holder(ctx.task.task_id))
         return "long work"
 
-    sh = with_agent(harness.surehand(lease_ttl_seconds=0.5, heartbeat_seconds=0.1), agent)
+    sh = with_agent(harness.surehand(lease_ttl_seconds=1.0, heartbeat_seconds=0.1), agent)
     task_id = committed_task(sh)
 
     outcome = sh.run_session(task_id)

@@ -1,0 +1,781 @@
+"""Benchmark agent sessions against plain Celery tasks on the same broker and worker count.
+
+    python bench/sessions.py [--quick] [--rounds N] [--sessions N] [--plain N]
+                             [--workers N] [--concurrency N] [--no-postgres]
+                             [--leases N] [--heartbeat-window S]
+
+Everything runs on one private ``redis-server`` started here (broker in database 0, leases in
+database 1), never on a shared Redis. Side by side in one run:
+
+(a) throughput: ``--workers`` processes with ``--concurrency`` threads each, for
+    * ``plain``: ``celery worker`` running a no-op task on a bare Celery app (Celery defaults);
+    * ``plain+conf``: the same no-op task on an app with surehand's Celery settings (task
+      events on, prefetch 1, priority steps), to separate those settings from the session;
+    * ``session/sqlite`` and ``session/postgres``: ``surehand worker`` running a no-op agent
+      for committed TASKs (claim, lease, heartbeat thread, agent, record return, settle with a
+      REPORT to ``review``, release). The Postgres admin URL comes from
+      ``SUREHAND_BENCH_DATABASE_URL`` (default ``postgresql+psycopg://postgres@127.0.0.1/test``);
+      the bench uses its own database ``surehand_bench_sessions``, emptied at the start.
+    The variants run in interleaved rounds (shuffled each round), every worker set idling while
+    another runs, so they share the machine's noise; ratios are taken within a round and the
+    median across rounds is reported.
+(b) Redis commands per message: ``INFO commandstats`` deltas on the private server, minus the
+    idle rate measured with every worker idle; worker CPU per message from ``/proc``.
+(c) where a session's time goes: an in-process profile of sequential no-op sessions, per phase,
+    with SQL statements and transactions per session.
+(d) heartbeat cost: ``--leases`` (1,000) concurrent leases, each renewed by its own
+    ``Heartbeat`` thread at the default interval (10 s, TTL 30 s) for ``--heartbeat-window``
+    seconds: renew commands per second and CPU% of this process and of redis-server.
+
+Results are printed as rich tables and saved to ``bench/results/sessions-<UTC>.json``.
+This is a benchmark, not a test: it asserts nothing about time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import random
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import redis
+from celery import Celery
+from rich.console import Console
+from rich.table import Table
+from sqlalchemy import Engine, create_engine, event, func, select, text
+from sqlalchemy.engine import make_url
+
+BENCH = Path(__file__).resolve().parent
+REPO = BENCH.parent
+sys.path[:0] = [str(REPO), str(BENCH)]
+
+from celery_noop import PLAIN_TASK, noop_agent  # noqa: E402
+
+from surehand.config import Settings  # noqa: E402
+from surehand.dispatcher import runner as runner_module  # noqa: E402
+from surehand.dispatcher.sessions import Session  # noqa: E402
+from surehand.facade import Surehand  # noqa: E402
+from surehand.model import Bucket, Task  # noqa: E402
+from surehand.queue.celery_app import make_celery, publish_session  # noqa: E402
+from surehand.queue.heartbeat import Heartbeat  # noqa: E402
+from surehand.queue.leases import LeaseStore  # noqa: E402
+from surehand.store import Store  # noqa: E402
+from surehand.store import schema as tables  # noqa: E402
+from surehand.store.schema import metadata  # noqa: E402
+
+RESULTS = BENCH / "results"
+DEFAULT_ADMIN_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
+BENCH_DATABASE = "surehand_bench_sessions"
+TARGET_RATIO = 0.5
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+console = Console()
+
+
+# -- processes --------------------------------------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def wait_for(predicate: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.02)
+    raise TimeoutError(f"timed out after {timeout}s waiting for {what}")
+
+
+class RedisServer:
+    """A private redis-server without persistence."""
+
+    def __init__(self, directory: Path) -> None:
+        binary = shutil.which("redis-server")
+        if binary is None:
+            raise SystemExit("redis-server is not installed")
+        self.port = free_port()
+        self.process = subprocess.Popen(
+            [
+                *(binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", ""),
+                *("--appendonly", "no", "--dir", str(directory)),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        self.client = redis.Redis(port=self.port, decode_responses=True)
+        wait_for(self._pings, 10, "redis-server")
+
+    def _pings(self) -> bool:
+        try:
+            return bool(self.client.ping())
+        except redis.RedisError:
+            return False
+
+    def url(self, db: int) -> str:
+        return f"redis://127.0.0.1:{self.port}/{db}"
+
+    def commandstats(self) -> Counter[str]:
+        info: dict[str, Any] = self.client.info("commandstats")
+        return Counter(
+            {name.removeprefix("cmdstat_"): int(stats["calls"]) for name, stats in info.items()}
+        )
+
+    def cpu_seconds(self) -> float:
+        info: dict[str, Any] = self.client.info("cpu")
+        return float(info["used_cpu_sys"]) + float(info["used_cpu_user"])
+
+    def stop(self) -> None:
+        self.client.close()
+        self.process.kill()
+        self.process.wait()
+
+
+@dataclass
+class Worker:
+    process: subprocess.Popen[bytes]
+    log: Path
+
+    def cpu_seconds(self) -> float:
+        try:
+            fields = Path(f"/proc/{self.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except FileNotFoundError:
+            return 0.0
+        return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS  # utime + stime
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGTERM)
+            try:
+                self.process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.process.pid, signal.SIGKILL)
+                self.process.wait()
+
+
+def start_worker(argv: list[str], env: dict[str, str], log: Path) -> Worker:
+    handle = log.open("wb")
+    process = subprocess.Popen(
+        argv,
+        env={**os.environ, "PYTHONPATH": f"{BENCH}{os.pathsep}{REPO}", **env},
+        cwd=REPO,
+        stdout=handle,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    handle.close()
+    worker = Worker(process, log)
+
+    def ready() -> bool:
+        if process.poll() is not None:
+            raise RuntimeError(f"worker exited:\n{log.read_text()[-3000:]}")
+        return "ready." in log.read_text(errors="replace")
+
+    wait_for(ready, 120, f"worker {log.name}")
+    return worker
+
+
+# -- variants ---------------------------------------------------------------------------------
+
+
+@dataclass
+class Variant:
+    """One thing to measure: how to publish ``n`` messages and how many have finished."""
+
+    name: str
+    publish: Callable[[int], None]
+    completed: Callable[[], int]
+    workers: list[Worker] = field(default_factory=list)
+    batches: list[dict[str, Any]] = field(default_factory=list)
+
+    def cpu_seconds(self) -> float:
+        return sum(worker.cpu_seconds() for worker in self.workers)
+
+
+def plain_variant(
+    name: str, redis_server: RedisServer, tmp: Path, options: argparse.Namespace, conf: str
+) -> Variant:
+    queue = f"bench.{name.replace('+', '_')}"
+    done = tmp / f"{queue}.done"
+    done.touch()
+    env = {"BENCH_BROKER_URL": redis_server.url(0), "BENCH_DONE_FILE": str(done)}
+    if conf == "surehand":
+        env["BENCH_PLAIN_CONFIG"] = "surehand"
+        app = make_celery(Settings.model_validate({"broker_url": redis_server.url(0)}))
+    else:
+        app = Celery("plain", broker=redis_server.url(0), set_as_current=False)
+    workers = [
+        start_worker(
+            [
+                *(sys.executable, "-m", "celery", "-A", "celery_noop", "worker"),
+                *("--pool", "threads", "--concurrency", str(options.concurrency), "-Q", queue),
+                *("--without-mingle", "--without-gossip", "--loglevel", "INFO"),
+                *("-n", f"{queue}-{i}@%h"),
+            ],
+            env,
+            tmp / f"{queue}-{i}.log",
+        )
+        for i in range(options.workers)
+    ]
+
+    def publish(n: int) -> None:
+        for _ in range(n):
+            app.send_task(PLAIN_TASK, queue=queue, routing_key=queue)
+
+    return Variant(name, publish, lambda: done.stat().st_size, workers)
+
+
+@dataclass
+class SessionBackend:
+    name: str
+    url: str
+    role: str
+    handle: Surehand
+    pending: list[Task] = field(default_factory=list)
+
+
+def session_variant(
+    backend: SessionBackend, redis_server: RedisServer, tmp: Path, options: argparse.Namespace
+) -> Variant:
+    env = {
+        "SUREHAND_DATABASE_URL": backend.url,
+        "SUREHAND_BROKER_URL": redis_server.url(0),
+        "SUREHAND_REDIS_URL": redis_server.url(1),
+        "SUREHAND_AGENTS": f"{backend.role}=celery_noop:noop_agent",
+        "SUREHAND_WORK_DIR": str(tmp / "sessions"),
+        "SUREHAND_LOGLEVEL": "info",
+    }
+    workers = [
+        start_worker(
+            [
+                *(sys.executable, "-m", "surehand", "worker", "--roles", backend.role),
+                *("--concurrency", str(options.concurrency), "--pool", "threads"),
+                *("--hostname", f"session-{backend.name}-{i}@%h"),
+            ],
+            env,
+            tmp / f"session-{backend.name}-{i}.log",
+        )
+        for i in range(options.workers)
+    ]
+    engine = backend.handle.store.engine
+    reviewed = (
+        select(func.count())
+        .select_from(tables.tasks)
+        .where(tables.tasks.c.bucket == Bucket.REVIEW.value)
+    )
+
+    app = make_celery(Settings.model_validate({"broker_url": redis_server.url(0)}))
+
+    def publish(n: int) -> None:
+        batch, backend.pending[:] = backend.pending[:n], backend.pending[n:]
+        for task in batch:  # exactly what Surehand.publish does for each committed TASK
+            publish_session(app, task.task_id, task.fields.recipient, task.fields.priority)
+
+    def completed() -> int:
+        with engine.connect() as connection:
+            return int(connection.execute(reviewed).scalar_one())
+
+    return Variant(f"session/{backend.name}", publish, completed, workers)
+
+
+def postgres_url(admin_url: str) -> str:
+    parsed = make_url(admin_url)
+    admin = create_engine(parsed, isolation_level="AUTOCOMMIT")
+    with admin.connect() as connection:
+        connection.execute(text(f'DROP DATABASE IF EXISTS "{BENCH_DATABASE}" WITH (FORCE)'))
+        connection.execute(text(f'CREATE DATABASE "{BENCH_DATABASE}"'))
+    admin.dispose()
+    return parsed.set(database=BENCH_DATABASE).render_as_string(hide_password=False)
+
+
+def prepare_backend(name: str, url: str, role: str, count: int, redis_url: str) -> SessionBackend:
+    """A migrated store with ``count`` committed TASKs for ``role`` in inbox, unpublished."""
+    store = Store(url, auto_upgrade=True)
+    store.upgrade()
+    with store.engine.begin() as connection:
+        for table in reversed(metadata.sorted_tables):
+            connection.execute(table.delete())
+    store.dispose()
+    settings = Settings.model_validate({"database_url": url, "redis_url": redis_url})
+    handle = Surehand(settings=settings)
+    with console.status(f"creating {count} TASKs on {name}"):
+        for n in range(count):
+            handle.write_task(
+                sender="PM",
+                recipient=role,
+                subject=f"no-op {n}",
+                body="Do nothing, then report.",
+                client_submission_id=f"bench-{uuid.uuid4().hex}",
+            )
+    backend = SessionBackend(name, url, role, handle)
+    backend.pending = handle.list_tasks(bucket=Bucket.INBOX, limit=count)
+    return backend
+
+
+# -- measuring --------------------------------------------------------------------------------
+
+
+def run_batch(
+    variant: Variant, n: int, redis_server: RedisServer, idle: dict[str, float]
+) -> dict[str, Any]:
+    target = variant.completed() + n
+    commands, redis_cpu, worker_cpu = (
+        redis_server.commandstats(),
+        redis_server.cpu_seconds(),
+        variant.cpu_seconds(),
+    )
+    started = time.perf_counter()
+    variant.publish(n)
+    wait_for(lambda: variant.completed() >= target, 600, f"{variant.name} to finish {n}")
+    seconds = time.perf_counter() - started
+    delta = redis_server.commandstats() - commands
+    adjusted = {
+        name: max(0.0, calls - idle.get(name, 0.0) * seconds) / n for name, calls in delta.items()
+    }
+    batch = {
+        "messages": n,
+        "seconds": seconds,
+        "per_second": n / seconds,
+        "redis_commands_per_message": sum(adjusted.values()),
+        "redis_commands": {k: round(v, 3) for k, v in sorted(adjusted.items()) if v >= 0.005},
+        "worker_cpu_ms_per_message": 1000 * (variant.cpu_seconds() - worker_cpu) / n,
+        "redis_cpu_ms_per_message": 1000 * (redis_server.cpu_seconds() - redis_cpu) / n,
+    }
+    variant.batches.append(batch)
+    return batch
+
+
+def idle_rates(redis_server: RedisServer, seconds: float = 3.0) -> dict[str, float]:
+    """Redis commands per second with every worker idle (BRPOP timeouts, heartbeats)."""
+    before = redis_server.commandstats()
+    time.sleep(seconds)
+    delta = redis_server.commandstats() - before
+    return {name: calls / seconds for name, calls in delta.items()}
+
+
+def summarise(variant: Variant) -> dict[str, Any]:
+    batches = variant.batches
+    commands: Counter[str] = Counter()
+    for batch in batches:
+        commands.update({k: v / len(batches) for k, v in batch["redis_commands"].items()})
+    return {
+        "name": variant.name,
+        "batches": batches,
+        "per_second_median": statistics.median(b["per_second"] for b in batches),
+        "redis_commands_per_message": statistics.median(
+            b["redis_commands_per_message"] for b in batches
+        ),
+        "redis_commands": {k: round(v, 2) for k, v in commands.most_common()},
+        "worker_cpu_ms_per_message": statistics.median(
+            b["worker_cpu_ms_per_message"] for b in batches
+        ),
+        "redis_cpu_ms_per_message": statistics.median(
+            b["redis_cpu_ms_per_message"] for b in batches
+        ),
+    }
+
+
+# -- phase profile (in-process) ---------------------------------------------------------------
+
+
+@contextmanager
+def timed_phases(phases: dict[str, list[float]]) -> Iterator[None]:
+    """Wrap the runner's steps so that each call's wall time lands in ``phases``."""
+    patched: list[tuple[Any, str, Any]] = []
+
+    def wrap(owner: Any, attribute: str, phase: str) -> None:
+        original = getattr(owner, attribute)
+
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            started = time.perf_counter()
+            try:
+                return original(*args, **kwargs)
+            finally:
+                phases.setdefault(phase, []).append(time.perf_counter() - started)
+
+        patched.append((owner, attribute, original))
+        setattr(owner, attribute, timed)
+
+    wrap(runner_module, "claim", "claim (store txn)")
+    wrap(LeaseStore, "acquire", "lease SET NX PX")
+    wrap(Heartbeat, "start", "heartbeat start (thread + generation)")
+    wrap(Heartbeat, "stop", "heartbeat stop (join)")
+    wrap(Session, "record_return", "record return (store txn)")
+    wrap(Session, "settle", "settle: REPORT + review + end (store txn)")
+    wrap(LeaseStore, "release", "lease compare-and-delete")
+    wrap(runner_module.SessionRunner, "run", "whole session")
+    try:
+        yield
+    finally:
+        for owner, attribute, original in reversed(patched):
+            setattr(owner, attribute, original)
+
+
+def profile_sessions(
+    backend: SessionBackend, count: int, redis_server: RedisServer
+) -> dict[str, Any]:
+    """Sequential no-op sessions in this process: per-phase time, SQL and Redis per session."""
+    handle = backend.handle
+    handle.registry.register(backend.role, noop_agent)
+    engine: Engine = handle.store.engine
+    statements, transactions = Counter[str](), [0]
+
+    def on_execute(*args: Any) -> None:
+        statement = str(args[2]).lstrip().split(None, 1)[0].upper()
+        statements[statement] += 1
+
+    def on_begin(*args: Any) -> None:
+        transactions[0] += 1
+
+    batch, backend.pending[:] = backend.pending[:count], backend.pending[count:]
+    handle.runner  # noqa: B018  (build the runner and connect before measuring)
+    handle.leases.ping()
+    phases: dict[str, list[float]] = {}
+    event.listen(engine, "before_cursor_execute", on_execute)
+    event.listen(engine, "begin", on_begin)
+    commands = redis_server.commandstats()
+    try:
+        with timed_phases(phases):
+            for task in batch:
+                outcome = handle.runner.run(task.task_id)
+                assert outcome.outcome == "settled", outcome
+    finally:
+        event.remove(engine, "before_cursor_execute", on_execute)
+        event.remove(engine, "begin", on_begin)
+    redis_delta = redis_server.commandstats() - commands
+    n = len(batch)
+    return {
+        "sessions": n,
+        "ms_per_session": {phase: 1000 * sum(times) / n for phase, times in sorted(phases.items())},
+        "sql_statements_per_session": {k: v / n for k, v in statements.most_common()},
+        "transactions_per_session": transactions[0] / n,
+        "redis_commands_per_session": {k: v / n for k, v in redis_delta.most_common()},
+    }
+
+
+# -- heartbeats -------------------------------------------------------------------------------
+
+
+def heartbeat_cost(redis_server: RedisServer, leases: int, window: float) -> dict[str, Any]:
+    """``leases`` live leases, each renewed by its own Heartbeat thread at the default interval."""
+    settings = Settings()
+    ttl_ms = int(settings.lease_ttl_seconds * 1000)
+    interval = settings.heartbeat_seconds
+    store = LeaseStore(
+        redis.Redis.from_url(redis_server.url(1), decode_responses=True),
+        namespace=f"bench-{uuid.uuid4().hex[:8]}",
+    )
+    beats: list[Heartbeat] = []
+    with console.status(f"starting {leases} heartbeats over one interval ({interval:g}s)"):
+        for n in range(leases):
+            task_id, attempt_id = f"TASK-20260101-{n:04d}", uuid.uuid4().hex
+            assert store.acquire(task_id, attempt_id, ttl_ms)
+            beat = Heartbeat(store, task_id, attempt_id, ttl_ms, interval=interval)
+            beat.start()
+            beats.append(beat)
+            time.sleep(interval / leases)  # sessions start at different times
+    with console.status(f"measuring {leases} heartbeats for {window:g}s"):
+        commands, redis_cpu = redis_server.commandstats(), redis_server.cpu_seconds()
+        renewals = sum(b.renewals for b in beats)
+        cpu, started = time.process_time(), time.perf_counter()
+        time.sleep(window)
+        elapsed = time.perf_counter() - started
+        cpu_used = time.process_time() - cpu
+        renewed = sum(b.renewals for b in beats) - renewals
+        delta = redis_server.commandstats() - commands
+        redis_used = redis_server.cpu_seconds() - redis_cpu
+    lost = sum(b.lost.is_set() for b in beats)
+    for beat in beats:
+        beat.stop(timeout=0.1)
+    held = sum(1 for n in range(leases) if store.holder(f"TASK-20260101-{n:04d}") is not None)
+    store.client.close()
+    return {
+        "leases": leases,
+        "ttl_seconds": settings.lease_ttl_seconds,
+        "interval_seconds": interval,
+        "window_seconds": elapsed,
+        "renewals_per_second": renewed / elapsed,
+        "expected_renewals_per_second": leases / interval,
+        "redis_commands_per_second": {k: v / elapsed for k, v in delta.most_common()},
+        "client_cpu_percent": 100 * cpu_used / elapsed,
+        "redis_cpu_percent": 100 * redis_used / elapsed,
+        "lost": lost,
+        "still_held_after_window": held,
+    }
+
+
+# -- output -----------------------------------------------------------------------------------
+
+
+def throughput_table(summaries: list[dict[str, Any]], ratios: dict[str, float]) -> Table:
+    table = Table(title="Throughput: same broker, same workers (median of rounds)")
+    for column in (
+        "variant",
+        "msgs/s",
+        "vs plain",
+        "vs plain+conf",
+        "Redis cmds/msg",
+        "worker CPU ms/msg",
+        "redis CPU ms/msg",
+    ):
+        table.add_column(column, justify="left" if column == "variant" else "right")
+    for s in summaries:
+        table.add_row(
+            s["name"],
+            f"{s['per_second_median']:.0f}",
+            _ratio(ratios.get(f"{s['name']} / plain")),
+            _ratio(ratios.get(f"{s['name']} / plain+conf")),
+            f"{s['redis_commands_per_message']:.1f}",
+            f"{s['worker_cpu_ms_per_message']:.2f}",
+            f"{s['redis_cpu_ms_per_message']:.3f}",
+        )
+    return table
+
+
+def _ratio(value: float | None) -> str:
+    return "" if value is None else f"{value:.2f}x"
+
+
+def commands_table(summaries: list[dict[str, Any]]) -> Table:
+    table = Table(title="Redis commands per message, idle-adjusted (mean of rounds)")
+    table.add_column("command")
+    names = [s["name"] for s in summaries]
+    for name in names:
+        table.add_column(name, justify="right")
+    commands = sorted(
+        {c for s in summaries for c in s["redis_commands"]},
+        key=lambda c: -max(s["redis_commands"].get(c, 0) for s in summaries),
+    )
+    for command in commands:
+        values = [s["redis_commands"].get(command, 0.0) for s in summaries]
+        if max(values) >= 0.05:
+            table.add_row(command, *(f"{v:.2f}" for v in values))
+    return table
+
+
+def phases_table(profiles: dict[str, dict[str, Any]]) -> Table:
+    table = Table(title="Where a no-op session's time goes (in-process, sequential)")
+    table.add_column("phase")
+    for name in profiles:
+        table.add_column(f"{name} ms", justify="right")
+    phases = sorted({p for prof in profiles.values() for p in prof["ms_per_session"]})
+    for phase in phases:
+        table.add_row(
+            phase, *(f"{p['ms_per_session'].get(phase, 0.0):.2f}" for p in profiles.values())
+        )
+    table.add_row(
+        "transactions / session",
+        *(f"{p['transactions_per_session']:.1f}" for p in profiles.values()),
+    )
+    table.add_row(
+        "SQL statements / session",
+        *(f"{sum(p['sql_statements_per_session'].values()):.1f}" for p in profiles.values()),
+    )
+    table.add_row(
+        "Redis commands / session",
+        *(f"{sum(p['redis_commands_per_session'].values()):.1f}" for p in profiles.values()),
+    )
+    return table
+
+
+def heartbeat_table(result: dict[str, Any]) -> Table:
+    table = Table(title="Heartbeat cost")
+    for column in (
+        "leases",
+        "TTL / interval",
+        "renewals/s",
+        "expected/s",
+        "client CPU %",
+        "redis CPU %",
+        "lost",
+    ):
+        table.add_column(column, justify="right")
+    table.add_row(
+        str(result["leases"]),
+        f"{result['ttl_seconds']:g}s / {result['interval_seconds']:g}s",
+        f"{result['renewals_per_second']:.1f}",
+        f"{result['expected_renewals_per_second']:.1f}",
+        f"{result['client_cpu_percent']:.1f}",
+        f"{result['redis_cpu_percent']:.1f}",
+        str(result["lost"]),
+    )
+    return table
+
+
+# -- main -------------------------------------------------------------------------------------
+
+
+def parse_options() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="a short run")
+    parser.add_argument("--rounds", type=int, help="interleaved rounds (default 3, quick 2)")
+    parser.add_argument("--sessions", type=int, help="sessions per batch (default 400)")
+    parser.add_argument("--plain", type=int, help="plain tasks per batch (default 2000)")
+    parser.add_argument("--workers", type=int, default=2, help="worker processes per variant")
+    parser.add_argument("--concurrency", type=int, default=4, help="threads per worker")
+    parser.add_argument("--profile", type=int, default=200, help="in-process profiled sessions")
+    parser.add_argument("--no-postgres", action="store_true", help="SQLite only")
+    parser.add_argument("--leases", type=int, default=1000, help="concurrent heartbeats")
+    parser.add_argument("--heartbeat-window", type=float, help="seconds (default 30, quick 12)")
+    options = parser.parse_args()
+    options.rounds = options.rounds or (2 if options.quick else 3)
+    options.sessions = options.sessions or (150 if options.quick else 400)
+    options.plain = options.plain or (800 if options.quick else 2000)
+    options.heartbeat_window = options.heartbeat_window or (12.0 if options.quick else 30.0)
+    return options
+
+
+WARMUP = 20
+
+
+def _reached(variant: Variant, target: int) -> Callable[[], bool]:
+    return lambda: variant.completed() >= target
+
+
+def measure_rounds(
+    variants: list[Variant], redis_server: RedisServer, options: argparse.Namespace
+) -> tuple[dict[str, float], list[dict[str, float]]]:
+    """Warm every variant up, then run interleaved rounds; returns idle rates and rates."""
+    idle = idle_rates(redis_server)
+    for variant in variants:  # connections, imports and caches; not measured
+        target = variant.completed() + WARMUP
+        variant.publish(WARMUP)
+        wait_for(_reached(variant, target), 300, f"the warm-up of {variant.name}")
+    per_round: list[dict[str, float]] = []
+    for number in range(options.rounds):
+        rates: dict[str, float] = {}
+        for variant in random.sample(variants, len(variants)):
+            n = options.plain if variant.name.startswith("plain") else options.sessions
+            with console.status(f"round {number + 1}/{options.rounds}: {variant.name} x {n}"):
+                rates[variant.name] = run_batch(variant, n, redis_server, idle)["per_second"]
+        per_round.append(rates)
+        console.log(f"round {number + 1}: " + ", ".join(f"{k} {v:.0f}/s" for k, v in rates.items()))
+    return idle, per_round
+
+
+def ratios_of(
+    summaries: list[dict[str, Any]], per_round: list[dict[str, float]]
+) -> dict[str, float]:
+    ratios: dict[str, float] = {}
+    for summary in summaries:
+        if summary["name"].startswith("session/"):
+            for base in ("plain", "plain+conf"):
+                ratios[f"{summary['name']} / {base}"] = statistics.median(
+                    r[summary["name"]] / r[base] for r in per_round
+                )
+    return ratios
+
+
+def main() -> int:
+    options = parse_options()
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix="surehand-bench-sessions-"))
+    redis_server = RedisServer(tmp)
+    variants: list[Variant] = []
+    backends: list[SessionBackend] = []
+    try:
+        stores = [("sqlite", f"sqlite:///{tmp / 'bench.sqlite3'}", "DEV")]
+        if not options.no_postgres:
+            admin = os.environ.get("SUREHAND_BENCH_DATABASE_URL", DEFAULT_ADMIN_URL)
+            stores.append(("postgres", postgres_url(admin), "OPS"))
+        count = WARMUP + options.rounds * options.sessions + options.profile
+        for name, url, role in stores:
+            backends.append(prepare_backend(name, url, role, count, redis_server.url(1)))
+        with console.status("starting workers"):
+            variants.append(plain_variant("plain", redis_server, tmp, options, "default"))
+            variants.append(plain_variant("plain+conf", redis_server, tmp, options, "surehand"))
+            variants.extend(session_variant(b, redis_server, tmp, options) for b in backends)
+        idle, per_round = measure_rounds(variants, redis_server, options)
+        for variant in variants:
+            for worker in variant.workers:
+                worker.stop()
+        profiles = {}
+        for backend in backends:
+            with console.status(f"profiling {options.profile} sessions on {backend.name}"):
+                profiles[backend.name] = profile_sessions(backend, options.profile, redis_server)
+        heartbeat = heartbeat_cost(redis_server, options.leases, options.heartbeat_window)
+        one_attempt = {b.name: _check_one_attempt_each(b) for b in backends}
+    finally:
+        for variant in variants:
+            for worker in variant.workers:
+                worker.stop()
+        for backend in backends:
+            backend.handle.close()
+        redis_server.stop()
+
+    summaries = [summarise(v) for v in variants]
+    ratios = ratios_of(summaries, per_round)
+    console.print(throughput_table(summaries, ratios))
+    console.print(commands_table(summaries))
+    console.print(phases_table(profiles))
+    console.print(heartbeat_table(heartbeat))
+    for key, value in ratios.items():
+        if key.endswith("/ plain"):
+            verdict = "meets" if value >= TARGET_RATIO else "misses"
+            console.print(f"{key}: {value:.2f}x ({verdict} the {TARGET_RATIO}x target)")
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    result = {
+        "bench": "sessions",
+        "at": stamp,
+        "machine": {
+            "platform": platform.platform(),
+            "python": platform.python_version(),
+            "cpus": os.cpu_count(),
+            "load_average": os.getloadavg(),
+        },
+        "options": {
+            "rounds": options.rounds,
+            "sessions_per_batch": options.sessions,
+            "plain_per_batch": options.plain,
+            "workers": options.workers,
+            "concurrency": options.concurrency,
+            "pool": "threads",
+        },
+        "idle_redis_commands_per_second": idle,
+        "variants": summaries,
+        "per_round_per_second": per_round,
+        "ratios": ratios,
+        "target_ratio": TARGET_RATIO,
+        "profiles": profiles,
+        "heartbeat": heartbeat,
+        "one_attempt_per_task": one_attempt,
+    }
+    path = RESULTS / f"sessions-{stamp}.json"
+    path.write_text(json.dumps(result, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    console.print(f"saved {path.relative_to(REPO)}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    return 0
+
+
+def _check_one_attempt_each(backend: SessionBackend) -> bool:
+    """Every TASK that ran has exactly one attempt (duplicates would show up here)."""
+    with backend.handle.store.snapshot() as connection:
+        rows = connection.execute(
+            select(tables.attempts.c.task_id, func.count())
+            .group_by(tables.attempts.c.task_id)
+            .having(func.count() > 1)
+        ).all()
+    return not rows
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
