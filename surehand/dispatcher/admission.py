@@ -10,6 +10,7 @@ from records (``reconcile_only``), or a hold on the still-``active`` TASK.
 
 from __future__ import annotations
 
+import enum
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -28,6 +29,7 @@ from surehand.model import (
     Action,
     Admission,
     Attempt,
+    CaseState,
     EffectFact,
     EventKind,
     InterruptionCase,
@@ -41,6 +43,11 @@ from surehand.store import attempts, cases, events, operations, tasks
 
 log = logging.getLogger(__name__)
 
+
+class Unset(enum.Enum):
+    ANY = "any"  # the caller saw no particular decision
+
+
 ProbeLookup = Callable[[str], Callable[[Operation], "bool | None"] | None]
 
 
@@ -52,9 +59,23 @@ class Admitter:
     leases: LeaseStore
     probe: ProbeLookup
 
-    def admit(self, case_id: str, *, decided_by: str) -> InterruptionCase:
-        """Evaluate the case's evidence and record (and apply) the admission decision."""
+    def admit(
+        self,
+        case_id: str,
+        *,
+        decided_by: str,
+        seen_decided_at: datetime | Unset | None = Unset.ANY,
+    ) -> InterruptionCase:
+        """Evaluate the case's evidence and record (and apply) the admission decision.
+
+        ``seen_decided_at`` is the decision the caller saw (None: undecided). If the case was
+        decided since — by a concurrent reconciler — that decision stands and is returned as
+        it is, so two passes never decide (or hold, or reconcile) one case twice. Without it
+        (a review, a recover request) the evidence is always evaluated again.
+        """
         case, task, attempt = self._load(case_id)
+        if seen_decided_at is not Unset.ANY and case.decided_at != seen_decided_at:
+            return case
         if self._owner_live(case):
             return self._decide(
                 case,
@@ -127,7 +148,14 @@ class Admitter:
         now = self.services.clock.now()
         resolve = evidence.admission is Admission.RECONCILE_ONLY
         with self.services.store.transaction() as connection:
-            if _task(connection, task.task_id).revision != task.revision:
+            # Decisions on one TASK take turns (row lock), and a decision recorded meanwhile by
+            # a concurrent admission (a second reconciler) stands: it is returned, not redone.
+            current = tasks.get_for_update(connection, task.task_id)
+            assert current is not None
+            recorded = _reread(connection, case.case_id)
+            if recorded.state is not CaseState.OPEN or recorded.decided_at != case.decided_at:
+                return recorded
+            if current.revision != task.revision:
                 raise StaleDecision(
                     f"{task.task_id} changed while case {case.case_id} was evaluated; "
                     "admission runs again on the new revision"
@@ -214,13 +242,14 @@ def _hold(
 ) -> None:
     reason = f"effect {evidence.fact.value}: {evidence.refs.get('why', 'needs review')}"
     now = services.clock.now()
-    tasks.update_if(
+    if not tasks.update_if(
         connection,
         task.task_id,
         expect={"revision": task.revision},
         values={"hold_case_id": case.case_id, "hold_reason": reason},
         now=now,
-    )
+    ):
+        raise StaleDecision(f"{task.task_id} changed while its hold was being set")
     events.append(
         connection,
         task_id=task.task_id,

@@ -28,6 +28,14 @@ def probed_absent(operation: Operation) -> bool:
     return (operation.outcome or {}).get("probe") == "absent"
 
 
+def confirmed_present(operation: Operation) -> bool:
+    """A probe or an approver's review established that the effect happened."""
+    return (
+        operation.state is OperationState.SUCCEEDED
+        and (operation.outcome or {}).get("probe") == "present"
+    )
+
+
 def keyed(operation: Operation) -> bool:
     return operation.retry_policy is RetryPolicy.KEYED and bool(operation.idempotency_key)
 
@@ -57,6 +65,11 @@ def evaluate(
         return Evidence(EffectFact.CONFIRMED, Admission.RECONCILE_ONLY, refs)
     if any(raised_unknown(op) for op in operations):
         return Evidence(EffectFact.UNKNOWN, Admission.HOLD_FOR_REVIEW, {**refs, "why": "raised"})
+    if not open_ops and any(confirmed_present(op) for op in operations):
+        # A probe (or review) confirmed an interrupted effect: do not run the agent again.
+        return Evidence(
+            EffectFact.CONFIRMED, Admission.RECONCILE_ONLY, {**refs, "why": "effect confirmed"}
+        )
     if not open_ops:
         # Every declared effect is settled: a successor replays them from records.
         return Evidence(EffectFact.NONE_VERIFIED, Admission.REEXECUTE, {**refs, "replay": True})
@@ -68,8 +81,17 @@ def evaluate(
             {**refs, "idempotency_key": bound.idempotency_key},
             bound_operation_id=bound.operation_id,
         )
-    why = "several open intents" if len(open_ops) > 1 else "open intent without key or probe"
-    return Evidence(EffectFact.UNKNOWN, Admission.HOLD_FOR_REVIEW, {**refs, "why": why})
+    return Evidence(EffectFact.UNKNOWN, Admission.HOLD_FOR_REVIEW, {**refs, "why": _why(open_ops)})
+
+
+def _why(open_ops: Sequence[Operation]) -> str:
+    if len(open_ops) > 1:
+        return f"{len(open_ops)} open intents"
+    if open_ops[0].probe:
+        return f"probe {open_ops[0].probe!r} was inconclusive"
+    if open_ops[0].idempotency_key:
+        return "open intent whose retry policy does not allow a keyed repeat"
+    return "open intent without key or probe"
 
 
 def _refs(attempt: Attempt, operations: Sequence[Operation]) -> dict[str, Any]:
@@ -84,6 +106,8 @@ def _refs(attempt: Attempt, operations: Sequence[Operation]) -> dict[str, Any]:
                 "state": op.state.value,
                 "idempotency_key": op.idempotency_key,
                 "probe": op.probe,
+                "confirmed": (op.outcome or {}).get("probe"),
+                "confirmed_by": (op.outcome or {}).get("source"),
             }
             for op in operations
         ],

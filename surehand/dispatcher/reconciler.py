@@ -15,21 +15,24 @@ import threading
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime
 
 from sqlalchemy import Connection
 
 from surehand import metrics
 from surehand.dispatcher import diagnostics, dispatch
-from surehand.dispatcher.recovery import Recovery
+from surehand.dispatcher.recovery import Recovery, loss_grace
 from surehand.errors import LeaseUnavailable, StaleDecision
-from surehand.model import Admission, Attempt, AttemptState, CaseState, InterruptionCase
+from surehand.model import Admission, AttemptState, CaseState, InterruptionCase
 from surehand.store import attempts, cases, tasks
+from surehand.store.attempts import RunningLease
 
 log = logging.getLogger(__name__)
 
 PAGE = 1000
+STALLED_COUNT_EVERY = 30.0  # seconds between counts of stalled receipts
 RECONCILER = "reconciler"
+_UNSEEN = "\0unseen"  # no generation read yet by this reconciler
 
 
 @dataclass
@@ -58,11 +61,16 @@ class Reconciler:
     def __init__(self, recovery: Recovery) -> None:
         self.recovery = recovery
         self.services = recovery.services
-        settings = self.services.settings
         # Never judge a lease gone before a heartbeat could have restored it.
-        self.grace = timedelta(
-            seconds=max(settings.lost_grace_seconds, settings.heartbeat_seconds * 1.5)
-        )
+        self.grace = loss_grace(self.services.settings)
+        # Redis outages and restarts seen by this reconciler: a lease that was missing before
+        # Redis came back (or lost its data) is judged only from that moment on, because the
+        # heartbeats needed Redis to restore it.
+        self._generation: str | None = _UNSEEN
+        self._outage = False
+        self._judge_from: datetime | None = None
+        self._stalled = 0
+        self._stalled_at: float | None = None
 
     def run_once(self) -> PassReport:
         started = time.perf_counter()
@@ -70,56 +78,109 @@ class Reconciler:
         self._scan_running(report)
         self._advance_cases(report)
         report.republished += dispatch.sweep(self.services)
-        report.stalled_receipts = diagnostics.count_stalled(self.services)
+        report.stalled_receipts = self._stalled_receipts()
         report.seconds = round(time.perf_counter() - started, 6)
         metrics.observe_pass(report.seconds, report.lost, report.admissions)
         return report
 
+    def _stalled_receipts(self) -> int:
+        """The stalled-receipt count, refreshed at most every ``STALLED_COUNT_EVERY`` seconds:
+        receipts stall on a scale of minutes (``stalled_after_seconds``), and counting them
+        must not add a cost proportional to all submissions to every pass."""
+        moment = time.monotonic()
+        if self._stalled_at is None or moment - self._stalled_at >= STALLED_COUNT_EVERY:
+            self._stalled = diagnostics.count_stalled(self.services)
+            self._stalled_at = moment
+        return self._stalled
+
     # -- running attempts ---------------------------------------------------------------------
 
     def _scan_running(self, report: PassReport) -> None:
-        after = ""
-        while True:
-            with self.services.store.snapshot() as connection:
-                page = attempts.running(connection, limit=PAGE, after=after)
-            if not page:
-                return
-            report.running += len(page)
-            if not self._check_page(page, report):
-                return
-            after = page[-1].attempt_id
+        """Check every running attempt's lease: one streamed read of the running attempts, one
+        ``MGET`` per page, one write transaction per page (only if a suspicion changed); then
+        judge the attempts whose grace ran out, outside the read."""
+        if not self._check_redis(report):
+            return
+        due: list[RunningLease] = []
+        with self.services.store.snapshot() as connection:
+            for page in attempts.running_pages(connection, page_size=PAGE):
+                report.running += len(page)
+                if not self._check_page(page, report, due):
+                    return  # Redis failed mid-scan: judge nothing on a partial view
+        for running in due:
+            self._lose(running, report)
 
-    def _check_page(self, page: Sequence[Attempt], report: PassReport) -> bool:
+    def _check_redis(self, report: PassReport) -> bool:
+        """Read the dataset generation; note an outage or a Redis that lost its data."""
+        try:
+            generation = self.recovery.admitter.leases.generation()
+        except LeaseUnavailable:
+            self._unreachable(report)
+            return False
+        # A marker minted for the first time is not a restart; a marker lost or replaced is.
+        changed = self._generation not in (_UNSEEN, None) and generation != self._generation
+        if self._outage or changed:
+            self._judge_from = self.services.clock.now()
+            log.warning("Redis is back (or lost its data): missing leases are judged from now")
+        self._outage = False
+        self._generation = generation
+        return True
+
+    def _unreachable(self, report: PassReport) -> None:
+        log.warning("Redis unreachable: no lease is judged in this pass")
+        report.redis_ok = False
+        self._outage = True
+
+    def _check_page(
+        self, page: Sequence[RunningLease], report: PassReport, due: list[RunningLease]
+    ) -> bool:
         try:
             holders = self.recovery.admitter.leases.holders([a.task_id for a in page])
         except LeaseUnavailable:
-            log.warning("Redis unreachable: no lease is judged in this pass")
-            report.redis_ok = False
+            self._unreachable(report)
             return False
         live = [a for a in page if holders.get(a.task_id) == a.attempt_id]
         missing = [a for a in page if holders.get(a.task_id) != a.attempt_id]
         report.live += len(live)
         now = self.services.clock.now()
-        with self.services.store.transaction() as connection:
-            attempts.clear_lease_missing(
-                connection, [a.attempt_id for a in live if a.lease_missing_since is not None]
-            )
-            since = {
-                a.attempt_id: attempts.mark_lease_missing(connection, a.attempt_id, now)
-                for a in missing
-            }
-        for attempt in missing:
-            self._judge(attempt, since[attempt.attempt_id], now, report)
+        back = [a.attempt_id for a in live if a.lease_missing_since is not None]
+        new = [a.attempt_id for a in missing if a.lease_missing_since is None]
+        if back or new:
+            with self.services.store.transaction() as connection:
+                attempts.clear_lease_missing(connection, back)
+                attempts.mark_lease_missing(connection, new, now)
+        for running in missing:
+            # A concurrent reconciler may have noted it a moment earlier; using our own
+            # ``now`` then only delays the judgement, never hastens it.
+            if self._suspect(running.lease_missing_since or now, now, report):
+                due.append(running)
         return True
 
-    def _judge(self, attempt: Attempt, since: datetime, now: datetime, report: PassReport) -> None:
+    def _suspect(self, since: datetime, now: datetime, report: PassReport) -> bool:
+        """Count a missing lease as suspected; True once its grace has run out."""
+        if self._judge_from is not None:
+            since = max(since, self._judge_from)
         due = since + self.grace
-        if now < due:
-            report.suspected += 1
-            wait = (due - now).total_seconds()
-            report.next_due_seconds = min(report.next_due_seconds or wait, wait)
+        if now >= due:
+            return True
+        report.suspected += 1
+        wait = (due - now).total_seconds()
+        if report.next_due_seconds is None or wait < report.next_due_seconds:
+            report.next_due_seconds = wait
+        return False
+
+    def _lose(self, running: RunningLease, report: PassReport) -> None:
+        with self.services.store.snapshot() as connection:
+            attempt = attempts.get(connection, running.attempt_id)
+        if attempt is None or attempt.state is not AttemptState.RUNNING:
+            return  # it ended (settled, or lost by a concurrent pass) since it was read
+        try:
+            case = self.recovery.lose(attempt, state=AttemptState.SESSION_LOST, by=RECONCILER)
+        except StaleDecision:
+            # The loss and its case are recorded; the TASK changed while admission evaluated
+            # it, so the case stays undecided and the next pass decides it on the new revision.
+            report.lost += 1
             return
-        case = self.recovery.lose(attempt, state=AttemptState.SESSION_LOST, by=RECONCILER)
         if case is not None:
             report.lost += 1
             self._count(case, report)
@@ -129,11 +190,11 @@ class Reconciler:
     def _advance_cases(self, report: PassReport) -> None:
         """Re-admit undecided or stale cases and (re)publish admitted successors."""
         with self.services.store.snapshot() as connection:
-            pending = cases.listing(connection, state=CaseState.OPEN, limit=10_000)
+            listed = cases.listing(connection, state=CaseState.OPEN, limit=10_000)
+            # Only an approver's review releases a hold: held cases wait without cost here.
+            pending = [c for c in listed if c.admission is not Admission.HOLD_FOR_REVIEW]
             revisions = {c.task_id: _revision(connection, c.task_id) for c in pending}
         for case in pending:
-            if case.admission is Admission.HOLD_FOR_REVIEW:
-                continue  # only an approver's review releases a hold
             if self._needs_decision(case, revisions.get(case.task_id)):
                 case = self._readmit(case, report)
             if case.admission is Admission.REEXECUTE and case.successor_attempt_id is None:
@@ -147,7 +208,9 @@ class Reconciler:
 
     def _readmit(self, case: InterruptionCase, report: PassReport) -> InterruptionCase:
         try:
-            decided = self.recovery.admitter.admit(case.case_id, decided_by=RECONCILER)
+            decided = self.recovery.admitter.admit(
+                case.case_id, decided_by=RECONCILER, seen_decided_at=case.decided_at
+            )
         except StaleDecision:
             return case  # the TASK moved during evaluation; the next pass decides again
         self._count(decided, report)

@@ -10,9 +10,12 @@ admission again on it. All of them end in :meth:`Admitter.admit`.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Literal
 
+from sqlalchemy import Connection
+
+from surehand.config import Settings
 from surehand.dispatcher.admission import Admitter
 from surehand.dispatcher.context import Services
 from surehand.dispatcher.lifecycle import approvers
@@ -23,6 +26,7 @@ from surehand.errors import (
     NotAuthorized,
     RecoveryError,
     TaskNotFound,
+    ValidationFailed,
 )
 from surehand.model import (
     Admission,
@@ -42,6 +46,12 @@ INTERRUPTED = (AttemptState.SESSION_LOST, AttemptState.FAILED, AttemptState.LEAS
 
 def case_id_for(attempt: Attempt) -> str:
     return f"CASE-{attempt.task_id.removeprefix('TASK-')}-{attempt.number}"
+
+
+def loss_grace(settings: Settings) -> timedelta:
+    """How long a lease must stay missing before its session counts as lost: never less than
+    one and a half heartbeats, so a lease a heartbeat is about to restore is never judged."""
+    return timedelta(seconds=max(settings.lost_grace_seconds, settings.heartbeat_seconds * 1.5))
 
 
 @dataclass(frozen=True)
@@ -72,7 +82,12 @@ class Recovery:
     # -- loss ---------------------------------------------------------------------------------
 
     def lose(self, attempt: Attempt, *, state: AttemptState, by: str) -> InterruptionCase | None:
-        """Mark a running attempt lost and open its case; None if it was not running anymore."""
+        """Mark a running attempt lost and open its case; None if it was not running anymore.
+
+        The loss and its case commit together, so a reconciler that dies here leaves either a
+        running attempt (judged again by the next pass) or a lost one with an undecided case
+        (decided by the next pass) — never a lost attempt without a case.
+        """
         now = self.services.clock.now()
         with self.services.store.transaction() as connection:
             if not attempts.finish(
@@ -89,34 +104,38 @@ class Recovery:
                 epoch=attempt.number,
                 data={"worker": attempt.worker, "lease_id": attempt.lease_id},
             )
-        return self.open_case(attempt, by=by)
+            self._insert_case(connection, attempt, now)
+        return self.admitter.admit(case_id_for(attempt), decided_by=by, seen_decided_at=None)
 
     def open_case(self, attempt: Attempt, *, by: str) -> InterruptionCase:
         """Open (or find) the case of an interrupted attempt and run admission on it."""
-        case_id = case_id_for(attempt)
         try:
             with self.services.store.transaction() as connection:
-                task = tasks.get(connection, attempt.task_id)
-                assert task is not None
-                cases.open_case(
-                    connection,
-                    case_id=case_id,
-                    task_id=attempt.task_id,
-                    attempt_id=attempt.attempt_id,
-                    epoch=attempt.number,
-                    lease_id=attempt.lease_id,
-                    revision=task.revision,
-                    now=self.services.clock.now(),
-                )
+                self._insert_case(connection, attempt, self.services.clock.now())
         except DuplicateKey:
-            pass  # a concurrent reconciler opened it first: one case per attempt
-        return self.admitter.admit(case_id, decided_by=by)
+            pass  # a concurrent request opened it first: one case per attempt
+        return self.admitter.admit(case_id_for(attempt), decided_by=by)
+
+    @staticmethod
+    def _insert_case(connection: Connection, attempt: Attempt, now: datetime) -> None:
+        task = tasks.get(connection, attempt.task_id)
+        assert task is not None
+        cases.open_case(
+            connection,
+            case_id=case_id_for(attempt),
+            task_id=attempt.task_id,
+            attempt_id=attempt.attempt_id,
+            epoch=attempt.number,
+            lease_id=attempt.lease_id,
+            revision=task.revision,
+            now=now,
+        )
 
     # -- recover ------------------------------------------------------------------------------
 
     def recover(self, task_id: str, *, actor: str, tenant: str | None) -> RecoveryOutcome:
         """A request to start a successor for ``task_id``; classified from durable state."""
-        check_role(actor)
+        actor = _actor(actor)
         task, current = self._read(task_id, tenant)
         if task.bucket is not Bucket.ACTIVE:
             return self._refuse(
@@ -129,6 +148,15 @@ class Recovery:
             return self._refuse(task, actor, f"{task_id} has no attempt to recover")
         if current.state is AttemptState.RUNNING:
             return self._recover_running(task, current, actor)
+        if current.state not in INTERRUPTED:
+            # Classified from durable state, not from the caller: the TASK's current attempt
+            # ended normally, so it is active again by rework (reject/reopen), not interrupted.
+            return self._refuse(
+                task,
+                actor,
+                f"not an interruption: attempt {current.number} of {task_id} ended "
+                f"{current.state.value}; rework and reassignment keep their own lifecycle paths",
+            )
         case = self._case(current) or self.open_case(current, by=actor)
         if case.state is CaseState.OPEN and case.admission is not Admission.HOLD_FOR_REVIEW:
             case = self.admitter.admit(case.case_id, decided_by=actor)
@@ -141,7 +169,7 @@ class Recovery:
             return self._refuse(task, actor, "Redis is unreachable: the owner may be alive")
         if holder == current.attempt_id:
             return self._refuse(task, actor, f"attempt {current.number} holds a live lease")
-        grace = timedelta(seconds=self.services.settings.lost_grace_seconds)
+        grace = loss_grace(self.services.settings)
         missing_since = current.lease_missing_since
         if missing_since is None or self.services.clock.now() - missing_since < grace:
             return self._refuse(
@@ -191,7 +219,7 @@ class Recovery:
         tenant: str | None,
     ) -> InterruptionCase:
         """An approver states whether a held case's effect happened; admission runs again."""
-        check_role(actor)
+        actor = _actor(actor)
         case, task = self._held_case(case_id, tenant)
         if actor not in approvers(task):
             raise NotAuthorized(
@@ -223,15 +251,17 @@ class Recovery:
         review = {"effect": effect, "note": note, "by": actor, "at": now.isoformat()}
         with self.services.store.transaction() as connection:
             cases.set_review(connection, case.case_id, review)
-            if effect == "absent":
-                for op in operations.for_attempt(connection, case.interrupted_attempt_id):
-                    operations.confirm(
-                        connection,
-                        op.operation_id,
-                        present=False,
-                        source={"source": f"review:{actor}", "note": note},
-                        now=now,
-                    )
+            # The reviewed fact becomes the record of every unsettled operation of the
+            # interrupted attempt (open, or raised with an unknown effect), so a later session
+            # of this TASK neither repeats a present effect nor refuses an absent one.
+            for op in operations.for_attempt(connection, case.interrupted_attempt_id):
+                operations.confirm(
+                    connection,
+                    op.operation_id,
+                    present=effect == "present",
+                    source={"source": f"review:{actor}", "note": note},
+                    now=now,
+                )
             events.append(
                 connection,
                 task_id=task.task_id,
@@ -241,3 +271,11 @@ class Recovery:
                 reason=note,
                 data={"case_id": case.case_id, "effect": effect},
             )
+
+
+def _actor(actor: str) -> str:
+    """A requesting role, validated at the edge (never the runtime's own SYSTEM)."""
+    try:
+        return check_role(actor)
+    except ValueError as error:
+        raise ValidationFailed("actor", str(error)) from None

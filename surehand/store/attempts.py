@@ -7,9 +7,9 @@ before the loss is recorded or is refused after it, never both.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from sqlalchemy import Connection, Row, func, insert, select, update
 
@@ -145,6 +145,31 @@ def running(connection: Connection, *, limit: int = 10_000, after: str = "") -> 
     return [_attempt(row) for row in rows]
 
 
+class RunningLease(NamedTuple):
+    """What the reconciler's scan needs of a running attempt, and nothing more."""
+
+    attempt_id: str
+    task_id: str
+    lease_missing_since: datetime | None
+
+
+def running_pages(connection: Connection, *, page_size: int) -> Iterator[list[RunningLease]]:
+    """Every running attempt, three columns only, streamed in pages of ``page_size``.
+
+    One query over the partial index on running attempts, so its cost follows the running
+    attempts, not all attempts ever made; no ORDER BY, so nothing is sorted; streamed, so
+    memory stays one page. The scan reads every running attempt on every pass, so it must not
+    pay for columns it does not need either (results, errors, timestamps).
+    """
+    result = connection.execution_options(yield_per=page_size).execute(
+        select(attempts.c.attempt_id, attempts.c.task_id, attempts.c.lease_missing_since).where(
+            attempts.c.state == AttemptState.RUNNING.value
+        )
+    )
+    for rows in result.partitions():
+        yield [RunningLease(row[0], row[1], row[2]) for row in rows]
+
+
 def count(
     connection: Connection, task_id: str | None = None, states: Sequence[AttemptState] = ()
 ) -> int:
@@ -156,21 +181,19 @@ def count(
     return int(connection.execute(query).scalar_one())
 
 
-def mark_lease_missing(connection: Connection, attempt_id: str, now: datetime) -> datetime:
-    """Note the first pass that found no lease; returns when it was first found missing."""
-    connection.execute(
-        update(attempts)
-        .where(
-            attempts.c.attempt_id == attempt_id,
-            attempts.c.state == AttemptState.RUNNING.value,
-            attempts.c.lease_missing_since.is_(None),
+def mark_lease_missing(connection: Connection, attempt_ids: Sequence[str], now: datetime) -> None:
+    """Note ``now`` as the first pass that found these running attempts without a lease (one
+    UPDATE; an attempt already noted keeps its earlier time)."""
+    if attempt_ids:
+        connection.execute(
+            update(attempts)
+            .where(
+                attempts.c.attempt_id.in_(list(attempt_ids)),
+                attempts.c.state == AttemptState.RUNNING.value,
+                attempts.c.lease_missing_since.is_(None),
+            )
+            .values(lease_missing_since=now)
         )
-        .values(lease_missing_since=now)
-    )
-    since = connection.execute(
-        select(attempts.c.lease_missing_since).where(attempts.c.attempt_id == attempt_id)
-    ).scalar_one_or_none()
-    return since or now
 
 
 def clear_lease_missing(connection: Connection, attempt_ids: Sequence[str]) -> None:
