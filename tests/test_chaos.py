@@ -1,0 +1,548 @@
+"""Chaos: real ``surehand worker`` processes killed with SIGKILL, paused with SIGSTOP, and a
+Redis restarted under a live session; the reconciler runs in the test process.
+
+Each test gets a private ``redis-server`` (the Celery broker and, unless stated, the leases) and
+a store (Postgres; SQLite files too where cheap). Workers load ``tests.chaos_agents``, whose
+effects append to a file the test reads, so effects are counted outside surehand's records. The
+worker kills itself at a named crash point (``SUREHAND_CRASH_AT``); a second worker, started
+without one, runs any successor. Settings are scaled down:
+
+    lease TTL 1 s, heartbeat 0.3 s, lost grace 0.5 s, reconcile interval 0.5 s
+
+Detection contract (asserted in every kill test): from the kill to ``SESSION_LOST`` takes at most
+TTL + reconcile interval + grace + 1.0 s of scheduling slack = 3.0 s. The kill time is bounded
+from below by the last durable write before the crash point (the claim, or the operation's
+intent/outcome), so the measured time is an over-estimate, never an under-estimate.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+
+from surehand.config import Settings
+from surehand.dispatcher.reconciler import reconcile_loop
+from surehand.facade import Surehand
+from surehand.model import (
+    Admission,
+    Attempt,
+    AttemptState,
+    Bucket,
+    CaseState,
+    EffectFact,
+    EventKind,
+    InterruptionCase,
+    Operation,
+    Task,
+)
+from surehand.store import Store, events
+from surehand.store import tasks as task_rows
+from tests.chaos_agents import EFFECTS_ENV, MARKERS_ENV, SLEEP_ENV, read_effects
+from tests.procs import Proc, RedisServer, spawn
+
+REPO = Path(__file__).resolve().parent.parent
+TTL = 1.0
+HEARTBEAT = 0.3
+GRACE = 0.5
+INTERVAL = 0.5
+SLACK = 1.0
+DETECTION_BOUND = TTL + INTERVAL + GRACE + SLACK  # 3.0 s
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
+postgres_only = pytest.mark.parametrize("store", ["postgres"], indirect=True)
+
+
+@dataclass
+class Chaos:
+    """One test's processes: broker, lease Redis, workers, and in-process reconcilers."""
+
+    tmp: Path
+    store: Store
+    broker: RedisServer
+    lease_redis: RedisServer
+    handles: list[Surehand] = field(default_factory=list)
+    procs: list[Proc] = field(default_factory=list)
+    stop: threading.Event = field(default_factory=threading.Event)
+    loops: list[threading.Thread] = field(default_factory=list)
+
+    @property
+    def effects_path(self) -> Path:
+        return self.tmp / "effects.jsonl"
+
+    @property
+    def markers(self) -> Path:
+        return self.tmp / "markers"
+
+    def settings(self) -> Settings:
+        return Settings(
+            database_url=self.store.url,
+            redis_url=self.lease_redis.url,
+            broker_url=self.broker.url,
+            lease_ttl_seconds=TTL,
+            heartbeat_seconds=HEARTBEAT,
+            lost_grace_seconds=GRACE,
+            reconcile_interval_seconds=INTERVAL,
+            work_dir=self.tmp / "work",
+        )
+
+    def handle(self) -> Surehand:
+        """A test-side handle: writes, reviews and reconciles (SystemClock)."""
+        sh = Surehand(settings=self.settings())
+        sh.store.ensure_schema()
+        self.handles.append(sh)
+        return sh
+
+    @property
+    def sh(self) -> Surehand:
+        return self.handles[0] if self.handles else self.handle()
+
+    def env(self, agent: str, crash_at: str | None, extra: dict[str, str]) -> dict[str, str]:
+        values = {
+            "SUREHAND_DATABASE_URL": self.store.url,
+            "SUREHAND_REDIS_URL": self.lease_redis.url,
+            "SUREHAND_BROKER_URL": self.broker.url,
+            "SUREHAND_AGENTS": f"DEV=tests.chaos_agents:{agent}",
+            "SUREHAND_LEASE_TTL_SECONDS": str(TTL),
+            "SUREHAND_HEARTBEAT_SECONDS": str(HEARTBEAT),
+            "SUREHAND_LOST_GRACE_SECONDS": str(GRACE),
+            "SUREHAND_WORK_DIR": str(self.tmp / "work"),
+            "PYTHONPATH": str(REPO),
+            EFFECTS_ENV: str(self.effects_path),
+            MARKERS_ENV: str(self.markers),
+            **extra,
+        }
+        if crash_at:
+            values["SUREHAND_CRASH_AT"] = crash_at
+        return values
+
+    def worker(self, agent: str, *, crash_at: str | None = None, **extra: str) -> Proc:
+        """Start ``surehand worker --roles DEV`` (one session at a time) and wait until ready."""
+        name = f"w{len(self.procs) + 1}"
+        proc = spawn(
+            ["worker", "--roles", "DEV", "--concurrency", "1", "--hostname", f"{name}@chaos"],
+            self.env(agent, crash_at, extra),
+            self.tmp / f"{name}.log",
+        )
+        self.procs.append(proc)
+        self.wait(lambda: "ready." in proc.output() or proc.returncode is not None, "ready")
+        assert proc.returncode is None, proc.output()[-3000:]
+        return proc
+
+    def reconcile_in_background(self, *handles: Surehand) -> None:
+        """Run the production reconcile loop of each handle in a thread until the test ends."""
+        for sh in handles or (self.sh,):
+            thread = threading.Thread(
+                target=reconcile_loop, args=(sh.reconciler, self.stop, INTERVAL), daemon=True
+            )
+            thread.start()
+            self.loops.append(thread)
+
+    def submit(self) -> str:
+        result = self.sh.write_task(
+            sender="PM",
+            recipient="DEV",
+            subject="Charge the customer",
+            body="Charge acme and report the receipt.",
+            client_submission_id=f"chaos-{time.monotonic_ns()}",
+        )
+        assert result.task_id is not None
+        return result.task_id
+
+    def wait(self, predicate: Callable[[], bool], what: str, timeout: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if predicate():
+                return
+            time.sleep(0.05)
+        logs = "\n".join(f"--- {p.log.name}\n{p.output()[-2500:]}" for p in self.procs)
+        pytest.fail(f"timed out after {timeout}s waiting for {what}\n{logs}")
+
+    def wait_dead(self, proc: Proc) -> None:
+        self.wait(lambda: proc.returncode is not None, "the worker to die")
+        assert proc.returncode == -signal.SIGKILL, proc.output()[-2000:]
+
+    # -- reading ------------------------------------------------------------------------------
+
+    def task(self, task_id: str) -> Task:
+        return self.sh.get_task(task_id)
+
+    def attempts(self, task_id: str) -> list[Attempt]:
+        return self.sh.attempts(task_id)
+
+    def operations(self, task_id: str) -> list[Operation]:
+        return self.sh.operations(task_id)
+
+    def cases(self, task_id: str) -> list[InterruptionCase]:
+        return [c for c in self.sh.cases(limit=1000) if c.task_id == task_id]
+
+    def effects(self, task_id: str) -> list[dict[str, Any]]:
+        return read_effects(self.effects_path, task_id)
+
+    def events(self, task_id: str, kind: EventKind) -> list[Any]:
+        with self.store.snapshot() as connection:
+            return events.history(connection, task_id, kind)
+
+    def task_count(self) -> int:
+        with self.store.snapshot() as connection:
+            return task_rows.count(connection)
+
+    def queued(self) -> int:
+        """Messages waiting in the DEV queues of the broker."""
+        client = redis.Redis.from_url(self.broker.url)
+        try:
+            return sum(
+                int(client.llen(key))
+                for key in client.scan_iter(match="surehand.DEV*")
+                if client.type(key) == b"list"
+            )
+        finally:
+            client.close()
+
+    def decided(self, task_id: str) -> InterruptionCase:
+        def ready() -> bool:
+            found = self.cases(task_id)
+            return bool(found) and found[0].admission not in (None, Admission.NOT_ADMITTED)
+
+        self.wait(ready, f"the interruption case of {task_id} to be decided")
+        [case] = self.cases(task_id)
+        return case
+
+    def detection_seconds(self, task_id: str) -> float:
+        """Kill -> SESSION_LOST, over-estimated from the last durable write before the kill."""
+        lost = self.attempts(task_id)[0]
+        assert lost.state is AttemptState.SESSION_LOST
+        assert lost.ended_at is not None
+        writes = [lost.started_at]
+        for op in self.operations(task_id):
+            if op.epoch == 1 or op.attempt_id == lost.attempt_id:
+                writes.append(op.started_at)
+                if op.settled_at is not None:
+                    writes.append(op.settled_at)
+        # Later writes about its operations (a probe's answer) are the reconciler's, not its own.
+        before = [moment for moment in writes if moment <= lost.ended_at]
+        return (lost.ended_at - max(before)).total_seconds()
+
+    def close(self) -> None:
+        self.stop.set()
+        for thread in self.loops:
+            thread.join(10)
+        for proc in self.procs:
+            with suppress(ProcessLookupError):
+                os.killpg(proc.process.pid, signal.SIGCONT)
+            proc.kill()
+        for sh in self.handles:
+            sh.close()
+
+
+@contextmanager
+def open_chaos(store: Store, tmp_path: Path, *, separate_lease_redis: bool) -> Iterator[Chaos]:
+    broker = RedisServer(tmp_path / "broker")
+    (tmp_path / "broker").mkdir()
+    broker.start()
+    lease_redis = broker
+    if separate_lease_redis:
+        (tmp_path / "leases").mkdir()
+        lease_redis = RedisServer(tmp_path / "leases")
+        lease_redis.start()
+    chaos = Chaos(tmp_path, store, broker, lease_redis)
+    chaos.markers.mkdir()
+    try:
+        yield chaos
+    finally:
+        chaos.close()
+        broker.stop()
+        lease_redis.stop()
+
+
+@pytest.fixture
+def chaos(store: Store, tmp_path: Path) -> Iterator[Chaos]:
+    with open_chaos(store, tmp_path, separate_lease_redis=False) as built:
+        yield built
+
+
+def assert_detected_in_time(chaos: Chaos, task_id: str) -> None:
+    seconds = chaos.detection_seconds(task_id)
+    assert 0 <= seconds <= DETECTION_BOUND, f"SESSION_LOST {seconds:.3f}s after the kill"
+
+
+# -- kill before any operation intent -> none_verified -> reexecute ------------------------
+
+
+def test_kill_before_any_intent_reexecutes_the_same_task_once_with_two_reconcilers(
+    chaos: Chaos,
+) -> None:
+    """Crash point ``session.after_claim``; two reconcilers race (one case, one successor)."""
+    doomed = chaos.worker("one_effect", crash_at="session.after_claim")
+    chaos.reconcile_in_background(chaos.sh, chaos.handle())
+    task_id = chaos.submit()
+    chaos.wait_dead(doomed)
+
+    case = chaos.decided(task_id)
+    assert (case.effect_fact, case.admission) == (EffectFact.NONE_VERIFIED, Admission.REEXECUTE)
+    assert_detected_in_time(chaos, task_id)
+    assert chaos.effects(task_id) == []
+
+    chaos.worker("one_effect")
+    chaos.wait(lambda: chaos.task(task_id).bucket is Bucket.REVIEW, "the successor to settle")
+
+    first, second = chaos.attempts(task_id)
+    assert (first.state, second.state) == (AttemptState.SESSION_LOST, AttemptState.SUCCEEDED)
+    assert second.number == 2
+    assert second.case_id == case.case_id
+    [resolved] = chaos.cases(task_id)
+    assert resolved.state is CaseState.RESOLVED
+    assert resolved.successor_attempt_id == second.attempt_id
+    assert [e["attempt"] for e in chaos.effects(task_id)] == [2]
+    assert chaos.task_count() == 1
+    assert len(chaos.events(task_id, EventKind.SESSION_LOST)) == 1
+    assert len(chaos.events(task_id, EventKind.ADMISSION)) == 1
+
+
+# -- RA-7: the agent returned, the REPORT was not written -> reconcile_only ------------------
+
+
+@postgres_only
+def test_kill_after_the_agent_returned_reconciles_the_report_without_repeating_the_effect(
+    chaos: Chaos,
+) -> None:
+    """Crash point ``session.after_return``: the outcome and the agent's return are recorded,
+    the REPORT is not (the seed's RA-7, effect confirmed)."""
+    doomed = chaos.worker("one_effect", crash_at="session.after_return")
+    chaos.reconcile_in_background()
+    task_id = chaos.submit()
+    chaos.wait_dead(doomed)
+
+    case = chaos.decided(task_id)
+
+    assert (case.effect_fact, case.admission) == (EffectFact.CONFIRMED, Admission.RECONCILE_ONLY)
+    assert case.state is CaseState.RESOLVED
+    assert_detected_in_time(chaos, task_id)
+    task = chaos.task(task_id)
+    assert (task.bucket, task.hold) == (Bucket.REVIEW, None)
+    [report] = chaos.sh.reports(task_id)
+    assert "Reconciled from records" in report.body
+    assert f"appended once for {task_id} in attempt 1" in report.body  # the agent's result
+    assert [a.state for a in chaos.attempts(task_id)] == [AttemptState.SESSION_LOST]
+    assert [e["attempt"] for e in chaos.effects(task_id)] == [1]
+    assert chaos.queued() == 0  # nothing was dispatched to run it again
+
+
+# -- RA-8: open intent, no key or probe -> hold; review decides ------------------------------
+
+
+@postgres_only
+def test_kill_with_an_open_intent_holds_and_a_review_of_absent_runs_the_effect_once(
+    chaos: Chaos,
+) -> None:
+    """Crash point ``operation.after_intent``: the intent is committed, the effect never ran,
+    and nothing says so (the seed's RA-8). Hold; nothing re-runs; PM reviews ``absent``."""
+    doomed = chaos.worker("one_effect", crash_at="operation.after_intent")
+    chaos.reconcile_in_background()
+    task_id = chaos.submit()
+    chaos.wait_dead(doomed)
+    chaos.worker("one_effect")  # idle and ready: nothing may reach it while the TASK is held
+
+    case = chaos.decided(task_id)
+
+    assert (case.effect_fact, case.admission) == (EffectFact.UNKNOWN, Admission.HOLD_FOR_REVIEW)
+    assert_detected_in_time(chaos, task_id)
+    task = chaos.task(task_id)
+    assert task.bucket is Bucket.ACTIVE
+    assert task.hold is not None
+    assert task.hold.case_id == case.case_id
+    time.sleep(3 * INTERVAL)  # several passes
+    assert len(chaos.attempts(task_id)) == 1
+    assert chaos.effects(task_id) == []
+    assert chaos.queued() == 0
+
+    decided = chaos.sh.review(case.case_id, effect="absent", note="no append seen", actor="PM")
+
+    assert decided.admission is Admission.REEXECUTE
+    chaos.wait(lambda: chaos.task(task_id).bucket is Bucket.REVIEW, "the successor to settle")
+    assert [e["attempt"] for e in chaos.effects(task_id)] == [2]
+    assert [a.state for a in chaos.attempts(task_id)] == [
+        AttemptState.SESSION_LOST,
+        AttemptState.SUCCEEDED,
+    ]
+
+
+@postgres_only
+def test_kill_after_an_unkeyed_effect_holds_and_a_review_of_present_reconciles(
+    chaos: Chaos,
+) -> None:
+    """Crash point ``operation.after_effect``: the effect happened, its outcome was never
+    recorded. Hold; PM reviews ``present``; the REPORT is reconciled and nothing re-runs."""
+    doomed = chaos.worker("one_effect", crash_at="operation.after_effect")
+    chaos.reconcile_in_background()
+    task_id = chaos.submit()
+    chaos.wait_dead(doomed)
+    chaos.worker("one_effect")
+
+    case = chaos.decided(task_id)
+    assert case.admission is Admission.HOLD_FOR_REVIEW
+    assert_detected_in_time(chaos, task_id)
+    assert [e["attempt"] for e in chaos.effects(task_id)] == [1]
+
+    decided = chaos.sh.review(
+        case.case_id, effect="present", note="the append is in the log", actor="PM"
+    )
+
+    assert (decided.effect_fact, decided.admission) == (
+        EffectFact.CONFIRMED,
+        Admission.RECONCILE_ONLY,
+    )
+    task = chaos.task(task_id)
+    assert (task.bucket, task.hold) == (Bucket.REVIEW, None)
+    [report] = chaos.sh.reports(task_id)
+    assert "Review: effect present — the append is in the log" in report.body
+    time.sleep(2 * INTERVAL)
+    assert [e["attempt"] for e in chaos.effects(task_id)] == [1]
+    assert len(chaos.attempts(task_id)) == 1
+    assert chaos.queued() == 0
+
+
+# -- open intent with an idempotency key -> single_verified ----------------------------------
+
+
+@postgres_only
+def test_kill_with_an_open_keyed_intent_repeats_it_once_with_the_same_key(chaos: Chaos) -> None:
+    """Crash point ``operation.after_effect`` with a keyed effect: the successor repeats it
+    exactly once, with the recorded key (a keyed receiver deduplicates the pair)."""
+    doomed = chaos.worker("keyed_effect", crash_at="operation.after_effect")
+    chaos.reconcile_in_background()
+    task_id = chaos.submit()
+    chaos.wait_dead(doomed)
+    chaos.worker("keyed_effect")
+
+    case = chaos.decided(task_id)
+    assert (case.effect_fact, case.admission) == (EffectFact.SINGLE_VERIFIED, Admission.REEXECUTE)
+    assert_detected_in_time(chaos, task_id)
+    [intent] = chaos.operations(task_id)
+    assert case.bound_operation_id == intent.operation_id
+    recorded_key = case.effect_refs["idempotency_key"]
+    assert recorded_key == intent.idempotency_key == f"{task_id}:charge"
+
+    chaos.wait(lambda: chaos.task(task_id).bucket is Bucket.REVIEW, "the successor to settle")
+
+    effects = chaos.effects(task_id)
+    assert [(e["attempt"], e["key"]) for e in effects] == [(1, recorded_key), (2, recorded_key)]
+    assert len({e["key"] for e in effects}) == 1
+    [settled] = chaos.operations(task_id)  # the same operation, repeated and settled
+    assert settled.operation_id == intent.operation_id
+    assert settled.epoch == 2
+
+
+# -- open intent with a probe -> the probe decides -------------------------------------------
+
+
+@postgres_only
+@pytest.mark.parametrize(
+    ("crash_at", "admission", "attempts"),
+    [
+        ("operation.after_effect", Admission.RECONCILE_ONLY, [1]),
+        ("operation.after_intent", Admission.REEXECUTE, [2]),
+    ],
+    ids=["effect-present", "effect-absent"],
+)
+def test_kill_with_a_probed_intent_lets_the_probe_decide(
+    chaos: Chaos, crash_at: str, admission: Admission, attempts: list[int]
+) -> None:
+    asked: list[int] = []
+
+    @chaos.sh.probe("chaos_ledger")
+    def ledger(operation: Operation) -> bool:
+        asked.append(operation.operation_id)
+        return any(e["name"] == "charge" for e in chaos.effects(operation.task_id))
+
+    doomed = chaos.worker("probed_effect", crash_at=crash_at)
+    chaos.reconcile_in_background()
+    task_id = chaos.submit()
+    chaos.wait_dead(doomed)
+    chaos.worker("probed_effect")
+
+    case = chaos.decided(task_id)
+
+    assert case.admission is admission
+    assert len(asked) == 1
+    assert_detected_in_time(chaos, task_id)
+    chaos.wait(lambda: chaos.task(task_id).bucket is Bucket.REVIEW, "the TASK to reach review")
+    assert [e["attempt"] for e in chaos.effects(task_id)] == attempts
+    assert len(chaos.attempts(task_id)) == max(attempts)
+
+
+# -- the old owner wakes up after its successor started --------------------------------------
+
+
+@postgres_only
+def test_a_paused_owner_that_wakes_after_its_successor_settled_is_fenced_and_recorded(
+    chaos: Chaos,
+) -> None:
+    """SIGSTOP the worker mid-session past its lease TTL, let the successor run on another
+    worker, then SIGCONT: the old session's write is fenced and recorded, nothing changes."""
+    owner = chaos.worker("paused_owner", **{SLEEP_ENV: "1.0"})
+    chaos.reconcile_in_background()
+    task_id = chaos.submit()
+    started = chaos.markers / f"{task_id}-started-1"
+    chaos.wait(started.exists, "attempt 1 to start")
+    os.killpg(owner.process.pid, signal.SIGSTOP)
+
+    case = chaos.decided(task_id)
+    assert (case.effect_fact, case.admission) == (EffectFact.NONE_VERIFIED, Admission.REEXECUTE)
+    assert_detected_in_time(chaos, task_id)
+    chaos.worker("paused_owner")
+    chaos.wait(lambda: chaos.task(task_id).bucket is Bucket.REVIEW, "the successor to settle")
+    settled_case = chaos.cases(task_id)[0]
+    settled_task = chaos.task(task_id)
+
+    os.killpg(owner.process.pid, signal.SIGCONT)
+    chaos.wait(
+        lambda: bool(chaos.events(task_id, EventKind.STALE_OWNER_FENCED)),
+        "the old owner's write to be fenced",
+    )
+
+    [fenced] = chaos.events(task_id, EventKind.STALE_OWNER_FENCED)
+    first, second = chaos.attempts(task_id)
+    assert (fenced.attempt_id, fenced.epoch) == (first.attempt_id, 1)
+    assert fenced.data["write"] == "operation_intent:append"
+    assert fenced.data["current_epoch"] == 2
+    assert (first.state, second.state) == (AttemptState.SESSION_LOST, AttemptState.SUCCEEDED)
+    assert chaos.cases(task_id) == [settled_case]  # the disposition is untouched
+    assert chaos.task(task_id) == settled_task
+    assert [e["attempt"] for e in chaos.effects(task_id)] == [2]
+    assert owner.returncode is None  # it carried on, refused, without dying
+
+
+# -- Redis restarted under a live session ----------------------------------------------------
+
+
+@postgres_only
+def test_a_redis_restart_under_a_live_session_is_not_a_loss(store: Store, tmp_path: Path) -> None:
+    """The lease Redis (private, no persistence) restarts while the agent works for ten
+    heartbeats: the heartbeat puts the lease back, the reconciler does not count the outage,
+    and the session completes with one effect."""
+    with open_chaos(store, tmp_path, separate_lease_redis=True) as chaos:
+        worker = chaos.worker("slow_effect", **{SLEEP_ENV: str(10 * HEARTBEAT)})
+        chaos.reconcile_in_background()
+        task_id = chaos.submit()
+        working = chaos.markers / f"{task_id}-working-1"
+        chaos.wait(working.exists, "the session to be working")
+
+        chaos.lease_redis.restart()
+
+        chaos.wait(lambda: chaos.task(task_id).bucket is Bucket.REVIEW, "the session to settle")
+        [attempt] = chaos.attempts(task_id)
+        assert attempt.state is AttemptState.SUCCEEDED
+        assert chaos.events(task_id, EventKind.SESSION_LOST) == []
+        assert chaos.cases(task_id) == []
+        assert [e["attempt"] for e in chaos.effects(task_id)] == [1]
+        assert "re-acquired" in worker.output()  # the heartbeat restored the lease
