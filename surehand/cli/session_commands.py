@@ -99,7 +99,10 @@ def beat(
     Run exactly one beat per deployment (a second one only duplicates harmless passes).
     """
     sh = _open(database_url=database_url, redis_url=redis_url, broker_url=broker_url)
-    sh.celery.Beat(loglevel=loglevel.upper(), max_interval=1).run()
+    # Beat's schedule file lives under SUREHAND_HOME, not in whatever directory it started in.
+    sh.settings.home.mkdir(parents=True, exist_ok=True)
+    schedule = str(sh.settings.home / "celerybeat-schedule")
+    sh.celery.Beat(loglevel=loglevel.upper(), max_interval=1, schedule=schedule).run()
 
 
 @app.command()
