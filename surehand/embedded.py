@@ -70,6 +70,7 @@ class Embedded:
 
     @property
     def memory_broker(self) -> bool:
+        """True for the in-process transport (nothing outside this process can consume it)."""
         return self.settings.broker_url == MEMORY_BROKER
 
     def start(self) -> None:
@@ -87,9 +88,13 @@ class Embedded:
         self._spawn("surehand-sweep", self._sweep_loop)
 
     def _start_api(self) -> None:
-        from surehand.api import create_app  # optional extra: imported only when serving
+        try:  # the api extra is optional: without it `up` runs everything but HTTP
+            from surehand.api import create_app
+            from surehand.serving import BackgroundServer
+        except ImportError:
+            log.warning("no HTTP API: install surehand[api] to serve it (running without)")
+            return
         from surehand.principals import Authenticator
-        from surehand.serving import BackgroundServer
 
         Authenticator(self.settings).check_bind(self.host, "the API")
         server = BackgroundServer(create_app(self.sh), self.host, self.port).start()

@@ -63,18 +63,22 @@ RECONCILE_SECONDS = Histogram(
 
 
 def observe_submission(disposition: str) -> None:
+    """One write_task call ended with ``disposition``."""
     SUBMISSIONS.labels(disposition).inc()
 
 
 def observe_session(outcome: str) -> None:
+    """One session ended with ``outcome``."""
     SESSIONS.labels(outcome).inc()
 
 
 def observe_admission(disposition: str) -> None:
+    """One admission decision outside a reconciler pass (recover, review)."""
     ADMISSIONS.labels(disposition).inc()
 
 
 def observe_renew_failures(count: int) -> None:
+    """A session ended after ``count`` refused or unreachable lease renewals."""
     if count > 0:
         LEASE_RENEW_FAILURES.inc(count)
 

@@ -35,6 +35,7 @@ def register_hold_notice(app: Celery) -> None:
 
     @app.task(name=HOLD_NOTICE_TASK, ignore_result=True)
     def hold_notice(task_id: str, case_id: str, attempt: int) -> dict[str, Any]:
+        """Echo the hold so Flower shows it as this task's result."""
         return {
             "task_id": task_id,
             "case_id": case_id,

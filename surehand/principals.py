@@ -105,6 +105,7 @@ class Authenticator:
             )
 
     def authenticate(self, authorization: str | None) -> Principal:
+        """The principal of ``Authorization: Bearer <token>``; AuthError if none matches."""
         if self.open:
             return self.local
         scheme, _, token = (authorization or "").partition(" ")

@@ -93,10 +93,12 @@ class BackgroundServer:
 
     @property
     def url(self) -> str:
+        """``http://host:port`` as bound (the real port when 0 was asked for)."""
         host = f"[{self.host}]" if ":" in self.host else self.host
         return f"http://{host}:{self.port}"
 
     def start(self) -> BackgroundServer:
+        """Start serving and wait until uvicorn accepts connections."""
         self.thread.start()
         deadline = time.monotonic() + _START_TIMEOUT_S
         while not self.server.started:
@@ -106,6 +108,7 @@ class BackgroundServer:
         return self
 
     def stop(self, timeout: float = 10.0) -> None:
+        """Stop accepting, finish in-flight requests, close the socket."""
         self.server.should_exit = True
         self.thread.join(timeout)
         self.socket.close()

@@ -26,6 +26,7 @@ class Caller:
     sh: Surehand
 
     def acting(self, requested: str | None) -> str:
+        """The acting role for a call (Forbidden if a non-ADMIN asks for another role)."""
         return self.principal.acting_role(requested)
 
 
@@ -33,6 +34,7 @@ def get_caller(
     request: Request,
     _credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)],
 ) -> Caller:
+    """Authenticate the request (AuthError → 401) and pick its tenant's facade."""
     auth: Authenticator = request.app.state.auth
     views: TenantViews = request.app.state.views
     principal = auth.authenticate(request.headers.get("authorization"))

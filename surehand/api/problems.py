@@ -94,6 +94,7 @@ def problem(
 
 
 def error_response(error: SurehandError) -> JSONResponse:
+    """A typed error as problem+json (401s also carry ``WWW-Authenticate``)."""
     status = status_for(error)
     headers = {"WWW-Authenticate": WWW_AUTHENTICATE} if status == 401 else None
     details = {k: v for k, v in error.details.items() if k not in ("code", "message")}
@@ -128,16 +129,19 @@ def validation_response(error: RequestValidationError) -> JSONResponse:
 
 
 async def on_surehand_error(_request: Request, error: Exception) -> JSONResponse:
+    """Exception handler: every SurehandError a route raises."""
     assert isinstance(error, SurehandError)
     return error_response(error)
 
 
 async def on_validation_error(_request: Request, error: Exception) -> JSONResponse:
+    """Exception handler: body, query or path validation (and malformed JSON)."""
     assert isinstance(error, RequestValidationError)
     return validation_response(error)
 
 
 async def on_http_error(_request: Request, error: Exception) -> JSONResponse:
+    """Exception handler: unknown routes and methods, in the same problem shape."""
     assert isinstance(error, StarletteHTTPException)
     code = {404: "not_found", 405: "method_not_allowed"}.get(error.status_code, "http_error")
     return problem(error.status_code, code, str(error.detail))

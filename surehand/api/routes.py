@@ -139,6 +139,7 @@ def list_cases(
 
 @router.get("/cases/{case_id}", tags=["recovery"])
 def get_case(case_id: str, caller: CallerDep) -> JSONResponse:
+    """One interruption case of the caller's tenant."""
     return _json(caller.sh.case(case_id).to_dict())
 
 

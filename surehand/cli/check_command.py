@@ -29,6 +29,8 @@ CONNECT_TIMEOUT_S = 5
 
 @dataclass(frozen=True)
 class Check:
+    """One finding: what was checked, ok/warn/fail, what was found and what to do."""
+
     name: str
     status: Status
     detail: str

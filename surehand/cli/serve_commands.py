@@ -118,6 +118,13 @@ def up(
     raise typer.Exit(code)
 
 
+def _missing_extra(extra: str, error: ImportError) -> ConfigError:
+    return ConfigError(
+        f"this command needs the {extra} extra: pip install 'surehand[{extra}]' "
+        f"({error.name or error} is not installed)"
+    )
+
+
 def _trap_signals(stop: threading.Event) -> None:
     def on_signal(signum: int, _frame: FrameType | None) -> None:
         if stop.is_set():
@@ -181,9 +188,12 @@ def api(
     Without SUREHAND_API_TOKENS every caller is a local ADMIN, so a non-loopback --host then
     refuses to start.
     """
-    from surehand.api import create_app  # needs the api extra
+    try:
+        from surehand.api import create_app
+        from surehand.serving import serve
+    except ImportError as exc:
+        raise _missing_extra("api", exc) from None
     from surehand.principals import Authenticator
-    from surehand.serving import serve
 
     settings = _settings(database_url=database_url, redis_url=redis_url, broker_url=broker_url)
     bind_host = host or settings.api_host
@@ -216,7 +226,10 @@ def mcp(
 
     Agent hosts spawn it over stdio: `claude mcp add surehand -- surehand mcp`.
     """
-    from surehand.mcp.transport import run_http, run_stdio  # needs the mcp extra
+    try:
+        from surehand.mcp.transport import run_http, run_stdio
+    except ImportError as exc:
+        raise _missing_extra("mcp", exc) from None
 
     settings = _settings(database_url=database_url, broker_url=broker_url, tenant=tenant)
     chosen = transport or settings.mcp_transport

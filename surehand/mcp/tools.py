@@ -68,6 +68,7 @@ class Tools:
     def call(
         self, ctx: Context | None, body: Callable[[Principal, Surehand], Any]
     ) -> CallToolResult:
+        """Run ``body`` for the caller's principal and tenant; typed errors become tool errors."""
         try:
             principal = self.principal(ctx)
             return _result(body(principal, self.views(principal.tenant)))
@@ -92,6 +93,7 @@ class Tools:
         depends_on: Annotated[list[str] | None, Field(description="TASK ids.")] = None,
         ctx: Context | None = None,
     ) -> CallToolResult:
+        """Create a TASK once per client_submission_id (the tool text is ``WRITE_TASK``)."""
         request = {
             "sender": sender,
             "recipient": recipient,
