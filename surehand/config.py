@@ -44,6 +44,12 @@ class Settings(BaseSettings):
         description="A lease missing this long means the session is lost; keep it above the "
         "heartbeat interval so a Redis restart is never mistaken for a loss.",
     )
+    republish_after_seconds: float = Field(
+        300.0,
+        gt=0,
+        description="Publish a TASK again if it is still unclaimed in inbox this long after its "
+        "last publish (a lost message never strands it; duplicates are harmless).",
+    )
     sweep_interval_seconds: float = Field(1.0, gt=0, description="Dispatcher sweep period.")
     submission_wait_seconds: float = Field(
         5.0, ge=0, description="How long a concurrent write_task waits before in_progress."

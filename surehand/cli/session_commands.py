@@ -9,6 +9,7 @@ import time
 from typing import Annotated, Any, Literal
 
 import typer
+from celery.utils.nodenames import default_nodename, host_format
 
 from surehand.cli.app import app
 from surehand.cli.common import (
@@ -72,11 +73,13 @@ def worker(
         sh.registry.get(role)  # fail now, not at the first message, if a role has no agent
     queues = configure_worker_queues(sh.celery, role_list)
     names = [queue.name for queue in queues] + [DEFAULT_QUEUE]
+    # Name workers after their roles (Flower lists them by name): surehand-DEV-QA@host.
+    nodename = host_format(default_nodename(hostname or f"surehand-{'-'.join(role_list)}@%h"))
     celery_worker = sh.celery.Worker(
         concurrency=concurrency,
         pool=pool,
         loglevel=loglevel.upper(),
-        hostname=hostname,
+        hostname=nodename,
         queues=names,
         send_events=True,
         without_mingle=True,

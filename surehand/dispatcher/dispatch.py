@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from datetime import timedelta
 
 from surehand.dispatcher.context import Services
 from surehand.errors import PublishFailed
@@ -51,9 +52,12 @@ def publish_successor(services: Services, task_id: str) -> bool:
 
 
 def sweep(services: Services, limit: int = 500) -> int:
-    """Publish every unpublished TASK in ``inbox``; returns how many were published."""
+    """Publish every TASK in ``inbox`` that was never published, or was published more than
+    ``republish_after_seconds`` ago and is still unclaimed (its message was lost: a broker that
+    lost its data, a worker that died between receiving and claiming). Returns how many."""
     if services.publisher is None:
         return 0
+    cutoff = services.clock.now() - timedelta(seconds=services.settings.republish_after_seconds)
     with services.store.snapshot() as connection:
-        pending = tasks.unpublished_inbox(connection, limit=limit)
+        pending = tasks.unpublished_inbox(connection, limit=limit, published_before=cutoff)
     return sum(publish_after_commit(services, task.task_id) for task in pending)

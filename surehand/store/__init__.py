@@ -7,6 +7,7 @@ into one atomic unit; none of them commits on its own.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -31,6 +32,7 @@ class Store:
         # deliberately with `surehand db upgrade` (and checked here).
         self._auto_upgrade = is_sqlite if auto_upgrade is None else auto_upgrade
         self._ready = False
+        self._schema_lock = threading.Lock()
 
     @property
     def dialect(self) -> str:
@@ -44,6 +46,11 @@ class Store:
         """Upgrade (embedded) or verify (deployment) the schema once per process."""
         if self._ready:
             return
+        with self._schema_lock:  # alembic's module state is not thread-safe
+            if not self._ready:
+                self._check_schema()
+
+    def _check_schema(self) -> None:
         if self._auto_upgrade:
             migrate.upgrade(self.engine)
         elif not migrate.is_current(self.engine):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 from alembic import command
@@ -13,6 +14,7 @@ from sqlalchemy import Engine, exc
 from surehand.store.engine import translate
 
 MIGRATIONS = Path(__file__).parent / "migrations"
+_LOCK = threading.Lock()
 
 
 def _config(url: str) -> Config:
@@ -42,7 +44,10 @@ def upgrade(engine: Engine) -> str:
     """Apply every pending migration; safe to run concurrently. Returns the new revision."""
     config = _config(engine.url.render_as_string(hide_password=False))
     try:
-        with engine.connect() as connection:
+        # alembic keeps the running migration's context in module globals: one at a time per
+        # process. Across processes the database serialises them (BEGIN IMMEDIATE on SQLite,
+        # an advisory lock on Postgres; see migrations/env.py).
+        with _LOCK, engine.connect() as connection:
             config.attributes["connection"] = connection
             command.upgrade(config, "head")
             connection.commit()

@@ -132,6 +132,8 @@ tasks = Table(
     Column("document", Text, nullable=False),
     Column("document_digest", String(64), nullable=False),
     Column("published", Boolean, nullable=False, server_default=text("false")),
+    _ts("published_at", nullable=True),  # last publish; a TASK still in inbox long after it
+    # is published again (a lost message must not strand it; duplicates are harmless)
     _ts("created_at"),
     _ts("updated_at"),
     _check("bucket", model.Bucket, "bucket"),
@@ -140,6 +142,7 @@ tasks = Table(
 )
 Index("ix_tasks_tenant_bucket", tasks.c.tenant, tasks.c.bucket)
 Index("ix_tasks_unpublished", tasks.c.bucket, tasks.c.published)
+Index("ix_tasks_inbox_published_at", tasks.c.bucket, tasks.c.published_at)
 
 task_events = Table(
     "task_events",

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import ColumnElement, Connection, Row, func, insert, select, update
+from sqlalchemy import ColumnElement, Connection, Row, func, insert, or_, select, update
 
 from surehand.model import (
     DIGEST_SCHEMA_VERSION,
@@ -178,19 +178,23 @@ def update_if(
 def set_published(connection: Connection, task_id: str, now: datetime) -> None:
     """Record that a dispatch message was published (not a lifecycle change: no revision bump)."""
     connection.execute(
-        update(tasks).where(tasks.c.task_id == task_id).values(published=True, updated_at=now)
+        update(tasks)
+        .where(tasks.c.task_id == task_id)
+        .values(published=True, published_at=now, updated_at=now)
     )
 
 
-def unpublished_inbox(connection: Connection, limit: int = 500) -> list[Task]:
-    """Committed TASKs in ``inbox`` that no dispatch message was published for, oldest first."""
+def unpublished_inbox(
+    connection: Connection, limit: int = 500, *, published_before: datetime | None = None
+) -> list[Task]:
+    """TASKs in ``inbox`` to publish, oldest first: never published, or (with
+    ``published_before``) published before then and still not claimed."""
+    waiting: ColumnElement[bool] = tasks.c.published.is_(False)
+    if published_before is not None:
+        waiting = or_(waiting, tasks.c.published_at < published_before)
     rows = connection.execute(
         select(tasks)
-        .where(
-            tasks.c.bucket == Bucket.INBOX.value,
-            tasks.c.published.is_(False),
-            tasks.c.hold_case_id.is_(None),
-        )
+        .where(tasks.c.bucket == Bucket.INBOX.value, waiting, tasks.c.hold_case_id.is_(None))
         .order_by(tasks.c.created_at)
         .limit(limit)
     ).all()
