@@ -394,3 +394,32 @@ def test_a_successor_lost_before_repeating_its_bound_operation_is_bound_again(
     [effect] = rig.ledger.of(task_id)
     assert (effect.attempt, effect.key) == (3, key)
     assert [op.operation_id for op in rig.operations(task_id)] == [intent.operation_id]
+
+
+def test_a_bound_successor_cannot_repeat_its_operation_under_another_key(rig: Rig) -> None:
+    """single_verified binds the successor to the recorded key: under any other key the far
+    side could not recognise the repeat, so the effect is refused, not run."""
+    task_id = rig.new_task()
+    recorded = charge_key(task_id)
+    rig.intent(rig.claim(task_id), "charge", key=recorded, policy=RetryPolicy.KEYED)
+    rig.lose(task_id)
+
+    def forgetful(ctx: SessionContext) -> str:
+        fresh = f"{ctx.task.task_id}:charge:attempt-{ctx.attempt.number}"  # not the recorded key
+        ctx.operation(
+            "charge",
+            CHARGE_ARGS,
+            lambda: rig.ledger.perform(ctx, "charge", fresh),
+            idempotency_key=fresh,
+            retry_policy=RetryPolicy.KEYED,
+        )
+        return "charged"
+
+    rig.sh.agent("DEV")(forgetful)
+    outcome = rig.sh.run_session(task_id)
+
+    assert outcome.outcome == "failed"
+    assert "was admitted to run again with idempotency key" in (outcome.error or "")
+    assert rig.ledger.of(task_id) == []
+    [intent] = rig.operations(task_id)
+    assert (intent.state, intent.idempotency_key) == (OperationState.INTENT, recorded)

@@ -105,6 +105,23 @@ def test_recover_while_the_owner_holds_its_lease_is_not_admitted_and_recorded(ri
     assert rig.cases_of(task_id) == []
 
 
+def test_recover_from_the_cli_while_the_owner_lives_is_not_admitted(rig: Rig) -> None:
+    task_id, session = rig.interrupted()
+    rig.hold_lease(session)
+    result = CliRunner().invoke(
+        app,
+        ["recover", task_id, "--actor", "PM", "--json", "--database-url", rig.store.url],
+        env={"SUREHAND_REDIS_NAMESPACE": rig.sh.settings.redis_namespace},
+    )
+    assert result.exit_code == 0, result.output
+    outcome = json.loads(result.stdout)
+    assert (outcome["admission"], outcome["case"]) == ("not_admitted", None)
+    assert "holds a live lease" in outcome["reason"]
+    [event] = rig.events(task_id, EventKind.ADMISSION)
+    assert event.data["admission"] == "not_admitted"
+    assert rig.attempt(session.attempt.attempt_id).state is AttemptState.RUNNING
+
+
 def test_recover_within_the_grace_window_waits_for_the_reconciler(
     store: Store, clock: ManualClock, tmp_path: Path
 ) -> None:
