@@ -33,7 +33,7 @@ HOLD = "hold_for_review"
 def register_hold_notice(app: Celery) -> None:
     """Register ``surehand.hold_notice`` on ``app`` (workers run it; it only echoes)."""
 
-    @app.task(name=HOLD_NOTICE_TASK, ignore_result=True)
+    @app.task(name=HOLD_NOTICE_TASK, ignore_result=True, shared=False)
     def hold_notice(task_id: str, case_id: str, attempt: int) -> dict[str, Any]:
         """Echo the hold so Flower shows it as this task's result."""
         return {

@@ -27,13 +27,13 @@ def register_tasks(
 ) -> None:
     """Register the session and reconcile tasks on ``app`` and schedule the reconciler."""
 
-    @app.task(name=SESSION_TASK_NAME, bind=True, acks_late=False, ignore_result=True)
+    @app.task(name=SESSION_TASK_NAME, bind=True, acks_late=False, ignore_result=True, shared=False)
     def run_session(self: Task[Any, Any], task_id: str) -> dict[str, Any]:
         # The return value travels in the task-succeeded event, so Flower shows the attempt
         # number and how the session ended next to the TASK id (the task's only argument).
         return runner().run(task_id, message_id=self.request.id).to_dict()
 
-    @app.task(name=RECONCILE_TASK_NAME, ignore_result=True)
+    @app.task(name=RECONCILE_TASK_NAME, ignore_result=True, shared=False)
     def reconcile() -> dict[str, object]:
         return reconciler().run_once().to_dict()
 
