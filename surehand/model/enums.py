@@ -1,0 +1,134 @@
+"""Enums shared by every layer. Values are the strings stored in the database (mirrored
+there by CHECK constraints) and returned in JSON; never rename or delete a value, mark it
+legacy instead."""
+
+from __future__ import annotations
+
+import enum
+
+DIGEST_SCHEMA_VERSION = "write-task-v1"
+SYSTEM = "SYSTEM"  # the runtime's own actor; reserved, never a caller's role
+ADMIN = "ADMIN"
+PM = "PM"
+
+
+class Bucket(enum.StrEnum):
+    """The lifecycle position of a TASK: exactly five."""
+
+    INBOX = "inbox"
+    ACTIVE = "active"
+    REVIEW = "review"
+    DONE = "done"
+    ARCHIVE = "archive"
+
+
+class Priority(enum.StrEnum):
+    P0 = "P0"
+    P1 = "P1"
+    P2 = "P2"
+    P3 = "P3"
+
+
+class RiskLevel(enum.StrEnum):
+    LOW = "low"
+    MEDIUM = "medium"
+    HIGH = "high"
+    IRREVERSIBLE = "irreversible"
+
+
+class ReceiptState(enum.StrEnum):
+    RESERVED = "reserved"
+    TASK_CREATED = "task_created"
+    COMMITTED = "committed"
+
+
+class Disposition(enum.StrEnum):
+    CREATED = "created"
+    REUSED = "reused"
+    CONFLICT = "conflict"
+
+
+class ConflictCode(enum.StrEnum):
+    DIGEST_MISMATCH = "digest_mismatch"
+    SCHEMA_MISMATCH = "schema_mismatch"
+    TASK_MISSING = "task_missing"
+    TARGET_MISMATCH = "target_mismatch"
+    IN_PROGRESS = "in_progress"
+
+
+class Action(enum.StrEnum):
+    """A lifecycle move's name; each maps to exactly one (from, to) edge."""
+
+    CREATE = "create"
+    CLAIM = "claim"
+    SUBMIT = "submit"
+    FINISH = "finish"
+    APPROVE = "approve"
+    REJECT = "reject"
+    ARCHIVE = "archive"
+    ROLLBACK = "rollback"
+    REOPEN = "reopen"
+
+
+class ReportStatus(enum.StrEnum):
+    DONE = "done"
+    IN_PROGRESS = "in_progress"
+    BLOCKED = "blocked"
+    ABORTED = "aborted"
+
+
+class AttemptState(enum.StrEnum):
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    LEASE_LOST = "lease_lost"  # the session saw its own lease renewal fail and stopped
+    SESSION_LOST = "SESSION_LOST"  # the reconciler found the session gone
+
+
+class OperationState(enum.StrEnum):
+    INTENT = "intent"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+
+
+class RetryPolicy(enum.StrEnum):
+    """Whether an interrupted operation may be repeated by a successor."""
+
+    NONE = "none"  # never repeat automatically
+    KEYED = "keyed"  # repeat only with the same idempotency key
+
+
+class EffectFact(enum.StrEnum):
+    NONE_VERIFIED = "none_verified"
+    SINGLE_VERIFIED = "single_verified"
+    CONFIRMED = "confirmed"
+    UNKNOWN = "unknown"
+
+
+class Admission(enum.StrEnum):
+    NOT_ADMITTED = "not_admitted"
+    REEXECUTE = "reexecute"
+    RECONCILE_ONLY = "reconcile_only"
+    HOLD_FOR_REVIEW = "hold_for_review"
+
+
+class CaseState(enum.StrEnum):
+    OPEN = "open"
+    RESOLVED = "resolved"
+
+
+class EventKind(enum.StrEnum):
+    """Kinds of entries in a TASK's append-only history."""
+
+    TRANSITION = "transition"
+    PUBLISHED = "published"
+    CLAIM_REFUSED = "claim_refused"
+    ATTEMPT_STARTED = "attempt_started"
+    ATTEMPT_FINISHED = "attempt_finished"
+    STALE_OWNER_FENCED = "stale_owner_fenced"
+    SESSION_LOST = "session_lost"
+    ADMISSION = "admission"
+    HOLD = "hold"
+    HOLD_RELEASED = "hold_released"
+    REVIEW = "review"
+    REPORT = "report"

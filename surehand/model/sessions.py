@@ -1,0 +1,115 @@
+"""Frozen records of sessions: attempts, operations (effect facts) and interruption cases."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from surehand.model.enums import (
+    Admission,
+    AttemptState,
+    CaseState,
+    EffectFact,
+    OperationState,
+    RetryPolicy,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Attempt:
+    """One try at running a TASK; ``number`` is the task's fencing epoch while it runs."""
+
+    attempt_id: str
+    task_id: str
+    number: int
+    state: AttemptState
+    worker: str
+    lease_id: str
+    agent_returned: bool
+    result: Any
+    error: str | None
+    bound_operation_id: int | None  # set for a successor admitted as single_verified
+    case_id: str | None  # the interruption case that admitted this attempt as a successor
+    lease_missing_since: datetime | None
+    started_at: datetime
+    ended_at: datetime | None
+
+    def to_dict(self) -> dict[str, Any]:
+        data = dataclasses.asdict(self)
+        data["state"] = self.state.value
+        data["started_at"] = self.started_at.isoformat()
+        data["ended_at"] = self.ended_at.isoformat() if self.ended_at else None
+        data["lease_missing_since"] = (
+            self.lease_missing_since.isoformat() if self.lease_missing_since else None
+        )
+        return data
+
+
+@dataclass(frozen=True, slots=True)
+class Operation:
+    """A side effect a session declared (intent) and, once done, settled (outcome)."""
+
+    operation_id: int
+    task_id: str
+    attempt_id: str
+    epoch: int
+    name: str
+    fingerprint: str
+    args: Mapping[str, Any]
+    idempotency_key: str | None
+    retry_policy: RetryPolicy
+    probe: str | None  # name of a registered probe that can tell whether the effect happened
+    state: OperationState
+    outcome: Mapping[str, Any] | None
+    external_receipt: str | None
+    error: str | None
+    started_at: datetime
+    settled_at: datetime | None
+
+    def to_dict(self) -> dict[str, Any]:
+        data = dataclasses.asdict(self)
+        data["args"] = dict(self.args)
+        data["outcome"] = dict(self.outcome) if self.outcome is not None else None
+        data["retry_policy"] = self.retry_policy.value
+        data["state"] = self.state.value
+        data["started_at"] = self.started_at.isoformat()
+        data["settled_at"] = self.settled_at.isoformat() if self.settled_at else None
+        return data
+
+
+@dataclass(frozen=True, slots=True)
+class InterruptionCase:
+    """The durable record of one lost session and the admission decision about its successor."""
+
+    case_id: str
+    task_id: str
+    interrupted_attempt_id: str
+    interrupted_epoch: int
+    prior_lease_id: str
+    interrupted_at: datetime
+    revision_at_interruption: int
+    revision_at_evaluation: int | None
+    effect_fact: EffectFact | None
+    effect_refs: Mapping[str, Any]
+    admission: Admission | None
+    decided_at: datetime | None
+    decided_by: str | None
+    successor_attempt_id: str | None
+    bound_operation_id: int | None
+    state: CaseState
+    review: Mapping[str, Any] | None
+
+    def to_dict(self) -> dict[str, Any]:
+        data = dataclasses.asdict(self)
+        for key in ("effect_fact", "admission", "state"):
+            value = getattr(self, key)
+            data[key] = value.value if value is not None else None
+        for key in ("interrupted_at", "decided_at"):
+            value = getattr(self, key)
+            data[key] = value.isoformat() if value is not None else None
+        data["effect_refs"] = dict(self.effect_refs)
+        data["review"] = dict(self.review) if self.review is not None else None
+        return data
