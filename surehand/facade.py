@@ -293,21 +293,27 @@ class Surehand:
         return case
 
     def cases(
-        self, *, state: CaseState | str | None = None, limit: int = 100
+        self,
+        *,
+        state: CaseState | str | None = None,
+        task_id: str | None = None,
+        limit: int = 100,
     ) -> list[InterruptionCase]:
+        """Interruption cases of this tenant's TASKs, newest first."""
         with self.store.snapshot() as connection:
-            found = case_rows.listing(
-                connection, state=CaseState(state) if state else None, limit=limit
+            return case_rows.listing(
+                connection,
+                state=CaseState(state) if state else None,
+                tenant=self.tenant,
+                task_id=task_id,
+                limit=limit,
             )
-            visible = {
-                t.task_id for t in tasks.list_tasks(connection, tenant=self.tenant, limit=100_000)
-            }
-        return [case for case in found if case.task_id in visible]
 
     def case(self, case_id: str) -> InterruptionCase:
         with self.store.snapshot() as connection:
             found = case_rows.get(connection, case_id)
-        if found is None or found.task_id not in {t.task_id for t in self.cases(limit=100_000)}:
+            task = tasks.get(connection, found.task_id, tenant=self.tenant) if found else None
+        if found is None or task is None:
             raise CaseNotFound(f"no interruption case {case_id}; `surehand cases` lists them")
         return found
 

@@ -250,7 +250,7 @@ def show(
     found_reports = sh.reports(task_id)
     found_attempts = sh.attempts(task_id)
     found_operations = sh.operations(task_id)
-    found_cases = [case for case in sh.cases(limit=10_000) if case.task_id == task_id]
+    found_cases = sh.cases(task_id=task_id, limit=1000)
     if as_json:
         emit_json(
             {

@@ -15,6 +15,7 @@ from sqlalchemy import Connection, Row, func, insert, select, update
 
 from surehand.model import Admission, CaseState, EffectFact, InterruptionCase
 from surehand.store.schema import interruption_cases as cases
+from surehand.store.schema import tasks
 
 
 def _case(row: Row[Any]) -> InterruptionCase:
@@ -86,11 +87,23 @@ def for_task(connection: Connection, task_id: str) -> list[InterruptionCase]:
 
 
 def listing(
-    connection: Connection, *, state: CaseState | None = None, limit: int = 100
+    connection: Connection,
+    *,
+    state: CaseState | None = None,
+    tenant: str | None = None,
+    task_id: str | None = None,
+    limit: int = 100,
 ) -> list[InterruptionCase]:
+    """Cases newest first; ``tenant`` keeps to that tenant's TASKs (a join, not a scan)."""
     query = select(cases).order_by(cases.c.interrupted_at.desc()).limit(limit)
     if state is not None:
         query = query.where(cases.c.state == state.value)
+    if task_id is not None:
+        query = query.where(cases.c.task_id == task_id)
+    if tenant is not None:
+        query = query.join(tasks, tasks.c.task_id == cases.c.task_id).where(
+            tasks.c.tenant == tenant
+        )
     return [_case(row) for row in connection.execute(query).all()]
 
 

@@ -42,6 +42,10 @@ _GET = select(receipts).where(
 )
 
 
+# IN, not !=, so that the (state, updated_at) index serves the stalled-receipt scans.
+_UNCOMMITTED = receipts.c.state.in_([ReceiptState.RESERVED.value, ReceiptState.TASK_CREATED.value])
+
+
 def _key(tenant: str, submission_id: str) -> tuple[Any, ...]:
     return (receipts.c.tenant == tenant, receipts.c.client_submission_id == submission_id)
 
@@ -208,7 +212,7 @@ def uncommitted_older_than(
     """Receipts still short of ``committed`` and untouched since ``cutoff`` (for diagnostics)."""
     rows = connection.execute(
         select(receipts)
-        .where(receipts.c.state != ReceiptState.COMMITTED.value, receipts.c.updated_at < cutoff)
+        .where(_UNCOMMITTED, receipts.c.updated_at < cutoff)
         .order_by(receipts.c.updated_at)
         .limit(limit)
     ).all()
@@ -220,7 +224,7 @@ def count_uncommitted_older_than(connection: Connection, cutoff: datetime) -> in
         connection.execute(
             select(func.count())
             .select_from(receipts)
-            .where(receipts.c.state != ReceiptState.COMMITTED.value, receipts.c.updated_at < cutoff)
+            .where(_UNCOMMITTED, receipts.c.updated_at < cutoff)
         ).scalar_one()
     )
 

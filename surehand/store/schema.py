@@ -286,3 +286,10 @@ interruption_cases = Table(
     _check("state", model.CaseState, "state"),
 )
 Index("ix_interruption_cases_task", interruption_cases.c.task_id)
+# The reconciler lists open cases every pass: a partial index keeps that O(open cases).
+Index(
+    "ix_interruption_cases_open",
+    interruption_cases.c.interrupted_at,
+    sqlite_where=interruption_cases.c.state == "open",
+    postgresql_where=interruption_cases.c.state == "open",
+)
