@@ -50,6 +50,11 @@ def _key(tenant: str, submission_id: str) -> tuple[Any, ...]:
     return (receipts.c.tenant == tenant, receipts.c.client_submission_id == submission_id)
 
 
+def _insert(connection: Connection, *, state: ReceiptState, **values: Any) -> None:
+    row = {"holder": None, "held_until": None, "document_digest": None, "result": None}
+    connection.execute(_INSERT, {**row, **values, "state": state.value})
+
+
 def insert_reserved(
     connection: Connection,
     *,
@@ -63,21 +68,21 @@ def insert_reserved(
     held_until: datetime,
     now: datetime,
 ) -> None:
-    """Insert a ``reserved`` receipt; raises DuplicateKey if the submission already exists."""
-    connection.execute(
-        insert(receipts).values(
-            tenant=tenant,
-            client_submission_id=submission_id,
-            digest_schema_version=schema_version,
-            request_digest=digest,
-            task_id=task_id,
-            task_path=task_path,
-            state=ReceiptState.RESERVED.value,
-            holder=holder,
-            held_until=held_until,
-            created_at=now,
-            updated_at=now,
-        )
+    """Insert a ``reserved`` receipt held by ``holder`` (for a writer whose TASK store does not
+    share the receipt's transaction); raises DuplicateKey if the submission already exists."""
+    _insert(
+        connection,
+        state=ReceiptState.RESERVED,
+        tenant=tenant,
+        client_submission_id=submission_id,
+        digest_schema_version=schema_version,
+        request_digest=digest,
+        task_id=task_id,
+        task_path=task_path,
+        holder=holder,
+        held_until=held_until,
+        created_at=now,
+        updated_at=now,
     )
 
 
@@ -96,23 +101,19 @@ def insert_committed(
 ) -> None:
     """Insert a receipt whose stages all complete in the caller's transaction, which also
     inserts the TASK; raises DuplicateKey if the submission already exists."""
-    connection.execute(
-        _INSERT,
-        {
-            "tenant": tenant,
-            "client_submission_id": submission_id,
-            "digest_schema_version": schema_version,
-            "request_digest": digest,
-            "task_id": task_id,
-            "task_path": task_path,
-            "state": ReceiptState.COMMITTED.value,
-            "holder": None,
-            "held_until": None,
-            "document_digest": document_digest,
-            "result": dict(result),
-            "created_at": now,
-            "updated_at": now,
-        },
+    _insert(
+        connection,
+        state=ReceiptState.COMMITTED,
+        tenant=tenant,
+        client_submission_id=submission_id,
+        digest_schema_version=schema_version,
+        request_digest=digest,
+        task_id=task_id,
+        task_path=task_path,
+        document_digest=document_digest,
+        result=dict(result),
+        created_at=now,
+        updated_at=now,
     )
 
 
