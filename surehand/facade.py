@@ -39,7 +39,7 @@ from surehand.model import (
     WriteTaskResult,
 )
 from surehand.notices import register_hold_notice, send_hold_notices
-from surehand.queue.celery_app import make_celery, publish_session
+from surehand.queue.celery_app import SESSION_TASK_NAME, make_celery, publish_session
 from surehand.queue.leases import LeaseStore
 from surehand.queue.redis_client import connect_redis
 from surehand.requests import ReportRequest, TaskRequest
@@ -233,7 +233,18 @@ class Surehand:
 
     @cached_property
     def reconciler(self) -> Reconciler:
-        return Reconciler(self.recovery)
+        live = self._live_jobs if self.settings.broker_url else None
+        return Reconciler(self.recovery, live_jobs=live)
+
+    def _live_jobs(self) -> set[str]:
+        """TASK ids of the sessions the workers report running (Celery ``inspect active``)."""
+        replies = self.celery.control.inspect(timeout=1.0).active() or {}
+        return {
+            str(job["args"][0])
+            for jobs in replies.values()
+            for job in jobs
+            if job.get("name") == SESSION_TASK_NAME and job.get("args")
+        }
 
     @cached_property
     def celery(self) -> Celery:

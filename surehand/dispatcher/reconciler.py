@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 
@@ -44,6 +44,7 @@ class PassReport:
     suspected: int = 0
     lost: int = 0
     admissions: dict[str, int] = field(default_factory=dict)
+    reported_live: int = 0  # lease gone past grace, but a worker reports the job running
     republished: int = 0
     stalled_receipts: int = 0
     redis_ok: bool = True
@@ -58,8 +59,13 @@ class PassReport:
 class Reconciler:
     """Runs reconciliation passes; safe to run in several processes at once."""
 
-    def __init__(self, recovery: Recovery) -> None:
+    def __init__(
+        self, recovery: Recovery, *, live_jobs: Callable[[], Collection[str]] | None = None
+    ) -> None:
         self.recovery = recovery
+        # Asks the workers which TASKs they are running right now (Celery's ``inspect
+        # active``); consulted only for attempts whose grace ran out, as a last check.
+        self.live_jobs = live_jobs
         self.services = recovery.services
         # Never judge a lease gone before a heartbeat could have restored it.
         self.grace = loss_grace(self.services.settings)
@@ -107,8 +113,23 @@ class Reconciler:
                 report.running += len(page)
                 if not self._check_page(page, report, due):
                     return  # Redis failed mid-scan: judge nothing on a partial view
-        for running in due:
+        for running in self._not_reported_live(due, report):
             self._lose(running, report)
+
+    def _not_reported_live(self, due: list[RunningLease], report: PassReport) -> list[RunningLease]:
+        """Drop the attempts a worker still reports running: such a job is kept (its own
+        heartbeat restores or gives up its lease); if the workers cannot be asked, nothing is
+        judged lost in this pass rather than guessing."""
+        if not due or self.live_jobs is None:
+            return due
+        try:
+            reported = set(self.live_jobs())
+        except Exception:
+            log.warning("workers could not be asked which sessions they run; judging later")
+            return []
+        kept = [running for running in due if running.task_id in reported]
+        report.reported_live += len(kept)
+        return [running for running in due if running.task_id not in reported]
 
     def _check_redis(self, report: PassReport) -> bool:
         """Read the dataset generation; note an outage or a Redis that lost its data."""
