@@ -11,10 +11,10 @@ from collections.abc import Iterator, Sequence
 from datetime import datetime
 from typing import Any, NamedTuple
 
-from sqlalchemy import Connection, Row, func, insert, select, update
+from sqlalchemy import Connection, Row, bindparam, exists, func, insert, select, update
 
 from surehand.model import Attempt, AttemptState
-from surehand.store.schema import attempts, tasks
+from surehand.store.schema import attempts, operations, tasks
 
 
 def _attempt(row: Row[Any]) -> Attempt:
@@ -36,6 +36,43 @@ def _attempt(row: Row[Any]) -> Attempt:
     )
 
 
+# Hot-path statements: built once, executed with parameters (compiled once, then cached).
+_INSERT = insert(attempts)
+_GET = select(attempts).where(attempts.c.attempt_id == bindparam("attempt_id"))
+_CURRENT_EPOCH = (
+    select(tasks.c.epoch).where(tasks.c.task_id == bindparam("b_task_id")).scalar_subquery()
+)
+_FENCED = (
+    attempts.c.attempt_id == bindparam("b_attempt_id"),
+    attempts.c.state == AttemptState.RUNNING.value,
+    attempts.c.number == _CURRENT_EPOCH,
+)
+_FENCE = update(attempts).where(*_FENCED).values(state=AttemptState.RUNNING.value)
+_HAS_OPERATIONS = exists().where(  # task_id first: served by ix_operations_task_fingerprint
+    operations.c.task_id == bindparam("b_task_id"),
+    operations.c.attempt_id == attempts.c.attempt_id,
+)
+_FENCE_AND_RETURN = (
+    update(attempts)
+    .where(*_FENCED)
+    .values(agent_returned=True, result=bindparam("b_result"))
+    .returning(_HAS_OPERATIONS.label("has_operations"))
+)
+_FINISH = (
+    update(attempts)
+    .where(
+        attempts.c.attempt_id == bindparam("b_attempt_id"),
+        attempts.c.state == bindparam("b_expect"),
+    )
+    .values(state=bindparam("b_state"), ended_at=bindparam("b_now"), error=bindparam("b_error"))
+)
+_RECORD_RETURN = (
+    update(attempts)
+    .where(attempts.c.attempt_id == bindparam("b_attempt_id"))
+    .values(agent_returned=True, result=bindparam("b_result"))
+)
+
+
 def insert_running(
     connection: Connection,
     *,
@@ -47,28 +84,45 @@ def insert_running(
     now: datetime,
     bound_operation_id: int | None = None,
     case_id: str | None = None,
-) -> None:
-    """Insert a running attempt; DuplicateKey if this task already has attempt ``number``."""
-    connection.execute(
-        insert(attempts).values(
-            attempt_id=attempt_id,
-            task_id=task_id,
-            number=number,
-            state=AttemptState.RUNNING.value,
-            worker=worker,
-            lease_id=lease_id,
-            agent_returned=False,
-            bound_operation_id=bound_operation_id,
-            case_id=case_id,
-            started_at=now,
-        )
+) -> Attempt:
+    """Insert a running attempt and return it as written; DuplicateKey if this task already
+    has attempt ``number``."""
+    attempt = Attempt(
+        attempt_id=attempt_id,
+        task_id=task_id,
+        number=number,
+        state=AttemptState.RUNNING,
+        worker=worker,
+        lease_id=lease_id,
+        agent_returned=False,
+        result=None,
+        error=None,
+        bound_operation_id=bound_operation_id,
+        case_id=case_id,
+        lease_missing_since=None,
+        started_at=now,
+        ended_at=None,
     )
+    connection.execute(
+        _INSERT,
+        {
+            "attempt_id": attempt_id,
+            "task_id": task_id,
+            "number": number,
+            "state": AttemptState.RUNNING.value,
+            "worker": worker,
+            "lease_id": lease_id,
+            "agent_returned": False,
+            "bound_operation_id": bound_operation_id,
+            "case_id": case_id,
+            "started_at": now,
+        },
+    )
+    return attempt
 
 
 def get(connection: Connection, attempt_id: str) -> Attempt | None:
-    row = connection.execute(
-        select(attempts).where(attempts.c.attempt_id == attempt_id)
-    ).one_or_none()
+    row = connection.execute(_GET, {"attempt_id": attempt_id}).one_or_none()
     return _attempt(row) if row is not None else None
 
 
@@ -94,17 +148,24 @@ def fence(connection: Connection, attempt_id: str, task_id: str) -> bool:
 
     Returns False when it is not (the write must be refused as a stale owner's).
     """
-    epoch = select(tasks.c.epoch).where(tasks.c.task_id == task_id).scalar_subquery()
-    result = connection.execute(
-        update(attempts)
-        .where(
-            attempts.c.attempt_id == attempt_id,
-            attempts.c.state == AttemptState.RUNNING.value,
-            attempts.c.number == epoch,
-        )
-        .values(state=AttemptState.RUNNING.value)
-    )
+    result = connection.execute(_FENCE, {"b_attempt_id": attempt_id, "b_task_id": task_id})
     return result.rowcount == 1
+
+
+def fence_and_record_return(
+    connection: Connection, attempt_id: str, task_id: str, result: Any
+) -> bool | None:
+    """:func:`fence` and :func:`record_return` in one statement.
+
+    Returns None when fenced out (nothing written); otherwise whether the attempt has any
+    operation recorded, which tells the caller whether the return must commit on its own
+    before a REPORT (admission reads ``agent_returned`` only for attempts with operations).
+    """
+    row = connection.execute(
+        _FENCE_AND_RETURN,
+        {"b_attempt_id": attempt_id, "b_task_id": task_id, "b_result": result},
+    ).one_or_none()
+    return None if row is None else bool(row.has_operations)
 
 
 def finish(
@@ -118,20 +179,21 @@ def finish(
 ) -> bool:
     """Compare-and-set an attempt's state (e.g. running -> succeeded / SESSION_LOST)."""
     result = connection.execute(
-        update(attempts)
-        .where(attempts.c.attempt_id == attempt_id, attempts.c.state == expect.value)
-        .values(state=state.value, ended_at=now, error=error)
+        _FINISH,
+        {
+            "b_attempt_id": attempt_id,
+            "b_expect": expect.value,
+            "b_state": state.value,
+            "b_now": now,
+            "b_error": error,
+        },
     )
     return result.rowcount == 1
 
 
 def record_return(connection: Connection, attempt_id: str, result: Any) -> None:
     """Record that the agent returned, with its result (for a REPORT written from records)."""
-    connection.execute(
-        update(attempts)
-        .where(attempts.c.attempt_id == attempt_id)
-        .values(agent_returned=True, result=result)
-    )
+    connection.execute(_RECORD_RETURN, {"b_attempt_id": attempt_id, "b_result": result})
 
 
 def running(connection: Connection, *, limit: int = 10_000, after: str = "") -> list[Attempt]:

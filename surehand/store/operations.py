@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, Row, func, insert, select, update
+from sqlalchemy import Connection, Row, bindparam, func, insert, select, update
 
 from surehand.model import Operation, OperationState, RetryPolicy
 from surehand.store.schema import operations
@@ -34,6 +34,33 @@ def _operation(row: Row[Any]) -> Operation:
     )
 
 
+# Hot-path statements: built once, executed with parameters (compiled once, then cached).
+_INSERT_INTENT = insert(operations).returning(operations.c.id)
+_SETTLE = (
+    update(operations)
+    .where(
+        operations.c.id == bindparam("b_operation_id"),
+        operations.c.state == OperationState.INTENT.value,
+    )
+    .values(
+        state=bindparam("b_state"),
+        outcome=bindparam("b_outcome"),
+        external_receipt=bindparam("b_external_receipt"),
+        error=bindparam("b_error"),
+        settled_at=bindparam("b_now"),
+    )
+)
+_LATEST_BY_FINGERPRINT = (
+    select(operations)
+    .where(
+        operations.c.task_id == bindparam("task_id"),
+        operations.c.fingerprint == bindparam("fingerprint"),
+    )
+    .order_by(operations.c.id.desc())
+    .limit(1)
+)
+
+
 def insert_intent(
     connection: Connection,
     *,
@@ -50,21 +77,20 @@ def insert_intent(
 ) -> int:
     """Record an intent; returns the operation id."""
     result = connection.execute(
-        insert(operations)
-        .values(
-            task_id=task_id,
-            attempt_id=attempt_id,
-            epoch=epoch,
-            name=name,
-            fingerprint=fingerprint,
-            args=dict(args),
-            idempotency_key=idempotency_key,
-            retry_policy=retry_policy.value,
-            probe=probe,
-            state=OperationState.INTENT.value,
-            started_at=now,
-        )
-        .returning(operations.c.id)
+        _INSERT_INTENT,
+        {
+            "task_id": task_id,
+            "attempt_id": attempt_id,
+            "epoch": epoch,
+            "name": name,
+            "fingerprint": fingerprint,
+            "args": dict(args),
+            "idempotency_key": idempotency_key,
+            "retry_policy": retry_policy.value,
+            "probe": probe,
+            "state": OperationState.INTENT.value,
+            "started_at": now,
+        },
     )
     return int(result.scalar_one())
 
@@ -81,15 +107,15 @@ def settle(
 ) -> bool:
     """Write the outcome onto an open intent (compare-and-set on ``state = 'intent'``)."""
     result = connection.execute(
-        update(operations)
-        .where(operations.c.id == operation_id, operations.c.state == OperationState.INTENT.value)
-        .values(
-            state=state.value,
-            outcome=dict(outcome) if outcome is not None else None,
-            external_receipt=external_receipt,
-            error=error,
-            settled_at=now,
-        )
+        _SETTLE,
+        {
+            "b_operation_id": operation_id,
+            "b_state": state.value,
+            "b_outcome": dict(outcome) if outcome is not None else None,
+            "b_external_receipt": external_receipt,
+            "b_error": error,
+            "b_now": now,
+        },
     )
     return result.rowcount == 1
 
@@ -109,10 +135,7 @@ def latest_by_fingerprint(
 ) -> Operation | None:
     """The newest record of this operation on this task, from any attempt."""
     row = connection.execute(
-        select(operations)
-        .where(operations.c.task_id == task_id, operations.c.fingerprint == fingerprint)
-        .order_by(operations.c.id.desc())
-        .limit(1)
+        _LATEST_BY_FINGERPRINT, {"task_id": task_id, "fingerprint": fingerprint}
     ).one_or_none()
     return _operation(row) if row is not None else None
 

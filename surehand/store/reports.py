@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import ColumnElement, Connection, Row, func, select
+from sqlalchemy import Connection, Row, bindparam, func, select
 from sqlalchemy import insert as sql_insert
 
 from surehand.model import Report, ReportStatus
@@ -39,44 +39,69 @@ def _report(row: Row[Any]) -> Report:
     )
 
 
+# Hot-path statements: built once, executed with parameters (compiled once, then cached).
+_INSERT = sql_insert(reports)
+_SERIES = (
+    reports.c.task_id == bindparam("task_id"),
+    reports.c.reporter == bindparam("reporter"),
+    reports.c.recipient == bindparam("recipient"),
+    reports.c.status == bindparam("status"),
+)
+_BY_SUBMISSION = (
+    select(reports)
+    .where(*_SERIES, reports.c.client_submission_id == bindparam("submission_id"))
+    .order_by(reports.c.revision)
+    .limit(1)
+)
+_BY_CONTENT = (
+    select(reports)
+    .where(
+        *_SERIES,
+        reports.c.rework_round == bindparam("rework_round"),
+        reports.c.body_hash == bindparam("body_hash"),
+    )
+    .order_by(reports.c.revision)
+    .limit(1)
+)
+_LATEST = select(reports).where(*_SERIES).order_by(reports.c.revision.desc()).limit(1)
+_GET = select(reports).where(reports.c.report_id == bindparam("report_id"))
+
+
 def insert(connection: Connection, report: Report, tenant: str) -> None:
     """Insert one REPORT inside the caller's transaction (DuplicateKey on a dedupe-key clash)."""
     connection.execute(
-        sql_insert(reports).values(
-            report_id=report.report_id,
-            task_id=report.task_id,
-            tenant=tenant,
-            reporter=report.reporter,
-            recipient=report.recipient,
-            status=report.status.value,
-            body=report.body,
-            body_hash=report.body_hash,
-            client_submission_id=report.client_submission_id,
-            rework_round=report.rework_round,
-            revision=report.revision,
-            supersedes=report.supersedes,
-            attempt_id=report.attempt_id,
-            created_at=report.created_at,
-        )
+        _INSERT,
+        {
+            "report_id": report.report_id,
+            "task_id": report.task_id,
+            "tenant": tenant,
+            "reporter": report.reporter,
+            "recipient": report.recipient,
+            "status": report.status.value,
+            "body": report.body,
+            "body_hash": report.body_hash,
+            "client_submission_id": report.client_submission_id,
+            "rework_round": report.rework_round,
+            "revision": report.revision,
+            "supersedes": report.supersedes,
+            "attempt_id": report.attempt_id,
+            "created_at": report.created_at,
+        },
     )
 
 
-def _series(
-    task_id: str, reporter: str, recipient: str, status: ReportStatus
-) -> list[ColumnElement[bool]]:
-    """The conditions naming one series of revisions: same task, route and status."""
-    return [
-        reports.c.task_id == task_id,
-        reports.c.reporter == reporter,
-        reports.c.recipient == recipient,
-        reports.c.status == status.value,
-    ]
+def _series(task_id: str, reporter: str, recipient: str, status: ReportStatus) -> dict[str, Any]:
+    """The parameters naming one series of revisions: same task, route and status."""
+    return {
+        "task_id": task_id,
+        "reporter": reporter,
+        "recipient": recipient,
+        "status": status.value,
+    }
 
 
-def _first(connection: Connection, *conditions: ColumnElement[bool]) -> Report | None:
-    row = connection.execute(
-        select(reports).where(*conditions).order_by(reports.c.revision).limit(1)
-    ).one_or_none()
+def _one(connection: Connection, statement: Any, params: dict[str, Any]) -> Report | None:
+    row = connection.execute(statement, params).one_or_none()
     return _report(row) if row is not None else None
 
 
@@ -96,14 +121,11 @@ def find_duplicate(
     it names the caller's own earlier attempt."""
     series = _series(task_id, reporter, recipient, status)
     if submission_id:
-        match = _first(connection, *series, reports.c.client_submission_id == submission_id)
+        match = _one(connection, _BY_SUBMISSION, {**series, "submission_id": submission_id})
         if match is not None:
             return match
-    return _first(
-        connection,
-        *series,
-        reports.c.rework_round == rework_round,
-        reports.c.body_hash == body_hash,
+    return _one(
+        connection, _BY_CONTENT, {**series, "rework_round": rework_round, "body_hash": body_hash}
     )
 
 
@@ -111,13 +133,7 @@ def latest(
     connection: Connection, *, task_id: str, reporter: str, recipient: str, status: ReportStatus
 ) -> Report | None:
     """The highest revision of one series, which the next revision supersedes."""
-    row = connection.execute(
-        select(reports)
-        .where(*_series(task_id, reporter, recipient, status))
-        .order_by(reports.c.revision.desc())
-        .limit(1)
-    ).one_or_none()
-    return _report(row) if row is not None else None
+    return _one(connection, _LATEST, _series(task_id, reporter, recipient, status))
 
 
 def latest_for_task(connection: Connection, task_id: str) -> Report | None:
@@ -140,8 +156,7 @@ def for_task(connection: Connection, task_id: str) -> list[Report]:
 
 
 def get(connection: Connection, report_id: str) -> Report | None:
-    row = connection.execute(select(reports).where(reports.c.report_id == report_id)).one_or_none()
-    return _report(row) if row is not None else None
+    return _one(connection, _GET, {"report_id": report_id})
 
 
 def count(connection: Connection, task_id: str | None = None) -> int:

@@ -6,7 +6,18 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import ColumnElement, Connection, Row, func, insert, or_, select, update
+from sqlalchemy import (
+    ColumnElement,
+    Connection,
+    Row,
+    Update,
+    bindparam,
+    func,
+    insert,
+    or_,
+    select,
+    update,
+)
 
 from surehand.model import (
     DIGEST_SCHEMA_VERSION,
@@ -97,20 +108,49 @@ def insert_task(
     )
 
 
+# Hot-path statements: built once, executed with parameters (compiled once, then cached).
+_GET = select(tasks).where(tasks.c.task_id == bindparam("task_id"))
+_GET_IN_TENANT = _GET.where(tasks.c.tenant == bindparam("tenant"))
+_GET_FOR_UPDATE = _GET.with_for_update()
+_CLAIM = (
+    update(tasks)
+    .where(
+        tasks.c.task_id == bindparam("b_task_id"),
+        tasks.c.bucket == Bucket.INBOX.value,
+        tasks.c.hold_case_id.is_(None),
+    )
+    .values(
+        bucket=Bucket.ACTIVE.value,
+        epoch=tasks.c.epoch + 1,
+        revision=tasks.c.revision + 1,
+        updated_at=bindparam("b_now"),
+    )
+    .returning(*tasks.c)
+)
+
+
 def get(connection: Connection, task_id: str, tenant: str | None = None) -> Task | None:
-    query = select(tasks).where(tasks.c.task_id == task_id)
-    if tenant is not None:
-        query = query.where(tasks.c.tenant == tenant)
-    row = connection.execute(query).one_or_none()
+    if tenant is None:
+        row = connection.execute(_GET, {"task_id": task_id}).one_or_none()
+    else:
+        row = connection.execute(
+            _GET_IN_TENANT, {"task_id": task_id, "tenant": tenant}
+        ).one_or_none()
     return _task(row) if row is not None else None
 
 
 def get_for_update(connection: Connection, task_id: str) -> Task | None:
     """Read a TASK and lock its row until the transaction ends (no-op lock on SQLite, whose
     write transactions are already exclusive)."""
-    row = connection.execute(
-        select(tasks).where(tasks.c.task_id == task_id).with_for_update()
-    ).one_or_none()
+    row = connection.execute(_GET_FOR_UPDATE, {"task_id": task_id}).one_or_none()
+    return _task(row) if row is not None else None
+
+
+def claim_inbox(connection: Connection, task_id: str, now: datetime) -> Task | None:
+    """The claim's compare-and-set in one statement: an unheld TASK in ``inbox`` moves to
+    ``active`` with the next epoch and revision. Returns the TASK as written, or None when
+    it was not claimable (missing, held, or not in inbox) and nothing changed."""
+    row = connection.execute(_CLAIM, {"b_task_id": task_id, "b_now": now}).one_or_none()
     return _task(row) if row is not None else None
 
 
@@ -153,6 +193,50 @@ def list_tasks(
     return [_task(row) for row in rows]
 
 
+_UPDATE_IF: dict[tuple[tuple[tuple[str, bool], ...], tuple[str, ...], bool], Update] = {}
+
+
+def _update_if_statement(
+    expect: Mapping[str, Any], values: Mapping[str, Any], returning: bool
+) -> Update:
+    """The compare-and-set for one shape of ``expect`` and ``values``, built once per shape."""
+    shape = (
+        tuple((column, expected is None) for column, expected in expect.items()),
+        tuple(values),
+        returning,
+    )
+    statement = _UPDATE_IF.get(shape)
+    if statement is None:
+        conditions = [tasks.c.task_id == bindparam("b_task_id")]
+        for column, is_null in shape[0]:
+            col = tasks.c[column]
+            conditions.append(col.is_(None) if is_null else col == bindparam(f"expect_{column}"))
+        statement = (
+            update(tasks)
+            .where(*conditions)
+            .values(
+                {
+                    **{column: bindparam(f"set_{column}") for column in values},
+                    "revision": tasks.c.revision + 1,
+                    "updated_at": bindparam("b_now"),
+                }
+            )
+        )
+        if returning:
+            statement = statement.returning(*tasks.c)
+        _UPDATE_IF[shape] = statement
+    return statement
+
+
+def _update_if_params(
+    task_id: str, expect: Mapping[str, Any], values: Mapping[str, Any], now: datetime
+) -> dict[str, Any]:
+    params: dict[str, Any] = {"b_task_id": task_id, "b_now": now}
+    params.update({f"expect_{k}": v for k, v in expect.items() if v is not None})
+    params.update({f"set_{k}": v for k, v in values.items()})
+    return params
+
+
 def update_if(
     connection: Connection,
     task_id: str,
@@ -163,16 +247,28 @@ def update_if(
 ) -> bool:
     """Compare-and-set: apply ``values`` (and bump the revision) only where every column in
     ``expect`` still has the expected value. Returns whether the row matched."""
-    conditions = [tasks.c.task_id == task_id]
-    for column, expected in expect.items():
-        col = tasks.c[column]
-        conditions.append(col.is_(None) if expected is None else col == expected)
     result = connection.execute(
-        update(tasks)
-        .where(*conditions)
-        .values(**values, revision=tasks.c.revision + 1, updated_at=now)
+        _update_if_statement(expect, values, returning=False),
+        _update_if_params(task_id, expect, values, now),
     )
     return result.rowcount == 1
+
+
+def update_returning(
+    connection: Connection,
+    task_id: str,
+    *,
+    expect: Mapping[str, Any],
+    values: Mapping[str, Any],
+    now: datetime,
+) -> Task | None:
+    """:func:`update_if` that returns the TASK as written (None if nothing matched), in the
+    same statement: no second read."""
+    row = connection.execute(
+        _update_if_statement(expect, values, returning=True),
+        _update_if_params(task_id, expect, values, now),
+    ).one_or_none()
+    return _task(row) if row is not None else None
 
 
 def set_published(connection: Connection, task_id: str, now: datetime) -> None:
