@@ -112,11 +112,17 @@ def _check_reason(action: Action, reason: str | None) -> str | None:
 
 
 def _check_report(
-    connection: Connection, task: Task, action: Action, report_id: str | None
+    connection: Connection,
+    task: Task,
+    action: Action,
+    report_id: str | None,
+    report_written: bool = False,
 ) -> str | None:
     """The REPORT a submit/finish cites: the one named, or the task's latest."""
     if action not in REPORT_REQUIRED:
         return report_id
+    if report_id is not None and report_written:
+        return report_id  # the caller wrote (or found) it on this TASK in this transaction
     if report_id is not None:
         report = report_rows.get(connection, report_id)
         if report is None or report.task_id != task.task_id:
@@ -157,36 +163,97 @@ def apply(
     extra_values: Mapping[str, Any] | None = None,
     attempt_id: str | None = None,
     epoch: int | None = None,
+    report_written: bool = False,
 ) -> Task:
-    """Move ``task`` by ``action`` inside the caller's transaction and return it re-read.
+    """Move ``task`` by ``action`` inside the caller's transaction and return it as written.
 
     Validates the edge, the hold, the actor's authority, the reason and the cited REPORT, then
     compare-and-sets the row against the bucket and revision it was read at (plus
     ``extra_expect``, e.g. the session layer's epoch); Conflict if anything changed since.
+    ``report_written``: the caller wrote or found ``report_id`` on this TASK in this same
+    transaction, so it is not looked up again.
     """
     target = check_edge(task, action)
     _check_hold(task, action)
     check_authority(task, action, by)
     note = _check_reason(action, reason)
-    cited = _check_report(connection, task, action, report_id)
+    cited = _check_report(connection, task, action, report_id, report_written)
     values = _values(task, action, target, extra_values)
-    _compare_and_set(connection, task, values, extra_expect, now)
+    moved = _compare_and_set(connection, task, values, extra_expect, now)
+    _record_move(
+        connection,
+        task.task_id,
+        action,
+        task.bucket,
+        target,
+        by,
+        now,
+        note,
+        attempt_id,
+        epoch,
+        _event_data(action, values, cited),
+    )
+    return moved
+
+
+def _record_move(
+    connection: Connection,
+    task_id: str,
+    action: Action,
+    source: Bucket | None,
+    target: Bucket,
+    by: str,
+    now: datetime,
+    reason: str | None,
+    attempt_id: str | None,
+    epoch: int | None,
+    data: dict[str, Any],
+) -> None:
+    """The one TRANSITION event of a move (every move path appends exactly this shape)."""
     events.append(
         connection,
-        task_id=task.task_id,
+        task_id=task_id,
         kind=EventKind.TRANSITION,
         by=by,
         at=now,
         action=action.value,
-        from_bucket=task.bucket,
+        from_bucket=source,
         to_bucket=target,
-        reason=note,
+        reason=reason,
         attempt_id=attempt_id,
         epoch=epoch,
-        data=_event_data(action, values, cited),
+        data=data,
     )
-    moved = tasks.get(connection, task.task_id)
-    assert moved is not None  # the row matched the compare-and-set a moment ago
+
+
+def claim(connection: Connection, task_id: str, *, now: datetime, attempt_id: str) -> Task | None:
+    """The runtime's claim in one compare-and-set statement, for the session hot path.
+
+    The same move as ``apply(task, Action.CLAIM, by=SYSTEM, extra_expect={"epoch": e,
+    "hold_case_id": None}, extra_values={"epoch": e + 1})`` on a TASK read under its lock —
+    edge from :data:`EDGES`, no hold, epoch and revision bumped, one TRANSITION event — but
+    without the read: the UPDATE's WHERE is the check. Returns the TASK as written, or None
+    when it was not claimable as an unheld inbox TASK (nothing written; the caller reads it
+    and goes the long way, which explains the refusal).
+    """
+    source, target = EDGES[Action.CLAIM]
+    assert (source, target) == (Bucket.INBOX, Bucket.ACTIVE)  # what tasks.claim_inbox does
+    moved = tasks.claim_inbox(connection, task_id, now)
+    if moved is None:
+        return None
+    _record_move(
+        connection,
+        task_id,
+        Action.CLAIM,
+        source,
+        target,
+        SYSTEM,
+        now,
+        None,
+        attempt_id,
+        moved.epoch,
+        _event_data(Action.CLAIM, {}, None),
+    )
     return moved
 
 
@@ -216,14 +283,16 @@ def _compare_and_set(
     values: Mapping[str, Any],
     extra_expect: Mapping[str, Any] | None,
     now: datetime,
-) -> None:
+) -> Task:
     expect = {"bucket": task.bucket.value, "revision": task.revision, **(extra_expect or {})}
-    if not tasks.update_if(connection, task.task_id, expect=expect, values=values, now=now):
+    moved = tasks.update_returning(connection, task.task_id, expect=expect, values=values, now=now)
+    if moved is None:
         raise Conflict(
             f"{task.task_id} changed since revision {task.revision} was read; re-read it and "
             "decide again",
             task_id=task.task_id,
         )
+    return moved
 
 
 def transition(

@@ -75,13 +75,15 @@ def write_report_in(
     request: ReportRequest,
     *,
     attempt_id: str | None,
+    locked: bool = False,
 ) -> WriteReportResult:
     """The write_report decision inside the caller's transaction (which it never commits).
 
     The TASK row is re-read under a row lock so that concurrent REPORTs on one TASK take
-    turns and every check below sees the TASK as it is now, not as the caller read it.
+    turns and every check below sees the TASK as it is now, not as the caller read it
+    (``locked``: the caller read ``task`` under that lock in this transaction already).
     """
-    current = _locked_current(connection, task, request)
+    current = _locked_current(connection, task, request, locked)
     recipient = _check_route(current, request)
     digest = body_hash(request.body)
     existing = report_rows.find_duplicate(
@@ -102,12 +104,17 @@ def write_report_in(
     return WriteReportResult(report, deduplicated=False)
 
 
-def _locked_current(connection: Connection, task: Task, request: ReportRequest) -> Task:
-    """Check the request fits ``task``, then re-read the TASK under its row lock."""
+def _locked_current(
+    connection: Connection, task: Task, request: ReportRequest, locked: bool
+) -> Task:
+    """Check the request fits ``task``, then re-read the TASK under its row lock (unless the
+    caller already did, in this transaction)."""
     if request.task_id != task.task_id:
         raise ValidationFailed("task_id", f"is {request.task_id}, but the TASK is {task.task_id}")
     if not request.body.strip():
         raise ValidationFailed("body", "must not be blank")
+    if locked:
+        return task
     current = tasks.get_for_update(connection, task.task_id)
     if current is None:
         raise TaskNotFound(f"{task.task_id} no longer exists")

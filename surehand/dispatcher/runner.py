@@ -23,7 +23,13 @@ from surehand.crashpoints import crash_point
 from surehand.dispatcher.context import Services
 from surehand.dispatcher.operations import run_operation
 from surehand.dispatcher.sessions import Session, claim
-from surehand.errors import LeaseLost, LeaseUnavailable, NoAgentForRole, StaleOwner
+from surehand.errors import (
+    LeaseLost,
+    LeaseUnavailable,
+    NoAgentForRole,
+    StaleOwner,
+    StoreUnavailable,
+)
 from surehand.model import ReportStatus, RetryPolicy, WriteReportResult
 from surehand.queue.heartbeat import Heartbeat
 from surehand.queue.leases import LeaseStore
@@ -110,11 +116,20 @@ class SessionRunner:
 
     def run(self, task_id: str, *, message_id: str | None = None) -> SessionOutcome:
         """Claim and run one TASK; a TASK that is not claimable is acknowledged and skipped."""
-        session = claim(self.services, task_id, worker=worker_identity(), message_id=message_id)
+        try:
+            session = self._claim(task_id, message_id)
+        except StoreUnavailable:
+            # Pooled connections are not pinged before use: one that a database restart
+            # killed fails here, is invalidated, and the retry gets a fresh connection.
+            log.warning("store unavailable while claiming %s; retrying once", task_id)
+            session = self._claim(task_id, message_id)
         if session is None:
             return SessionOutcome(task_id, "not_claimed")
         crash_point("session.after_claim")
         return self.run_claimed(session)
+
+    def _claim(self, task_id: str, message_id: str | None) -> Session | None:
+        return claim(self.services, task_id, worker=worker_identity(), message_id=message_id)
 
     def run_claimed(self, session: Session) -> SessionOutcome:
         """Run an attempt that is already claimed (a fresh claim or an admitted successor)."""
@@ -191,9 +206,7 @@ class SessionRunner:
 
     def _settle(self, session: Session, result: Any, *, review: bool) -> SessionOutcome:
         try:
-            session.record_return(result)
-            crash_point("session.after_return")
-            task = session.settle(result, review=review)
+            task = session.settle_returned(result, review=review)  # crash point after_return
         except StaleOwner as error:
             return self._outcome(session, "stale", error)
         return SessionOutcome(session.task_id, "settled", session.attempt.number, task.bucket.value)

@@ -18,6 +18,7 @@ from typing import Any
 
 from sqlalchemy import Connection
 
+from surehand.crashpoints import crash_point
 from surehand.dispatcher import lifecycle
 from surehand.dispatcher.context import Services
 from surehand.dispatcher.reports import write_report_in
@@ -110,20 +111,60 @@ class Session:
     def settle(self, result: Any, *, review: bool) -> Task:
         """Write the REPORT, move the TASK to review (or done), and end the attempt."""
         with self.fenced("settle") as connection:
-            report = self.write_report_in(connection, report_body(result), ReportStatus.DONE, None)
-            action = Action.SUBMIT if review else Action.FINISH
-            moved = lifecycle.apply(
-                connection,
-                self.current_task(connection),
-                action,
-                by=SYSTEM,
-                now=self.services.clock.now(),
-                report_id=report.report.report_id,
-                extra_expect={"epoch": self.attempt.number},
-                attempt_id=self.attempt.attempt_id,
-                epoch=self.attempt.number,
-            )
-            self._end(connection, AttemptState.SUCCEEDED, None)
+            return self._settle_in(connection, result, review)
+
+    def settle_returned(self, result: Any, *, review: bool) -> Task:
+        """Record the agent's return, then settle (:meth:`record_return` + :meth:`settle`).
+
+        The return is fenced and recorded by the first statement. If the attempt recorded
+        operations, the return commits on its own before the REPORT is written: admission
+        then reads "all settled and the agent returned" and writes the REPORT from records
+        instead of running the agent again (RA-7). Without operations, admission answers
+        ``reexecute`` whether or not the return was recorded, so the return, the REPORT, the
+        move and the end of the attempt commit together, in one transaction.
+        """
+        returned = _jsonable(result)
+        try:
+            with self.services.store.transaction() as connection:
+                has_operations = attempts.fence_and_record_return(
+                    connection, self.attempt.attempt_id, self.task_id, returned
+                )
+                if has_operations is None:
+                    raise StaleOwner(self._stale_message("record_return"))
+                if not has_operations:
+                    return self._settle_in(connection, result, review)
+        except StaleOwner:
+            self._record_stale("record_return")
+            raise
+        crash_point("session.after_return")
+        with self.fenced("settle") as connection:
+            return self._settle_in(connection, result, review)
+
+    def _settle_in(self, connection: Connection, result: Any, review: bool) -> Task:
+        """REPORT, move and end, in the caller's fenced transaction."""
+        current = tasks.get_for_update(connection, self.task_id)
+        assert current is not None  # fenced: the row exists and is ours
+        report = write_report_in(
+            connection,
+            self.services,
+            current,
+            self._report_request(report_body(result), ReportStatus.DONE, None),
+            attempt_id=self.attempt.attempt_id,
+            locked=True,
+        )
+        moved = lifecycle.apply(
+            connection,
+            current,
+            Action.SUBMIT if review else Action.FINISH,
+            by=SYSTEM,
+            now=self.services.clock.now(),
+            report_id=report.report.report_id,
+            report_written=True,
+            extra_expect={"epoch": self.attempt.number},
+            attempt_id=self.attempt.attempt_id,
+            epoch=self.attempt.number,
+        )
+        self._end(connection, AttemptState.SUCCEEDED, None)
         return moved
 
     def rollback(self, why: str) -> None:
@@ -179,19 +220,23 @@ class Session:
     def write_report_in(
         self, connection: Connection, body: str, status: ReportStatus, submission_id: str | None
     ) -> WriteReportResult:
-        request = ReportRequest(
+        return write_report_in(
+            connection,
+            self.services,
+            self.current_task(connection),
+            self._report_request(body, status, submission_id),
+            attempt_id=self.attempt.attempt_id,
+        )
+
+    def _report_request(
+        self, body: str, status: ReportStatus, submission_id: str | None
+    ) -> ReportRequest:
+        return ReportRequest(
             task_id=self.task_id,
             reporter=self.task.fields.recipient,
             body=body,
             status=status,
             client_submission_id=submission_id,
-        )
-        return write_report_in(
-            connection,
-            self.services,
-            self.current_task(connection),
-            request,
-            attempt_id=self.attempt.attempt_id,
         )
 
 
@@ -226,6 +271,20 @@ def claim(
     attempt_id = uuid.uuid4().hex
     try:
         with services.store.transaction() as connection:
+            now = services.clock.now()
+            moved = lifecycle.claim(connection, task_id, now=now, attempt_id=attempt_id)
+            if moved is not None:  # the common case: one UPDATE ... RETURNING, one INSERT
+                attempt = attempts.insert_running(
+                    connection,
+                    attempt_id=attempt_id,
+                    task_id=task_id,
+                    number=moved.epoch,
+                    worker=worker,
+                    lease_id=attempt_id,
+                    now=now,
+                )
+                return Session(services=services, task=moved, attempt=attempt)
+            # Not an unheld inbox TASK: read it to claim a successor or explain the refusal.
             task = tasks.get_for_update(connection, task_id)
             if task is None:
                 return None
@@ -233,7 +292,7 @@ def claim(
                 _claim_successor(connection, services, task, attempt_id, worker)
                 return _session(services, connection, task_id, attempt_id)
             number = task.epoch + 1
-            lifecycle.apply(
+            moved = lifecycle.apply(
                 connection,
                 task,
                 Action.CLAIM,
@@ -244,7 +303,7 @@ def claim(
                 attempt_id=attempt_id,
                 epoch=number,
             )
-            attempts.insert_running(
+            attempt = attempts.insert_running(
                 connection,
                 attempt_id=attempt_id,
                 task_id=task_id,
@@ -253,7 +312,7 @@ def claim(
                 lease_id=attempt_id,
                 now=services.clock.now(),
             )
-            return _session(services, connection, task_id, attempt_id)
+            return Session(services=services, task=moved, attempt=attempt)
     except (
         IllegalTransition,
         Conflict,

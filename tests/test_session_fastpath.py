@@ -1,0 +1,311 @@
+"""The session hot path: the one-statement claim, the return folded into settle when the
+attempt has no operations, and the claim's retry on an unreachable store.
+
+Each fast path must leave exactly the rows the general path leaves (lifecycle.apply, a
+separate record_return commit), and must keep every guarantee: the claim is one
+compare-and-set, every write is fenced by epoch, and the agent's return commits before the
+REPORT whenever admission would read it (the attempt has operations).
+"""
+
+# ruff: noqa: F811  (test functions take the fixtures imported below)
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import pytest
+from sqlalchemy import event
+
+from surehand.dispatcher import lifecycle
+from surehand.dispatcher import sessions as sessions_module
+from surehand.dispatcher.context import Services
+from surehand.dispatcher.operations import run_operation
+from surehand.dispatcher.sessions import Session, claim
+from surehand.errors import StaleOwner, StoreUnavailable
+from surehand.facade import Surehand
+from surehand.model import SYSTEM, Action, AttemptState, Bucket, EventKind, RetryPolicy
+from surehand.store import attempts, tasks
+from tests.session_helpers import (  # noqa: F401  (harness fixtures)
+    Harness,
+    attempts_of,
+    claimed,
+    committed_task,
+    events_of,
+    harness,
+    read_task,
+    reports_of,
+)
+
+
+@contextmanager
+def commits(services: Services) -> Iterator[list[int]]:
+    """Count the transactions committed on the store's engine while the block runs."""
+    counted = [0]
+
+    def on_commit(_connection: Any) -> None:
+        counted[0] += 1
+
+    event.listen(services.store.engine, "commit", on_commit)
+    try:
+        yield counted
+    finally:
+        event.remove(services.store.engine, "commit", on_commit)
+
+
+def _event_shape(services: Services, task_id: str) -> list[tuple[Any, ...]]:
+    return [
+        (e.kind, e.by, e.action, e.from_bucket, e.to_bucket, e.reason, e.epoch, e.data)
+        for e in events_of(services.store, task_id, EventKind.TRANSITION)
+    ]
+
+
+# -- the claim -------------------------------------------------------------------------------
+
+
+def test_the_fast_claim_writes_what_apply_writes(services: Services) -> None:
+    fast_id, slow_id = committed_task(services), committed_task(services)
+    now = services.clock.now()
+    with services.store.transaction() as connection:
+        fast = lifecycle.claim(connection, fast_id, now=now, attempt_id="a-fast")
+        task = tasks.get_for_update(connection, slow_id)
+        assert task is not None
+        slow = lifecycle.apply(
+            connection,
+            task,
+            Action.CLAIM,
+            by=SYSTEM,
+            now=now,
+            extra_expect={"epoch": task.epoch, "hold_case_id": None},
+            extra_values={"epoch": task.epoch + 1},
+            attempt_id="a-slow",
+            epoch=task.epoch + 1,
+        )
+    assert fast is not None
+    assert fast == read_task(services.store, fast_id)  # returned as written, not re-read
+    assert (fast.bucket, fast.epoch, fast.revision) == (slow.bucket, slow.epoch, slow.revision)
+    assert (fast.bucket, fast.epoch, fast.revision) == (Bucket.ACTIVE, 1, 2)
+    assert fast.updated_at == slow.updated_at == now
+    assert _event_shape(services, fast_id) == _event_shape(services, slow_id)
+    claimed_event = events_of(services.store, fast_id, EventKind.TRANSITION)[-1]
+    assert (claimed_event.action, claimed_event.attempt_id) == ("claim", "a-fast")
+
+
+@pytest.mark.parametrize("why", ["held", "active", "missing"])
+def test_the_fast_claim_writes_nothing_when_the_task_is_not_an_unheld_inbox_task(
+    services: Services, why: str
+) -> None:
+    task_id = committed_task(services) if why != "missing" else "TASK-20260101-999"
+    if why == "active":
+        claimed(services, task_id)
+    if why == "held":
+        with services.store.transaction() as connection:
+            assert tasks.update_if(
+                connection,
+                task_id,
+                expect={},
+                values={"hold_case_id": "CASE-x", "hold_reason": "test"},
+                now=services.clock.now(),
+            )
+    before = read_task(services.store, task_id) if why != "missing" else None
+    with services.store.transaction() as connection:
+        moved = lifecycle.claim(connection, task_id, now=services.clock.now(), attempt_id="a")
+    assert moved is None
+    if before is not None:
+        assert read_task(services.store, task_id) == before
+
+
+def test_a_claimed_session_holds_the_rows_as_written(services: Services) -> None:
+    task_id = committed_task(services)
+    session = claim(services, task_id, worker="w", message_id=None)
+    assert session is not None
+    assert session.task == read_task(services.store, task_id)
+    [attempt] = attempts_of(services.store, task_id)
+    assert session.attempt == attempt
+    assert (attempt.number, attempt.state, attempt.worker) == (1, AttemptState.RUNNING, "w")
+
+
+# -- the return and the settle ---------------------------------------------------------------
+
+
+def test_without_operations_the_return_and_settle_commit_together(services: Services) -> None:
+    task_id = committed_task(services)
+    session = claimed(services, task_id)
+
+    with commits(services) as counted:
+        moved = session.settle_returned({"answer": 42}, review=True)
+
+    assert counted == [1]
+    assert moved == read_task(services.store, task_id)
+    assert moved.bucket is Bucket.REVIEW
+    [attempt] = attempts_of(services.store, task_id)
+    assert (attempt.state, attempt.agent_returned, attempt.result) == (
+        AttemptState.SUCCEEDED,
+        True,
+        {"answer": 42},
+    )
+    [report] = reports_of(services.store, task_id)
+    assert report.attempt_id == attempt.attempt_id
+    kinds = [e.kind for e in events_of(services.store, task_id)]
+    assert kinds[-3:] == [EventKind.REPORT, EventKind.TRANSITION, EventKind.ATTEMPT_FINISHED]
+
+
+def test_the_folded_settle_writes_what_record_return_and_settle_write(
+    services: Services,
+) -> None:
+    fast_id, slow_id = committed_task(services), committed_task(services)
+    fast, slow = claimed(services, fast_id), claimed(services, slow_id)
+
+    fast.settle_returned("done", review=False)
+    slow.record_return("done")
+    slow.settle("done", review=False)
+
+    def shape(task_id: str) -> tuple[Any, ...]:
+        task = read_task(services.store, task_id)
+        [attempt] = attempts_of(services.store, task_id)
+        [report] = reports_of(services.store, task_id)
+        history = [
+            (e.kind, e.by, e.action, e.from_bucket, e.to_bucket, e.epoch, sorted(e.data))
+            for e in events_of(services.store, task_id)
+        ]
+        return (
+            (task.bucket, task.revision, task.epoch),
+            (attempt.state, attempt.agent_returned, attempt.result, attempt.error),
+            (report.body, report.status, report.revision, report.supersedes),
+            history,
+        )
+
+    assert shape(fast_id) == shape(slow_id)
+
+
+def _break_report(monkeypatch: pytest.MonkeyPatch) -> None:
+    def broken(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("crashed before the REPORT")
+
+    monkeypatch.setattr(sessions_module, "write_report_in", broken)
+
+
+def test_with_operations_the_return_commits_before_the_report(
+    services: Services, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """RA-7: once the agent returned, a crash before the REPORT leaves the return recorded,
+    so admission writes the REPORT from records instead of running the agent again."""
+    task_id = committed_task(services)
+    session = claimed(services, task_id)
+    run_operation(session, "deploy", {"env": "prod"}, lambda: "ok", **_op())
+    _break_report(monkeypatch)
+
+    with pytest.raises(RuntimeError, match="crashed before the REPORT"):
+        session.settle_returned("deployed", review=True)
+
+    [attempt] = attempts_of(services.store, task_id)
+    assert (attempt.state, attempt.agent_returned, attempt.result) == (
+        AttemptState.RUNNING,
+        True,
+        "deployed",
+    )
+    assert reports_of(services.store, task_id) == []
+
+
+def test_operations_recorded_by_another_process_also_commit_the_return_first(
+    services: Services, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``surehand effect`` records operations through a Session of its own: the store, not the
+    runner's memory, says whether the attempt has operations."""
+    task_id = committed_task(services)
+    session = claimed(services, task_id)
+    other = Session(services=services, task=session.task, attempt=session.attempt)
+    run_operation(other, "notify", {"to": "ops"}, lambda: "sent", **_op())
+    _break_report(monkeypatch)
+
+    with pytest.raises(RuntimeError):
+        session.settle_returned("notified", review=True)
+
+    [attempt] = attempts_of(services.store, task_id)
+    assert attempt.agent_returned is True
+
+
+def test_without_operations_a_crash_before_the_report_leaves_nothing(
+    services: Services, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without operations admission answers reexecute either way, so nothing is lost by
+    rolling the return back with the REPORT."""
+    task_id = committed_task(services)
+    session = claimed(services, task_id)
+    _break_report(monkeypatch)
+
+    with pytest.raises(RuntimeError):
+        session.settle_returned("done", review=True)
+
+    [attempt] = attempts_of(services.store, task_id)
+    assert (attempt.state, attempt.agent_returned) == (AttemptState.RUNNING, False)
+
+
+def test_a_fenced_out_return_is_refused_and_recorded(services: Services) -> None:
+    task_id = committed_task(services)
+    session = claimed(services, task_id)
+    with services.store.transaction() as connection:
+        assert attempts.finish(
+            connection,
+            session.attempt.attempt_id,
+            expect=AttemptState.RUNNING,
+            state=AttemptState.SESSION_LOST,
+            now=services.clock.now(),
+        )
+
+    with pytest.raises(StaleOwner):
+        session.settle_returned("late", review=True)
+
+    [attempt] = attempts_of(services.store, task_id)
+    assert (attempt.state, attempt.agent_returned) == (AttemptState.SESSION_LOST, False)
+    assert reports_of(services.store, task_id) == []
+    [fenced] = events_of(services.store, task_id, EventKind.STALE_OWNER_FENCED)
+    assert (fenced.attempt_id, fenced.epoch, fenced.data["write"]) == (
+        session.attempt.attempt_id,
+        1,
+        "record_return",
+    )
+
+
+def _op() -> dict[str, Any]:
+    return {"idempotency_key": None, "retry_policy": RetryPolicy.NONE, "probe": None}
+
+
+# -- the claim's retry -----------------------------------------------------------------------
+
+
+def test_the_runner_retries_a_claim_once_when_the_store_was_unreachable(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sh: Surehand = harness.surehand()
+    sh.registry.register("DEV", lambda ctx: "ok")
+    task_id = committed_task(sh)
+    real, calls = sessions_module.claim, [0]
+
+    def flaky(*args: Any, **kwargs: Any) -> Session | None:
+        calls[0] += 1
+        if calls[0] == 1:
+            raise StoreUnavailable("connection killed by a restart")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr("surehand.dispatcher.runner.claim", flaky)
+
+    assert sh.run_session(task_id).outcome == "settled"
+    assert calls == [2]
+
+
+def test_the_runner_gives_up_after_the_second_unreachable_claim(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sh: Surehand = harness.surehand()
+    task_id = committed_task(sh)
+
+    def down(*args: Any, **kwargs: Any) -> Session | None:
+        raise StoreUnavailable("down")
+
+    monkeypatch.setattr("surehand.dispatcher.runner.claim", down)
+
+    with pytest.raises(StoreUnavailable):
+        sh.run_session(task_id)
+    assert read_task(sh.store, task_id).bucket is Bucket.INBOX
