@@ -40,9 +40,12 @@ def make_engine(url: str) -> Engine:
     if parsed.get_backend_name() == "postgresql":
         if parsed.drivername == "postgresql":
             parsed = parsed.set(drivername="postgresql+psycopg")
+        # No pre-ping: it costs a round trip on every checkout. A connection that a database
+        # restart killed fails its first statement, SQLAlchemy invalidates the pool, and the
+        # caller gets StoreUnavailable; the session claim retries once on a fresh connection.
         return create_engine(
             parsed,
-            pool_pre_ping=True,
+            pool_pre_ping=False,
             pool_size=10,
             max_overflow=20,
             connect_args={"options": f"-c lock_timeout={PG_LOCK_TIMEOUT}"},
