@@ -419,8 +419,9 @@ def timed_phases(phases: dict[str, list[float]]) -> Iterator[None]:
     wrap(LeaseStore, "acquire", "lease SET NX PX")
     wrap(Heartbeat, "start", "heartbeat start (thread + generation)")
     wrap(Heartbeat, "stop", "heartbeat stop (join)")
-    wrap(Session, "record_return", "record return (store txn)")
-    wrap(Session, "settle", "settle: REPORT + review + end (store txn)")
+    # One transaction for an agent without operations; with operations the return commits
+    # first, on its own (both inside this phase).
+    wrap(Session, "settle_returned", "settle: return + REPORT + review + end (store)")
     wrap(LeaseStore, "release", "lease compare-and-delete")
     wrap(runner_module.SessionRunner, "run", "whole session")
     try:
