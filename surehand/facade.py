@@ -238,7 +238,10 @@ class Surehand:
 
     def _live_jobs(self) -> set[str]:
         """TASK ids of the sessions the workers report running (Celery ``inspect active``)."""
-        replies = self.celery.control.inspect(timeout=1.0).active() or {}
+        # Asked only once a grace has run out; keep the wait a small part of that grace so the
+        # detection bound (TTL + reconcile interval + grace) still holds.
+        timeout = min(1.0, max(0.1, self.settings.lost_grace_seconds / 4))
+        replies = self.celery.control.inspect(timeout=timeout).active() or {}
         return {
             str(job["args"][0])
             for jobs in replies.values()
@@ -257,6 +260,10 @@ class Surehand:
             reconcile_every=self.settings.reconcile_interval_seconds,
         )
         register_hold_notice(app)
+        # Celery's worker pools run a message through ``current_app`` (the process default,
+        # not a thread-local), so the app that owns these tasks must be that default.
+        app.set_default()
+        app.set_current()
         return app
 
     def publish(self, task: Task) -> None:

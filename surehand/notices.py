@@ -17,7 +17,7 @@ import logging
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from celery import Celery
+from celery import Celery, Task
 from celery.signals import task_postrun
 from kombu.exceptions import KombuError
 
@@ -30,12 +30,13 @@ RECONCILE_TASK = "surehand.reconcile"
 HOLD = "hold_for_review"
 
 
-def register_hold_notice(app: Celery) -> None:
-    """Register ``surehand.hold_notice`` on ``app`` (workers run it; it only echoes)."""
+class HoldNoticeTask(Task):  # type: ignore[type-arg]
+    """``surehand.hold_notice(task_id, case_id, attempt)``: echoes a hold so Flower shows it."""
 
-    @app.task(name=HOLD_NOTICE_TASK, ignore_result=True, shared=False)
-    def hold_notice(task_id: str, case_id: str, attempt: int) -> dict[str, Any]:
-        """Echo the hold so Flower shows it as this task's result."""
+    name = HOLD_NOTICE_TASK
+    ignore_result = True
+
+    def run(self, task_id: str, case_id: str, attempt: int) -> dict[str, Any]:
         return {
             "task_id": task_id,
             "case_id": case_id,
@@ -43,6 +44,11 @@ def register_hold_notice(app: Celery) -> None:
             "hold": HOLD,
             "next": f"an approver runs `surehand review {case_id} --effect present|absent`",
         }
+
+
+def register_hold_notice(app: Celery) -> None:
+    """Register ``surehand.hold_notice`` on ``app`` only (workers run it; it only echoes)."""
+    app.register_task(HoldNoticeTask())
 
 
 def send_hold_notices(app: Celery, held: Iterable[Mapping[str, Any]]) -> int:

@@ -4,28 +4,37 @@ idempotently (a second upgrade, or a concurrent one, changes nothing)."""
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
-from sqlalchemy import text
+from sqlalchemy import create_engine, text
+from sqlalchemy.engine import make_url
+from sqlalchemy.pool import NullPool
 
 from surehand.store import Store, migrate
 from surehand.store.schema import metadata
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
-def empty_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+def empty_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """An empty database: a SQLite file, or a Postgres database of its own (never the shared
+    test database, whose schema other tests in this worker rely on)."""
     if request.param == "sqlite":
-        return f"sqlite:///{tmp_path / 'fresh.sqlite3'}"
-    url: str = request.getfixturevalue("pg_url")
-    store = Store(url)
-    with store.engine.begin() as connection:
-        connection.execute(text("DROP SCHEMA public CASCADE"))
-        connection.execute(text("CREATE SCHEMA public"))
-    store.dispose()
-    return url
+        yield f"sqlite:///{tmp_path / 'fresh.sqlite3'}"
+        return
+    base = make_url(request.getfixturevalue("pg_url"))
+    name = f"{base.database}_mig"
+    admin = create_engine(base, isolation_level="AUTOCOMMIT", poolclass=NullPool)
+    with admin.connect() as connection:
+        connection.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        connection.execute(text(f'CREATE DATABASE "{name}"'))
+    yield base.set(database=name).render_as_string(hide_password=False)
+    with admin.connect() as connection:
+        connection.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+    admin.dispose()
 
 
 def test_migrations_build_exactly_the_declared_schema(empty_url: str) -> None:
