@@ -17,7 +17,7 @@ from surehand.config import Settings
 from surehand.dispatcher import diagnostics, lifecycle, reports, submissions
 from surehand.dispatcher.admission import Admitter
 from surehand.dispatcher.context import Publisher, Services
-from surehand.dispatcher.dispatch import publish_successor
+from surehand.dispatcher.dispatch import publish_after_commit, publish_successor
 from surehand.dispatcher.reconciler import PassReport, Reconciler
 from surehand.dispatcher.recovery import Recovery, RecoveryOutcome
 from surehand.dispatcher.runner import SessionOutcome, SessionRunner
@@ -139,8 +139,11 @@ class Surehand:
         reason: str | None = None,
         report_id: str | None = None,
     ) -> Task:
-        """Move a TASK between buckets; anything off the lifecycle table is IllegalTransition."""
-        return lifecycle.transition(
+        """Move a TASK between buckets; anything off the lifecycle table is IllegalTransition.
+
+        A TASK sent back for rework (reject, reopen) is published for a new attempt.
+        """
+        moved = lifecycle.transition(
             self.services,
             task_id,
             Action(action),
@@ -149,6 +152,9 @@ class Surehand:
             reason=reason,
             report_id=report_id,
         )
+        if Action(action) in lifecycle.REWORK_ACTIONS:
+            publish_after_commit(self.services, task_id)
+        return moved
 
     # -- reads ----------------------------------------------------------------------------------
 

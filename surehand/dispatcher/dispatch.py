@@ -13,13 +13,13 @@ from surehand.store import tasks
 log = logging.getLogger(__name__)
 
 
-def _publish(services: Services, task_id: str, bucket: Bucket) -> bool:
-    """Publish ``run_session`` for a TASK that is in ``bucket`` and not held."""
+def _publish(services: Services, task_id: str, *buckets: Bucket) -> bool:
+    """Publish ``run_session`` for a TASK that is in one of ``buckets`` and not held."""
     if services.publisher is None:
         return False
     with services.store.snapshot() as connection:
         task = tasks.get(connection, task_id)
-    if task is None or task.bucket is not bucket or task.hold is not None:
+    if task is None or task.bucket not in buckets or task.hold is not None:
         return False
     try:
         services.publisher(task)
@@ -30,12 +30,13 @@ def _publish(services: Services, task_id: str, bucket: Bucket) -> bool:
 
 
 def publish_after_commit(services: Services, task_id: str) -> bool:
-    """Publish a committed TASK in ``inbox`` and record that it was published.
+    """Publish a committed TASK in ``inbox`` (or sent back to ``active`` for rework) and record
+    that it was published.
 
     Runs after the creating transaction committed, never inside it: a publish that fails
     leaves the TASK unpublished in the store, and the dispatcher sweep retries it.
     """
-    if not _publish(services, task_id, Bucket.INBOX):
+    if not _publish(services, task_id, Bucket.INBOX, Bucket.ACTIVE):
         return False
     with services.store.transaction() as connection:
         tasks.set_published(connection, task_id, services.clock.now())

@@ -262,8 +262,10 @@ def _values(
 ) -> dict[str, Any]:
     values: dict[str, Any] = {"bucket": target.value}
     if action in REWORK_ACTIONS:
-        # A new rework round makes a resubmitted identical REPORT a new revision, not a dup.
+        # A new rework round makes a resubmitted identical REPORT a new revision, not a dup;
+        # unpublished, so that the dispatcher sweep sends the rework to a worker.
         values["rework_round"] = task.rework_round + 1
+        values["published"] = False
     values.update(extra or {})
     return values
 

@@ -289,7 +289,10 @@ def claim(
             if task is None:
                 return None
             if task.bucket is Bucket.ACTIVE:
-                _claim_successor(connection, services, task, attempt_id, worker)
+                if _is_rework(connection, task):
+                    _claim_rework(connection, services, task, attempt_id, worker)
+                else:
+                    _claim_successor(connection, services, task, attempt_id, worker)
                 return _session(services, connection, task_id, attempt_id)
             number = task.epoch + 1
             moved = lifecycle.apply(
@@ -323,6 +326,51 @@ def claim(
     ) as refused:
         _record_refusal(services, task_id, worker, message_id, refused)
         return None
+
+
+def _is_rework(connection: Connection, task: Task) -> bool:
+    """Durable state, not the caller, says whether an ``active`` TASK awaits rework: its last
+    attempt settled (succeeded) and an approver sent it back (reject or reopen) since."""
+    if task.epoch == 0 or task.hold is not None:
+        return False
+    last = attempts.current(connection, task.task_id)
+    return last is not None and last.state is AttemptState.SUCCEEDED
+
+
+def _claim_rework(
+    connection: Connection, services: Services, task: Task, attempt_id: str, worker: str
+) -> None:
+    """A new attempt for a TASK sent back for rework: normal rework keeps its own path and
+    opens no interruption case (nothing was interrupted)."""
+    number = task.epoch + 1
+    now = services.clock.now()
+    if not tasks.update_if(
+        connection,
+        task.task_id,
+        expect={"epoch": task.epoch, "revision": task.revision, "hold_case_id": None},
+        values={"epoch": number, "published": True},
+        now=now,
+    ):
+        raise Conflict(f"{task.task_id} changed while its rework was being claimed")
+    attempts.insert_running(
+        connection,
+        attempt_id=attempt_id,
+        task_id=task.task_id,
+        number=number,
+        worker=worker,
+        lease_id=attempt_id,
+        now=now,
+    )
+    events.append(
+        connection,
+        task_id=task.task_id,
+        kind=EventKind.ATTEMPT_STARTED,
+        by=worker,
+        at=now,
+        attempt_id=attempt_id,
+        epoch=number,
+        data={"rework_round": task.rework_round},
+    )
 
 
 def _claim_successor(

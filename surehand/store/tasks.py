@@ -11,6 +11,7 @@ from sqlalchemy import (
     Connection,
     Row,
     Update,
+    and_,
     bindparam,
     func,
     insert,
@@ -283,14 +284,19 @@ def set_published(connection: Connection, task_id: str, now: datetime) -> None:
 def unpublished_inbox(
     connection: Connection, limit: int = 500, *, published_before: datetime | None = None
 ) -> list[Task]:
-    """TASKs in ``inbox`` to publish, oldest first: never published, or (with
-    ``published_before``) published before then and still not claimed."""
+    """TASKs to publish, oldest first: in ``inbox`` never published, or (with
+    ``published_before``) published before then and still not claimed; and ``active`` TASKs
+    sent back for rework (reject or reopen unpublish them) that no message was sent for."""
     waiting: ColumnElement[bool] = tasks.c.published.is_(False)
     if published_before is not None:
         waiting = or_(waiting, tasks.c.published_at < published_before)
+    inbox = and_(tasks.c.bucket == Bucket.INBOX.value, waiting)
+    rework = and_(
+        tasks.c.bucket == Bucket.ACTIVE.value, tasks.c.published.is_(False), tasks.c.epoch > 0
+    )
     rows = connection.execute(
         select(tasks)
-        .where(tasks.c.bucket == Bucket.INBOX.value, waiting, tasks.c.hold_case_id.is_(None))
+        .where(or_(inbox, rework), tasks.c.hold_case_id.is_(None))
         .order_by(tasks.c.created_at)
         .limit(limit)
     ).all()
