@@ -10,13 +10,20 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from functools import cached_property
 
 from sqlalchemy import Connection, Engine
 from sqlalchemy.engine import make_url
 
 from surehand.errors import SchemaNotReady
 from surehand.store import counters, migrate
-from surehand.store.engine import make_engine, single_read, snapshot, transaction
+from surehand.store.engine import (
+    make_async_commit_engine,
+    make_engine,
+    one_statement,
+    snapshot,
+    transaction,
+)
 
 __all__ = ["Store"]
 
@@ -83,7 +90,7 @@ class Store:
     def single_read(self) -> Iterator[Connection]:
         """For exactly one read statement (autocommit; no transaction round trips)."""
         self.ensure_schema()
-        with single_read(self.engine) as connection:
+        with one_statement(self.engine) as connection:
             yield connection
 
     def allocate_ahead(self, kind: str, day: str) -> int | None:
@@ -98,9 +105,15 @@ class Store:
         """
         if self.dialect != "postgresql":
             return None
-        with self.transaction() as connection:
-            connection.exec_driver_sql("SET LOCAL synchronous_commit = off")
+        self.ensure_schema()
+        with one_statement(self._async_commit_engine) as connection:
             return counters.next_number(connection, kind, day)
+
+    @cached_property
+    def _async_commit_engine(self) -> Engine:
+        return make_async_commit_engine(self.engine)
 
     def dispose(self) -> None:
         self.engine.dispose()
+        if "_async_commit_engine" in self.__dict__:
+            self._async_commit_engine.dispose()

@@ -56,6 +56,19 @@ def make_engine(url: str) -> Engine:
     )
 
 
+def make_async_commit_engine(engine: Engine) -> Engine:
+    """A small Postgres engine whose connections run single statements in autocommit with
+    ``synchronous_commit = off``: one round trip, no wait for the WAL flush. Only for writes
+    that a later synchronous commit makes durable anyway (see ``Store.allocate_ahead``)."""
+    return create_engine(
+        engine.url,
+        pool_size=2,
+        max_overflow=10,
+        isolation_level="AUTOCOMMIT",
+        connect_args={"options": f"-c lock_timeout={PG_LOCK_TIMEOUT} -c synchronous_commit=off"},
+    )
+
+
 def _sqlite_engine(url: str) -> Engine:
     parsed = make_url(url)
     if parsed.database and parsed.database != ":memory:":
@@ -122,8 +135,8 @@ def transaction(engine: Engine) -> Iterator[Connection]:
 
 
 @contextmanager
-def single_read(engine: Engine) -> Iterator[Connection]:
-    """A connection for ONE read statement, run in autocommit: a single statement is atomic by
+def one_statement(engine: Engine) -> Iterator[Connection]:
+    """A connection for ONE statement, run in autocommit: a single statement is atomic by
     itself, and skipping BEGIN/COMMIT saves two round trips on hot paths."""
     try:
         with engine.connect() as connection:
