@@ -49,7 +49,7 @@ from surehand.model import (
     task_path,
 )
 from surehand.requests import TaskRequest, parse_task_request, validate_tenant
-from surehand.store import counters, events, receipts, tasks
+from surehand.store import counters, creation, events, receipts, tasks
 
 log = logging.getLogger(__name__)
 
@@ -121,6 +121,18 @@ def _insert_task(
         to_bucket=Bucket.INBOX,
     )
     return document_digest
+
+
+def _creation_event(task_id: str, fields: TaskFields, now: datetime) -> dict[str, Any]:
+    """The history's first event: created into ``inbox`` by the sender."""
+    return events.row(
+        task_id=task_id,
+        kind=EventKind.TRANSITION,
+        by=fields.sender,
+        at=now,
+        action=Action.CREATE.value,
+        to_bucket=Bucket.INBOX,
+    )
 
 
 def _create_legacy(
@@ -200,35 +212,38 @@ class _Submission:
         now = self.services.clock.now()
         ahead = self.services.store.allocate_ahead("TASK", utc_day(now))
         try:
-            with self.services.store.transaction() as connection:
+            # One statement on Postgres, one transaction on SQLite: all or nothing either way.
+            with self.services.store.one_write() as connection:
                 task_id = _new_task_id(connection, self.services, ahead)
                 path = task_path(Bucket.INBOX, task_id, self.fields.sender, self.fields.recipient)
                 result = self._created(task_id, path)
-                document = _render(task_id, self.fields, self.submission_id, now)
-                # The receipt goes first: a concurrent caller with the same id stops here.
-                receipts.insert_committed(
-                    connection,
-                    tenant=self.tenant,
-                    submission_id=self.submission_id,
-                    schema_version=DIGEST_SCHEMA_VERSION,
-                    digest=self.digest,
-                    task_id=task_id,
-                    task_path=path,
-                    document_digest=document[1],
-                    result=result.to_dict(),
-                    now=now,
-                )
-                _insert_task(
-                    connection,
-                    task_id=task_id,
-                    tenant=self.tenant,
-                    fields=self.fields,
-                    submission_id=self.submission_id,
-                    digest=self.digest,
-                    document=document,
-                    now=now,
-                )
+                text, document_digest = _render(task_id, self.fields, self.submission_id, now)
                 crash_point("write_task.before_commit")
+                creation.insert_created(
+                    connection,
+                    receipt=receipts.committed_row(
+                        tenant=self.tenant,
+                        submission_id=self.submission_id,
+                        schema_version=DIGEST_SCHEMA_VERSION,
+                        digest=self.digest,
+                        task_id=task_id,
+                        task_path=path,
+                        document_digest=document_digest,
+                        result=result.to_dict(),
+                        now=now,
+                    ),
+                    task=tasks.new_row(
+                        task_id=task_id,
+                        tenant=self.tenant,
+                        fields=self.fields,
+                        submission_id=self.submission_id,
+                        request_digest=self.digest,
+                        document=text,
+                        document_digest=document_digest,
+                        now=now,
+                    ),
+                    event=_creation_event(task_id, self.fields, now),
+                )
         except DuplicateKey as error:
             if error.table not in ("receipts", "unknown"):
                 raise

@@ -93,6 +93,18 @@ class Store:
         with one_statement(self.engine) as connection:
             yield connection
 
+    @contextmanager
+    def one_write(self) -> Iterator[Connection]:
+        """For a write that is ONE statement on Postgres (run in autocommit: no BEGIN/COMMIT
+        round trips) and a transaction on SQLite (whose statements run in-process)."""
+        self.ensure_schema()
+        if self.dialect == "postgresql":
+            with one_statement(self.engine) as connection:
+                yield connection
+        else:
+            with transaction(self.engine) as connection:
+                yield connection
+
     def allocate_ahead(self, kind: str, day: str) -> int | None:
         """On Postgres, allocate a number in a short transaction of its own; on SQLite, None.
 

@@ -32,20 +32,50 @@ def append(
     """Append one event inside the caller's transaction."""
     connection.execute(
         _INSERT,
-        {
-            "task_id": task_id,
-            "at": at,
-            "kind": kind.value,
-            "by": by,
-            "action": action,
-            "from_bucket": from_bucket.value if from_bucket else None,
-            "to_bucket": to_bucket.value if to_bucket else None,
-            "reason": reason,
-            "attempt_id": attempt_id,
-            "epoch": epoch,
-            "data": dict(data or {}),
-        },
+        row(
+            task_id=task_id,
+            kind=kind,
+            by=by,
+            at=at,
+            action=action,
+            from_bucket=from_bucket,
+            to_bucket=to_bucket,
+            reason=reason,
+            attempt_id=attempt_id,
+            epoch=epoch,
+            data=data,
+        ),
     )
+
+
+def row(
+    *,
+    task_id: str,
+    kind: EventKind,
+    by: str,
+    at: datetime,
+    action: str | None = None,
+    from_bucket: Bucket | None = None,
+    to_bucket: Bucket | None = None,
+    reason: str | None = None,
+    attempt_id: str | None = None,
+    epoch: int | None = None,
+    data: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The row of one history event."""
+    return {
+        "task_id": task_id,
+        "at": at,
+        "kind": kind.value,
+        "by": by,
+        "action": action,
+        "from_bucket": from_bucket.value if from_bucket else None,
+        "to_bucket": to_bucket.value if to_bucket else None,
+        "reason": reason,
+        "attempt_id": attempt_id,
+        "epoch": epoch,
+        "data": dict(data or {}),
+    }
 
 
 def _event(row: Row[Any]) -> TaskEvent:

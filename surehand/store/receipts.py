@@ -50,9 +50,13 @@ def _key(tenant: str, submission_id: str) -> tuple[Any, ...]:
     return (receipts.c.tenant == tenant, receipts.c.client_submission_id == submission_id)
 
 
-def _insert(connection: Connection, *, state: ReceiptState, **values: Any) -> None:
+def _row(*, state: ReceiptState, **values: Any) -> dict[str, Any]:
     row = {"holder": None, "held_until": None, "document_digest": None, "result": None}
-    connection.execute(_INSERT, {**row, **values, "state": state.value})
+    return {**row, **values, "state": state.value}
+
+
+def _insert(connection: Connection, *, state: ReceiptState, **values: Any) -> None:
+    connection.execute(_INSERT, _row(state=state, **values))
 
 
 def insert_reserved(
@@ -101,8 +105,36 @@ def insert_committed(
 ) -> None:
     """Insert a receipt whose stages all complete in the caller's transaction, which also
     inserts the TASK; raises DuplicateKey if the submission already exists."""
-    _insert(
-        connection,
+    connection.execute(
+        _INSERT,
+        committed_row(
+            tenant=tenant,
+            submission_id=submission_id,
+            schema_version=schema_version,
+            digest=digest,
+            task_id=task_id,
+            task_path=task_path,
+            document_digest=document_digest,
+            result=result,
+            now=now,
+        ),
+    )
+
+
+def committed_row(
+    *,
+    tenant: str,
+    submission_id: str,
+    schema_version: str,
+    digest: str,
+    task_id: str,
+    task_path: str,
+    document_digest: str,
+    result: Mapping[str, Any],
+    now: datetime,
+) -> dict[str, Any]:
+    """The row of a receipt written ``committed`` with its full result."""
+    return _row(
         state=ReceiptState.COMMITTED,
         tenant=tenant,
         client_submission_id=submission_id,

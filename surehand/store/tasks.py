@@ -84,29 +84,52 @@ def insert_task(
     now: datetime,
 ) -> None:
     """Insert a TASK in ``inbox`` at revision 1; raises DuplicateKey if the id exists."""
-    connection.execute(
-        _INSERT,
-        {
-            "task_id": task_id,
-            "tenant": tenant,
-            **fields.semantic_dict(),
-            "bucket": Bucket.INBOX.value,
-            "revision": 1,
-            "epoch": 0,
-            "rework_round": 0,
-            "hold_case_id": None,
-            "hold_reason": None,
-            "client_submission_id": submission_id,
-            "request_digest": request_digest,
-            "digest_schema_version": DIGEST_SCHEMA_VERSION,
-            "idempotent": submission_id is not None,
-            "document": document,
-            "document_digest": document_digest,
-            "published": False,
-            "created_at": now,
-            "updated_at": now,
-        },
+    row = new_row(
+        task_id=task_id,
+        tenant=tenant,
+        fields=fields,
+        submission_id=submission_id,
+        request_digest=request_digest,
+        document=document,
+        document_digest=document_digest,
+        now=now,
     )
+    connection.execute(_INSERT, row)
+
+
+def new_row(
+    *,
+    task_id: str,
+    tenant: str,
+    fields: TaskFields,
+    submission_id: str | None,
+    request_digest: str,
+    document: str,
+    document_digest: str,
+    now: datetime,
+) -> dict[str, Any]:
+    """The row of a new TASK in ``inbox`` at revision 1."""
+    return {
+        "task_id": task_id,
+        "tenant": tenant,
+        **fields.semantic_dict(),
+        "bucket": Bucket.INBOX.value,
+        "revision": 1,
+        "epoch": 0,
+        "rework_round": 0,
+        "hold_case_id": None,
+        "hold_reason": None,
+        "client_submission_id": submission_id,
+        "request_digest": request_digest,
+        "digest_schema_version": DIGEST_SCHEMA_VERSION,
+        "idempotent": submission_id is not None,
+        "document": document,
+        "document_digest": document_digest,
+        "published": False,
+        "published_at": None,
+        "created_at": now,
+        "updated_at": now,
+    }
 
 
 # Hot-path statements: built once, executed with parameters (compiled once, then cached).
