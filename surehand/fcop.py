@@ -7,6 +7,8 @@ and the workspace mirror (``surehand.fcop_export``) derives file locations from 
 
 from __future__ import annotations
 
+import json
+import re
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
@@ -15,13 +17,42 @@ import yaml
 
 from surehand.model import Report, TaskEvent, TaskFields
 
-# libyaml's emitter when present: rendering is on write_task's hot path.
-_Dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+# Characters a YAML reader does not accept raw, or reads as line breaks (NEL, LS, PS): JSON
+# leaves them unescaped, so they are escaped here.
+_NOT_YAML_PRINTABLE = re.compile(
+    "[^\x09\x0a\x0d\x20-\x7e\xa0-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]|[\u2028\u2029]"
+)
+
+
+def _scalar(value: Any) -> str:
+    # JSON scalars, arrays and objects are valid YAML flow nodes: quoting every string this way
+    # keeps values like "no", "1.0" or "null" strings, and costs a fraction of a YAML dump
+    # (rendering is on write_task's hot path).
+    text = json.dumps(value, ensure_ascii=False)
+    return _NOT_YAML_PRINTABLE.sub(lambda match: f"\\u{ord(match.group()):04x}", text)
+
+
+def _front_matter(front: Mapping[str, Any]) -> str:
+    lines = []
+    for key, value in front.items():
+        if isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
+            lines.append(f"{key}:")
+            lines.extend(f"  - {_scalar(item)}" for item in value)
+        else:
+            lines.append(f"{key}: {_scalar(value)}")
+    return "\n".join(lines) + "\n"
 
 
 def _document(front: Mapping[str, Any], body: str) -> str:
-    header = yaml.dump(dict(front), Dumper=_Dumper, sort_keys=False, allow_unicode=True, width=1000)
-    return f"---\n{header}---\n\n{body}\n"
+    return f"---\n{_front_matter(front)}---\n\n{body}\n"
+
+
+def parse_front_matter(document: str) -> dict[str, Any]:
+    """The front matter of a document rendered here (any YAML reader reads it too)."""
+    header = document.split("---\n", 2)[1]
+    parsed = yaml.safe_load(header)
+    assert isinstance(parsed, dict)
+    return parsed
 
 
 def render_task(

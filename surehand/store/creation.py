@@ -27,6 +27,8 @@ def _postgres_statement() -> Insert:
 
 
 _POSTGRES = _postgres_statement()
+# Built once: executed with parameters, their compiled forms come from the cache.
+_RECEIPT, _TASK, _EVENT = insert(receipts), insert(tasks), insert(task_events)
 
 
 def insert_created(
@@ -49,6 +51,6 @@ def insert_created(
         return
     # The receipt goes first: a concurrent caller with the same id stops there.
     if receipt is not None:
-        connection.execute(insert(receipts), dict(receipt))
-    connection.execute(insert(tasks), dict(task))
-    connection.execute(insert(task_events), dict(event))
+        connection.execute(_RECEIPT, dict(receipt))
+    connection.execute(_TASK, dict(task))
+    connection.execute(_EVENT, dict(event))
