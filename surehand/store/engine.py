@@ -30,6 +30,7 @@ SQLITE_BUSY_TIMEOUT_MS = 30_000
 PG_LOCK_TIMEOUT = "15s"
 _SQLITE_TABLE = re.compile(r"(?:UNIQUE|PRIMARY KEY) constraint failed: (\w+)\.")
 _READ_OPTION = "surehand_read_only"
+_NO_BEGIN_OPTION = "surehand_one_statement"
 
 
 def make_engine(url: str) -> Engine:
@@ -91,6 +92,8 @@ def _sqlite_engine(url: str) -> Engine:
 
     @event.listens_for(engine, "begin")
     def _on_begin(connection: Connection) -> None:
+        if connection.get_execution_options().get(_NO_BEGIN_OPTION, False):
+            return
         read_only = connection.get_execution_options().get(_READ_OPTION, False)
         connection.exec_driver_sql("BEGIN" if read_only else "BEGIN IMMEDIATE")
 
@@ -140,7 +143,12 @@ def one_statement(engine: Engine) -> Iterator[Connection]:
     itself, and skipping BEGIN/COMMIT saves two round trips on hot paths."""
     try:
         with engine.connect() as connection:
-            yield connection.execution_options(isolation_level="AUTOCOMMIT")
+            if engine.dialect.name == "sqlite":
+                # The driver already runs statements in autocommit (we issue BEGIN ourselves):
+                # skip the BEGIN instead of switching isolation levels back and forth.
+                yield connection.execution_options(**{_NO_BEGIN_OPTION: True})
+            else:
+                yield connection.execution_options(isolation_level="AUTOCOMMIT")
     except (exc.DBAPIError, exc.SQLAlchemyError) as error:
         raise translate(error) from error
 
