@@ -25,9 +25,10 @@ import redis
 from surehand.agents.context import EffectResult, SessionContext
 from surehand.config import Settings
 from surehand.digest import operation_fingerprint
+from surehand.dispatcher.claims import claim
 from surehand.dispatcher.context import Publisher, Services
 from surehand.dispatcher.reconciler import PassReport
-from surehand.dispatcher.sessions import Session, claim
+from surehand.dispatcher.sessions import Session
 from surehand.errors import LeaseUnavailable
 from surehand.facade import Surehand
 from surehand.model import (

@@ -12,7 +12,7 @@ Run as a program it does one thing against a database and prints one JSON line::
     python -m tests.session_helpers operate --url URL --task T --marker PATH [--key K]
 
 ``claim`` connects first, prints ``ready`` and waits for a line on stdin, so that a test can
-release several processes at once; then it calls ``sessions.claim``. ``operate`` claims the
+release several processes at once; then it calls ``claims.claim``. ``operate`` claims the
 TASK and declares one operation whose effect creates ``PATH``; ``SUREHAND_CRASH_AT`` applies.
 """
 
@@ -35,9 +35,10 @@ from sqlalchemy import select
 from surehand.agents.context import SessionContext
 from surehand.clock import Clock
 from surehand.config import Settings
+from surehand.dispatcher.claims import claim
 from surehand.dispatcher.context import Services
 from surehand.dispatcher.operations import run_operation
-from surehand.dispatcher.sessions import Session, claim
+from surehand.dispatcher.sessions import Session
 from surehand.dispatcher.submissions import write_task
 from surehand.facade import Surehand
 from surehand.model import Attempt, EventKind, Operation, Report, RetryPolicy, Task, TaskEvent

@@ -16,7 +16,7 @@ import pytest
 import typer.main
 
 from surehand.cli import app
-from surehand.dispatcher.sessions import claim
+from surehand.dispatcher.claims import claim
 from surehand.facade import Surehand
 from tests.conftest import PG_URL, REDIS_URL
 from tests.procs import SUREHAND, free_port, private_redis, spawn, start_worker, wait_until

@@ -14,7 +14,7 @@ from prometheus_client import REGISTRY
 from surehand.agents.builtin import register_demo
 from surehand.agents.context import SessionContext
 from surehand.config import Settings
-from surehand.dispatcher.sessions import claim
+from surehand.dispatcher.claims import claim
 from surehand.facade import Surehand
 from surehand.metrics import exposition
 

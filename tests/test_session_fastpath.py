@@ -18,11 +18,13 @@ from typing import Any
 import pytest
 from sqlalchemy import event
 
+from surehand.dispatcher import claims as claims_module
 from surehand.dispatcher import lifecycle
 from surehand.dispatcher import sessions as sessions_module
+from surehand.dispatcher.claims import claim
 from surehand.dispatcher.context import Services
 from surehand.dispatcher.operations import run_operation
-from surehand.dispatcher.sessions import Session, claim
+from surehand.dispatcher.sessions import Session
 from surehand.errors import StaleOwner, StoreUnavailable
 from surehand.facade import Surehand
 from surehand.model import SYSTEM, Action, AttemptState, Bucket, EventKind, RetryPolicy
@@ -281,7 +283,7 @@ def test_the_runner_retries_a_claim_once_when_the_store_was_unreachable(
     sh: Surehand = harness.surehand()
     sh.registry.register("DEV", lambda ctx: "ok")
     task_id = committed_task(sh)
-    real, calls = sessions_module.claim, [0]
+    real, calls = claims_module.claim, [0]
 
     def flaky(*args: Any, **kwargs: Any) -> Session | None:
         calls[0] += 1

@@ -18,9 +18,10 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
+from surehand.dispatcher.claims import claim
 from surehand.dispatcher.context import Services
 from surehand.dispatcher.operations import run_operation
-from surehand.dispatcher.sessions import Session, claim
+from surehand.dispatcher.sessions import Session
 from surehand.errors import StaleOwner
 from surehand.facade import Surehand
 from surehand.model import (

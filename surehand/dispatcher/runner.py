@@ -20,9 +20,10 @@ from surehand import metrics
 from surehand.agents.context import SessionContext
 from surehand.agents.registry import AgentRegistry
 from surehand.crashpoints import crash_point
+from surehand.dispatcher.claims import claim
 from surehand.dispatcher.context import Services
 from surehand.dispatcher.operations import run_operation
-from surehand.dispatcher.sessions import Session, claim
+from surehand.dispatcher.sessions import Session
 from surehand.errors import (
     LeaseLost,
     LeaseUnavailable,

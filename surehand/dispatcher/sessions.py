@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import logging
 import threading
-import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -23,29 +22,20 @@ from surehand.dispatcher import lifecycle
 from surehand.dispatcher.context import Services
 from surehand.dispatcher.reports import write_report_in
 from surehand.errors import (
-    Conflict,
-    DuplicateKey,
-    IllegalTransition,
-    NotClaimable,
-    StaleDecision,
     StaleOwner,
-    TaskHeld,
 )
 from surehand.model import (
     SYSTEM,
     Action,
-    Admission,
     Attempt,
     AttemptState,
-    Bucket,
-    CaseState,
     EventKind,
     ReportStatus,
     Task,
     WriteReportResult,
 )
 from surehand.requests import ReportRequest
-from surehand.store import attempts, cases, events, operations, tasks
+from surehand.store import attempts, events, tasks
 
 log = logging.getLogger(__name__)
 
@@ -255,218 +245,3 @@ def _jsonable(value: Any) -> Any:
     except (TypeError, ValueError):
         return repr(value)
     return value
-
-
-# -- claiming --------------------------------------------------------------------------------
-
-
-def claim(
-    services: Services, task_id: str, *, worker: str, message_id: str | None
-) -> Session | None:
-    """Claim a TASK in ``inbox``: new attempt, epoch = attempt number, inbox -> active.
-
-    One compare-and-set transaction; a TASK that is not claimable (claimed already, held, moved
-    on) gets a ``claim_refused`` event and None, so duplicate messages are harmless.
-    """
-    attempt_id = uuid.uuid4().hex
-    try:
-        with services.store.transaction() as connection:
-            now = services.clock.now()
-            moved = lifecycle.claim(connection, task_id, now=now, attempt_id=attempt_id)
-            if moved is not None:  # the common case: one UPDATE ... RETURNING, one INSERT
-                attempt = attempts.insert_running(
-                    connection,
-                    attempt_id=attempt_id,
-                    task_id=task_id,
-                    number=moved.epoch,
-                    worker=worker,
-                    lease_id=attempt_id,
-                    now=now,
-                )
-                return Session(services=services, task=moved, attempt=attempt)
-            # Not an unheld inbox TASK: read it to claim a successor or explain the refusal.
-            task = tasks.get_for_update(connection, task_id)
-            if task is None:
-                return None
-            if task.bucket is Bucket.ACTIVE:
-                if _is_rework(connection, task):
-                    _claim_rework(connection, services, task, attempt_id, worker)
-                else:
-                    _claim_successor(connection, services, task, attempt_id, worker)
-                return _session(services, connection, task_id, attempt_id)
-            number = task.epoch + 1
-            moved = lifecycle.apply(
-                connection,
-                task,
-                Action.CLAIM,
-                by=SYSTEM,
-                now=services.clock.now(),
-                extra_expect={"epoch": task.epoch, "hold_case_id": None},
-                extra_values={"epoch": number},
-                attempt_id=attempt_id,
-                epoch=number,
-            )
-            attempt = attempts.insert_running(
-                connection,
-                attempt_id=attempt_id,
-                task_id=task_id,
-                number=number,
-                worker=worker,
-                lease_id=attempt_id,
-                now=services.clock.now(),
-            )
-            return Session(services=services, task=moved, attempt=attempt)
-    except (
-        IllegalTransition,
-        Conflict,
-        TaskHeld,
-        DuplicateKey,
-        NotClaimable,
-        StaleDecision,
-    ) as refused:
-        _record_refusal(services, task_id, worker, message_id, refused)
-        return None
-
-
-def _is_rework(connection: Connection, task: Task) -> bool:
-    """Durable state, not the caller, says whether an ``active`` TASK awaits rework: its last
-    attempt settled (succeeded) and an approver sent it back (reject or reopen) since."""
-    if task.epoch == 0 or task.hold is not None:
-        return False
-    last = attempts.current(connection, task.task_id)
-    return last is not None and last.state is AttemptState.SUCCEEDED
-
-
-def _claim_rework(
-    connection: Connection, services: Services, task: Task, attempt_id: str, worker: str
-) -> None:
-    """A new attempt for a TASK sent back for rework: normal rework keeps its own path and
-    opens no interruption case (nothing was interrupted)."""
-    number = task.epoch + 1
-    now = services.clock.now()
-    if not tasks.update_if(
-        connection,
-        task.task_id,
-        expect={"epoch": task.epoch, "revision": task.revision, "hold_case_id": None},
-        values={"epoch": number, "published": True},
-        now=now,
-    ):
-        raise Conflict(f"{task.task_id} changed while its rework was being claimed")
-    attempts.insert_running(
-        connection,
-        attempt_id=attempt_id,
-        task_id=task.task_id,
-        number=number,
-        worker=worker,
-        lease_id=attempt_id,
-        now=now,
-    )
-    events.append(
-        connection,
-        task_id=task.task_id,
-        kind=EventKind.ATTEMPT_STARTED,
-        by=worker,
-        at=now,
-        attempt_id=attempt_id,
-        epoch=number,
-        data={"rework_round": task.rework_round},
-    )
-
-
-def _claim_successor(
-    connection: Connection, services: Services, task: Task, attempt_id: str, worker: str
-) -> None:
-    """Start the successor that admission decided on; a session never decides this itself.
-
-    Claimable only with an open ``reexecute`` case for the interrupted epoch, decided on the
-    TASK's current revision (the recovery fence); a stale decision is refused and re-evaluated.
-    """
-    case = next(
-        (
-            c
-            for c in cases.for_task(connection, task.task_id)
-            if c.admission is Admission.REEXECUTE
-            and c.successor_attempt_id is None
-            and c.state is CaseState.OPEN
-        ),
-        None,
-    )
-    if case is None or case.interrupted_epoch != task.epoch or task.hold is not None:
-        raise NotClaimable(f"{task.task_id} is active and no successor was admitted for it")
-    if case.revision_at_evaluation != task.revision:
-        raise StaleDecision(
-            f"case {case.case_id} was decided on revision {case.revision_at_evaluation}, the "
-            f"TASK is at {task.revision}; admission must run again"
-        )
-    number = task.epoch + 1
-    now = services.clock.now()
-    if not tasks.update_if(
-        connection,
-        task.task_id,
-        expect={"epoch": task.epoch, "revision": task.revision},
-        values={"epoch": number},
-        now=now,
-    ):
-        raise Conflict(f"{task.task_id} changed while its successor was being claimed")
-    attempts.insert_running(
-        connection,
-        attempt_id=attempt_id,
-        task_id=task.task_id,
-        number=number,
-        worker=worker,
-        lease_id=attempt_id,
-        now=now,
-        bound_operation_id=case.bound_operation_id,
-        case_id=case.case_id,
-    )
-    if case.bound_operation_id is not None:
-        operations.rebind(connection, case.bound_operation_id, attempt_id=attempt_id, epoch=number)
-    cases.bind_successor(connection, case.case_id, attempt_id)
-    events.append(
-        connection,
-        task_id=task.task_id,
-        kind=EventKind.ATTEMPT_STARTED,
-        by=worker,
-        at=now,
-        attempt_id=attempt_id,
-        epoch=number,
-        data={
-            "case_id": case.case_id,
-            "successor_of": case.interrupted_attempt_id,
-            "bound_operation_id": case.bound_operation_id,
-        },
-    )
-
-
-def _session(services: Services, connection: Connection, task_id: str, attempt_id: str) -> Session:
-    task = tasks.get(connection, task_id)
-    attempt = attempts.get(connection, attempt_id)
-    assert task is not None
-    assert attempt is not None
-    return Session(services=services, task=task, attempt=attempt)
-
-
-def _record_refusal(
-    services: Services, task_id: str, worker: str, message_id: str | None, why: Exception
-) -> None:
-    with services.store.transaction() as connection:
-        task = tasks.get(connection, task_id)
-        if task is None:
-            return
-        events.append(
-            connection,
-            task_id=task_id,
-            kind=EventKind.CLAIM_REFUSED,
-            by=worker,
-            at=services.clock.now(),
-            data={
-                "message_id": message_id,
-                "bucket": task.bucket.value,
-                "epoch": task.epoch,
-                "why": type(why).__name__,
-            },
-        )
-
-
-def is_claimable(task: Task) -> bool:
-    return task.bucket is Bucket.INBOX and task.hold is None
