@@ -74,8 +74,8 @@ from sqlalchemy.pool import NullPool
 
 from surehand.config import Settings
 from surehand.dispatcher import diagnostics
+from surehand.dispatcher.claims import claim
 from surehand.dispatcher.reconciler import reconcile_loop
-from surehand.dispatcher.sessions import claim
 from surehand.facade import Surehand
 from surehand.model import AttemptState, Bucket, CaseState
 from surehand.queue.heartbeat import Heartbeat
