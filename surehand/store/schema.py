@@ -261,6 +261,7 @@ operations = Table(
     _check("retry_policy", model.RetryPolicy, "retry_policy"),
 )
 Index("ix_operations_task_fingerprint", operations.c.task_id, operations.c.fingerprint)
+Index("ix_operations_attempt", operations.c.attempt_id)  # admission reads one attempt's facts
 
 interruption_cases = Table(
     "interruption_cases",
