@@ -416,8 +416,8 @@ def timed_phases(phases: dict[str, list[float]]) -> Iterator[None]:
         setattr(owner, attribute, timed)
 
     wrap(runner_module, "claim", "claim (store txn)")
-    wrap(LeaseStore, "acquire", "lease SET NX PX")
-    wrap(Heartbeat, "start", "heartbeat start (thread + generation)")
+    wrap(LeaseStore, "acquire_with_generation", "lease SET NX PX + generation (one MULTI)")
+    wrap(Heartbeat, "start", "heartbeat start (thread)")
     wrap(Heartbeat, "stop", "heartbeat stop (join)")
     # One transaction for an agent without operations; with operations the return commits
     # first, on its own (both inside this phase).

@@ -107,6 +107,12 @@ class SwitchableLeases(LeaseStore):
         self._gate()
         return super().acquire(task_id, attempt_id, ttl_ms)
 
+    def acquire_with_generation(
+        self, task_id: str, attempt_id: str, ttl_ms: int
+    ) -> tuple[bool, str]:
+        self._gate()
+        return super().acquire_with_generation(task_id, attempt_id, ttl_ms)
+
 
 @dataclass
 class Rig:

@@ -245,3 +245,47 @@ def test_a_heartbeat_cannot_be_started_twice(fake_lease_store: LeaseStore) -> No
     beat = Heartbeat(fake_lease_store, TASK, ME, 30_000)
     with beat, pytest.raises(RuntimeError, match="already started"):
         beat.start()
+
+
+def test_a_deferred_heartbeat_keeps_a_short_ttl_lease_alive(lease_store: LeaseStore) -> None:
+    recorder = LossRecorder()
+    assert lease_store.acquire(TASK, ME, 300)
+    beat = Heartbeat(lease_store, TASK, ME, 300, interval=0.1, on_lost=recorder, defer=0.1)
+    beat.start()
+    try:
+        until = time.monotonic() + 1.2
+        while time.monotonic() < until:
+            assert lease_store.holder(TASK) == ME
+            time.sleep(0.05)
+    finally:
+        beat.stop()
+    assert recorder.calls == []
+    assert beat.renewals > 0
+
+
+def test_a_deferred_heartbeat_stopped_before_its_first_renewal_never_starts_a_thread(
+    lease_store: LeaseStore,
+) -> None:
+    lease_store.acquire(TASK, ME, 30_000)
+    beat = Heartbeat(lease_store, TASK, ME, 30_000, interval=10.0, defer=10.0)
+    beat.start()
+    beat.stop()
+    assert not beat.running
+    assert beat.renewals == 0
+    assert lease_store.holder(TASK) == ME
+    with pytest.raises(RuntimeError):
+        beat.start()
+
+
+def test_a_deferred_heartbeat_reports_a_deleted_lease(
+    lease_store: LeaseStore, redis_client: redis.Redis
+) -> None:
+    recorder = LossRecorder()
+    lease_store.acquire(TASK, ME, 300)
+    beat = Heartbeat(lease_store, TASK, ME, 300, interval=0.1, on_lost=recorder, defer=0.1)
+    beat.start()
+    redis_client.delete(lease_store.key(TASK))
+    wait_until(beat.lost.is_set)
+    wait_until(lambda: not beat.running)
+    assert len(recorder.calls) == 1
+    assert recorder.calls[0].details["reason"] == "lease expired or was deleted"

@@ -134,7 +134,8 @@ class SessionRunner:
 
     def run_claimed(self, session: Session) -> SessionOutcome:
         """Run an attempt that is already claimed (a fresh claim or an admitted successor)."""
-        if not self._acquire(session):
+        generation = self._acquire(session)
+        if generation is None:
             return self._roll_back(session)
         heartbeat = Heartbeat(
             self.leases,
@@ -143,6 +144,10 @@ class SessionRunner:
             self.ttl_ms,
             interval=self.services.settings.heartbeat_seconds,
             on_lost=lambda _lost: session.cancelled.set(),
+            generation=generation,
+            # The renewing thread starts when the first renewal is due: a session that ends
+            # sooner never creates one. Loss is still detected at the same renewal times.
+            defer=self.services.settings.heartbeat_seconds,
         )
         heartbeat.start()
         try:
@@ -153,18 +158,26 @@ class SessionRunner:
             if not session.cancelled.is_set():
                 self._release(session)
 
-    def _acquire(self, session: Session) -> bool:
-        """SET NX PX the lease; wait out at most one TTL for a dead predecessor's key."""
+    def _acquire(self, session: Session) -> str | None:
+        """SET NX PX the lease; wait out at most one TTL for a dead predecessor's key.
+
+        Returns the dataset generation marker read in the same round trip (for the heartbeat),
+        or None if the lease stayed held by another attempt.
+        """
         deadline = time.monotonic() + self.services.settings.lease_ttl_seconds
+        task_id, attempt_id = session.task_id, session.attempt.attempt_id
         while time.monotonic() < deadline:
             try:
-                if self.leases.acquire(session.task_id, session.attempt.attempt_id, self.ttl_ms):
-                    return True
+                acquired, generation = self.leases.acquire_with_generation(
+                    task_id, attempt_id, self.ttl_ms
+                )
+                if acquired:
+                    return generation
             except LeaseUnavailable:
-                log.warning("Redis unavailable while leasing %s; retrying", session.task_id)
+                log.warning("Redis unavailable while leasing %s; retrying", task_id)
             time.sleep(0.2)
-        log.error("lease:%s stayed held by another attempt; leaving it", session.task_id)
-        return False
+        log.error("lease:%s stayed held by another attempt; leaving it", task_id)
+        return None
 
     def _roll_back(self, session: Session) -> SessionOutcome:
         try:

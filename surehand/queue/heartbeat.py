@@ -22,9 +22,13 @@ What counts as loss, and what does not:
 
 from __future__ import annotations
 
+import heapq
+import itertools
 import logging
+import os
 import threading
 import time
+import weakref
 from collections.abc import Callable
 
 from surehand.errors import LeaseLost, LeaseUnavailable
@@ -35,10 +39,60 @@ log = logging.getLogger(__name__)
 _JOIN_TIMEOUT_S = 10.0
 
 
+class _DeferredStarts:
+    """One daemon thread per process that starts deferred heartbeat threads when they are due.
+
+    A session that ends before its first renewal is due never needs a renewing thread of its
+    own; deferring the thread's start (never the TTL budget, counted from ``start()``) saves
+    creating and joining one per short session. Entries hold weak references, so a session
+    that ended (and dropped its heartbeat) costs nothing here until its entry comes due.
+    """
+
+    def __init__(self) -> None:
+        self._reset()
+        os.register_at_fork(after_in_child=self._reset)
+
+    def _reset(self) -> None:
+        self._cond = threading.Condition(threading.Lock())
+        self._heap: list[tuple[float, int, weakref.ref[Heartbeat]]] = []
+        self._seq = itertools.count()
+        self._thread: threading.Thread | None = None
+
+    def schedule(self, beat: Heartbeat, due: float) -> None:
+        with self._cond:
+            heapq.heappush(self._heap, (due, next(self._seq), weakref.ref(beat)))
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(
+                    target=self._run, name="surehand-heartbeat-starter", daemon=True
+                )
+                self._thread.start()
+            self._cond.notify()
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._heap or self._heap[0][0] > time.monotonic():
+                    timeout = self._heap[0][0] - time.monotonic() if self._heap else None
+                    self._cond.wait(timeout)
+                _, _, ref = heapq.heappop(self._heap)
+            beat = ref()
+            if beat is None:
+                continue
+            try:
+                beat._launch()
+            except Exception:
+                log.exception("could not start the heartbeat of %s", beat.task_id)
+
+
+_deferred = _DeferredStarts()
+
+
 class Heartbeat:
     """Renews ``task_id``'s lease for ``attempt_id`` until stopped or lost.
 
     Start it right after acquiring the lease: the TTL budget is counted from ``start()``.
+    ``generation`` is the dataset generation marker read together with the acquisition (see
+    :meth:`LeaseStore.acquire_with_generation`); without it ``start()`` reads it itself.
     ``now`` (monotonic seconds) and ``sleep`` may be injected; the default sleep wakes up
     early when ``stop()`` is called.
     """
@@ -54,9 +108,13 @@ class Heartbeat:
         on_lost: Callable[[LeaseLost], object] | None = None,
         now: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], object] | None = None,
+        generation: str | None = None,
+        defer: float = 0.0,
     ) -> None:
         if ttl_ms <= 0 or (interval is not None and interval <= 0):
             raise ValueError("ttl_ms and interval must be positive")
+        if defer < 0:
+            raise ValueError("defer must not be negative")
         self.leases, self.task_id, self.attempt_id = leases, task_id, attempt_id
         self.ttl_ms = ttl_ms
         self.interval = interval if interval is not None else ttl_ms / 3000.0
@@ -70,27 +128,51 @@ class Heartbeat:
         self._stopping = threading.Event()
         self._sleep = sleep if sleep is not None else self._stopping.wait
         self._last_ok = 0.0
-        self._generation: str | None = None
+        self._generation: str | None = generation
         self._thread: threading.Thread | None = None
+        self._started = False
+        self._defer = defer
+        self._deferred_start = False
+        self._launch_lock = threading.Lock()
 
     @property
     def ttl_s(self) -> float:
         return self.ttl_ms / 1000.0
 
     def start(self) -> None:
-        """Begin renewing in a daemon thread named after the TASK."""
-        if self._thread is not None:
+        """Begin renewing in a daemon thread named after the TASK.
+
+        With ``defer`` > 0 (a constructor argument) the thread itself starts only after
+        ``defer`` seconds (at most one ``interval``), and never if ``stop()`` comes first; the
+        TTL budget still counts from now and the first renewal is still due one ``interval``
+        from now. Keep a reference to a deferred heartbeat until ``stop()``: one nobody
+        references is never started.
+        """
+        if self._started:
             raise RuntimeError("heartbeat already started")
+        self._started = True
         self._last_ok = self._now()
-        self._generation = self._read_generation()
-        name = f"surehand-heartbeat-{self.task_id}"
-        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
-        self._thread.start()
+        if self._generation is None:
+            self._generation = self._read_generation()
+        if self._defer > 0:
+            self._deferred_start = True
+            _deferred.schedule(self, time.monotonic() + min(self._defer, self.interval))
+        else:
+            self._launch()
+
+    def _launch(self) -> None:
+        with self._launch_lock:
+            if self._stopping.is_set() or self._thread is not None:
+                return
+            name = f"surehand-heartbeat-{self.task_id}"
+            self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+            self._thread.start()
 
     def stop(self, timeout: float = _JOIN_TIMEOUT_S) -> None:
         """Stop renewing. Releases nothing: releasing the lease is the session's job."""
-        self._stopping.set()
-        thread = self._thread
+        with self._launch_lock:
+            self._stopping.set()
+            thread = self._thread
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout)
 
@@ -106,6 +188,11 @@ class Heartbeat:
         self.stop()
 
     def _run(self) -> None:
+        if self._deferred_start:  # the first renewal stays due one interval after start()
+            first = self._last_ok + min(self.interval, self.ttl_s) - self._now()
+            self._sleep(max(0.0, first))
+            if self._stopping.is_set() or not self._tick():
+                return
         while not self._stopping.is_set():
             self._sleep(self._next_delay())
             if self._stopping.is_set() or not self._tick():

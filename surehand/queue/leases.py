@@ -103,6 +103,23 @@ class LeaseStore:
         with _translated("acquire", task_id):
             return bool(self._redis.set(self.key(task_id), attempt_id, nx=True, px=ttl_ms))
 
+    def acquire_with_generation(
+        self, task_id: str, attempt_id: str, ttl_ms: int
+    ) -> tuple[bool, str]:
+        """:meth:`acquire` and :meth:`ensure_generation` in one round trip (one MULTI/EXEC).
+
+        Returns whether the lease was taken and the generation marker current at that moment,
+        which is what a :class:`~surehand.queue.heartbeat.Heartbeat` started right after needs.
+        """
+        _check_ttl(ttl_ms)
+        key = keys.generation_key(self.namespace)
+        with _translated("acquire", task_id), self._redis.pipeline(transaction=True) as pipe:
+            pipe.set(self.key(task_id), attempt_id, nx=True, px=ttl_ms)
+            pipe.set(key, uuid.uuid4().hex, nx=True)
+            pipe.get(key)
+            acquired, _, value = pipe.execute()
+        return bool(acquired), str(value)
+
     def renew(self, task_id: str, attempt_id: str, ttl_ms: int) -> bool:
         """Reset the TTL to ``ttl_ms`` if ``attempt_id`` still holds the lease."""
         _check_ttl(ttl_ms)
