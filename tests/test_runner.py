@@ -318,13 +318,13 @@ class FrozenHeartbeat:
     renew_failures = 0
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        pass
+        """Takes the real Heartbeat's arguments and keeps none of them."""
 
     def start(self) -> None:
-        pass
+        """Never renews: the lease expires after its TTL, as under a paused owner."""
 
     def stop(self) -> None:
-        pass
+        """Nothing to stop."""
 
 
 @pytest.mark.parametrize("late_write", ["operation", "return"])

@@ -184,20 +184,15 @@ def mark_task_created(
     now: datetime,
 ) -> bool:
     """``reserved`` -> ``task_created``, only by the current holder."""
-    result = connection.execute(
-        update(receipts)
-        .where(
-            *_key(receipt.tenant, receipt.client_submission_id),
-            receipts.c.state == ReceiptState.RESERVED.value,
-            receipts.c.holder == holder,
-        )
-        .values(
-            state=ReceiptState.TASK_CREATED.value,
-            document_digest=document_digest,
-            updated_at=now,
-        )
+    return _advance(
+        connection,
+        receipt,
+        holder=holder,
+        expect=ReceiptState.RESERVED,
+        state=ReceiptState.TASK_CREATED,
+        document_digest=document_digest,
+        updated_at=now,
     )
-    return result.rowcount == 1
 
 
 def mark_committed(
@@ -209,22 +204,41 @@ def mark_committed(
     now: datetime,
 ) -> bool:
     """``task_created`` -> ``committed`` with the full creation result; releases the hold."""
-    outcome = connection.execute(
+    return _advance(
+        connection,
+        receipt,
+        holder=holder,
+        expect=ReceiptState.TASK_CREATED,
+        state=ReceiptState.COMMITTED,
+        result=dict(result),
+        holder_cleared=True,
+        updated_at=now,
+    )
+
+
+def _advance(
+    connection: Connection,
+    receipt: Receipt,
+    *,
+    holder: str,
+    expect: ReceiptState,
+    state: ReceiptState,
+    holder_cleared: bool = False,
+    **values: Any,
+) -> bool:
+    """Compare-and-set a receipt one stage forward, only by its current holder."""
+    if holder_cleared:
+        values.update(holder=None, held_until=None)
+    result = connection.execute(
         update(receipts)
         .where(
             *_key(receipt.tenant, receipt.client_submission_id),
-            receipts.c.state == ReceiptState.TASK_CREATED.value,
+            receipts.c.state == expect.value,
             receipts.c.holder == holder,
         )
-        .values(
-            state=ReceiptState.COMMITTED.value,
-            result=dict(result),
-            holder=None,
-            held_until=None,
-            updated_at=now,
-        )
+        .values(state=state.value, **values)
     )
-    return outcome.rowcount == 1
+    return result.rowcount == 1
 
 
 def release_hold(connection: Connection, receipt: Receipt, *, holder: str, now: datetime) -> None:
