@@ -40,25 +40,24 @@ def claim(
 ) -> Session | None:
     """Claim a TASK in ``inbox``: new attempt, epoch = attempt number, inbox -> active.
 
-    One compare-and-set transaction; a TASK that is not claimable (claimed already, held, moved
+    One compare-and-set write; a TASK that is not claimable (claimed already, held, moved
     on) gets a ``claim_refused`` event and None, so duplicate messages are harmless.
     """
     attempt_id = uuid.uuid4().hex
     try:
+        now = services.clock.now()
+        # The common case, one write (one statement on Postgres): UPDATE ... WHERE bucket =
+        # 'inbox' RETURNING, with the running attempt and the claim's event.
+        with services.store.one_write() as connection:
+            moved = lifecycle.claim(
+                connection, task_id, now=now, attempt_id=attempt_id, worker=worker
+            )
+        if moved is not None:
+            attempt = attempts.new_running(
+                attempt_id=attempt_id, task_id=task_id, number=moved.epoch, worker=worker, now=now
+            )
+            return Session(services=services, task=moved, attempt=attempt)
         with services.store.transaction() as connection:
-            now = services.clock.now()
-            moved = lifecycle.claim(connection, task_id, now=now, attempt_id=attempt_id)
-            if moved is not None:  # the common case: one UPDATE ... RETURNING, one INSERT
-                attempt = attempts.insert_running(
-                    connection,
-                    attempt_id=attempt_id,
-                    task_id=task_id,
-                    number=moved.epoch,
-                    worker=worker,
-                    lease_id=attempt_id,
-                    now=now,
-                )
-                return Session(services=services, task=moved, attempt=attempt)
             # Not an unheld inbox TASK: read it to claim a successor or explain the refusal.
             task = tasks.get_for_update(connection, task_id)
             if task is None:

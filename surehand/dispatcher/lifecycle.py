@@ -29,7 +29,7 @@ from surehand.errors import (
 )
 from surehand.model import ADMIN, PM, SYSTEM, Action, Bucket, EventKind, Task
 from surehand.requests import check_role, validate_tenant
-from surehand.store import events, tasks
+from surehand.store import events, session_writes, tasks
 from surehand.store import reports as report_rows
 
 EDGES: dict[Action, tuple[Bucket | None, Bucket]] = {
@@ -210,8 +210,26 @@ def _record_move(
     data: dict[str, Any],
 ) -> None:
     """The one TRANSITION event of a move (every move path appends exactly this shape)."""
-    events.append(
+    events.insert(
         connection,
+        move_event(task_id, action, source, target, by, now, reason, attempt_id, epoch, data),
+    )
+
+
+def move_event(
+    task_id: str,
+    action: Action,
+    source: Bucket | None,
+    target: Bucket,
+    by: str,
+    now: datetime,
+    reason: str | None,
+    attempt_id: str | None,
+    epoch: int | None,
+    data: dict[str, Any],
+) -> dict[str, Any]:
+    """The row of a move's TRANSITION event."""
+    return events.row(
         task_id=task_id,
         kind=EventKind.TRANSITION,
         by=by,
@@ -226,35 +244,39 @@ def _record_move(
     )
 
 
-def claim(connection: Connection, task_id: str, *, now: datetime, attempt_id: str) -> Task | None:
-    """The runtime's claim in one compare-and-set statement, for the session hot path.
+def settle_event(
+    task_id: str, action: Action, *, now: datetime, attempt_id: str, epoch: int, report_id: str
+) -> dict[str, Any]:
+    """The TRANSITION event of a session's submit/finish citing the REPORT it wrote."""
+    source, target = EDGES[action]
+    assert action in REPORT_REQUIRED
+    assert source is Bucket.ACTIVE
+    data = _event_data(action, {}, report_id)
+    return move_event(task_id, action, source, target, SYSTEM, now, None, attempt_id, epoch, data)
+
+
+def claim(
+    connection: Connection, task_id: str, *, now: datetime, attempt_id: str, worker: str
+) -> Task | None:
+    """The runtime's claim of an unheld ``inbox`` TASK, for the session hot path.
 
     The same move as ``apply(task, Action.CLAIM, by=SYSTEM, extra_expect={"epoch": e,
-    "hold_case_id": None}, extra_values={"epoch": e + 1})`` on a TASK read under its lock —
-    edge from :data:`EDGES`, no hold, epoch and revision bumped, one TRANSITION event — but
-    without the read: the UPDATE's WHERE is the check. Returns the TASK as written, or None
-    when it was not claimable as an unheld inbox TASK (nothing written; the caller reads it
-    and goes the long way, which explains the refusal).
+    "hold_case_id": None}, extra_values={"epoch": e + 1})`` on a TASK read under its lock --
+    edge from :data:`EDGES`, no hold, epoch and revision bumped, one TRANSITION event -- plus
+    the running attempt, but without the read: the UPDATE's WHERE is the check (one statement
+    on Postgres). Returns the TASK as written, or None when it was not claimable as an unheld
+    inbox TASK (nothing written; the caller reads it and goes the long way, which explains
+    the refusal).
     """
     source, target = EDGES[Action.CLAIM]
-    assert (source, target) == (Bucket.INBOX, Bucket.ACTIVE)  # what tasks.claim_inbox does
-    moved = tasks.claim_inbox(connection, task_id, now)
-    if moved is None:
-        return None
-    _record_move(
-        connection,
-        task_id,
-        Action.CLAIM,
-        source,
-        target,
-        SYSTEM,
-        now,
-        None,
-        attempt_id,
-        moved.epoch,
-        _event_data(Action.CLAIM, {}, None),
+    assert (source, target) == (Bucket.INBOX, Bucket.ACTIVE)  # what tasks.CLAIM_INBOX does
+    data = _event_data(Action.CLAIM, {}, None)
+    event = move_event(
+        task_id, Action.CLAIM, source, target, SYSTEM, now, None, attempt_id, None, data
     )
-    return moved
+    return session_writes.claim_fresh(
+        connection, task_id=task_id, attempt_id=attempt_id, worker=worker, now=now, event=event
+    )
 
 
 def _values(

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import Connection
@@ -170,8 +171,39 @@ def _new_revision(
     )
     now = services.clock.now()
     day = utc_day(now)
-    report = Report(
-        report_id=f"REPORT-{day}-{counters.next_number(connection, 'REPORT', day):03d}",
+    report = new_report(
+        task,
+        request,
+        report_id=report_id(day, counters.next_number(connection, "REPORT", day)),
+        recipient=recipient,
+        digest=digest,
+        attempt_id=attempt_id,
+        now=now,
+        previous=previous,
+    )
+    report_rows.insert(connection, report, task.tenant)
+    return report
+
+
+def report_id(day: str, number: int) -> str:
+    """``REPORT-YYYYMMDD-NNN``: the day (UTC) and its counter's number."""
+    return f"REPORT-{day}-{number:03d}"
+
+
+def new_report(
+    task: Task,
+    request: ReportRequest,
+    *,
+    report_id: str,
+    recipient: str,
+    digest: str,
+    attempt_id: str | None,
+    now: datetime,
+    previous: Report | None,
+) -> Report:
+    """The next revision of a series whose latest is ``previous`` (None: the first)."""
+    return Report(
+        report_id=report_id,
         task_id=task.task_id,
         reporter=request.reporter,
         recipient=recipient,
@@ -185,15 +217,17 @@ def _new_revision(
         attempt_id=attempt_id,
         created_at=now,
     )
-    report_rows.insert(connection, report, task.tenant)
-    return report
 
 
 def _record(connection: Connection, task: Task, report: Report) -> None:
     """The REPORT event in the TASK's history (not a move: no bucket, no revision bump)."""
-    events.append(
-        connection,
-        task_id=task.task_id,
+    events.insert(connection, report_event(report))
+
+
+def report_event(report: Report) -> dict[str, Any]:
+    """The row of a REPORT's event."""
+    return events.row(
+        task_id=report.task_id,
         kind=EventKind.REPORT,
         by=report.reporter,
         at=report.created_at,

@@ -87,21 +87,14 @@ def insert_running(
 ) -> Attempt:
     """Insert a running attempt and return it as written; DuplicateKey if this task already
     has attempt ``number``."""
-    attempt = Attempt(
+    attempt = new_running(
         attempt_id=attempt_id,
         task_id=task_id,
         number=number,
-        state=AttemptState.RUNNING,
         worker=worker,
-        lease_id=lease_id,
-        agent_returned=False,
-        result=None,
-        error=None,
+        now=now,
         bound_operation_id=bound_operation_id,
         case_id=case_id,
-        lease_missing_since=None,
-        started_at=now,
-        ended_at=None,
     )
     connection.execute(
         _INSERT,
@@ -119,6 +112,35 @@ def insert_running(
         },
     )
     return attempt
+
+
+def new_running(
+    *,
+    attempt_id: str,
+    task_id: str,
+    number: int,
+    worker: str,
+    now: datetime,
+    bound_operation_id: int | None = None,
+    case_id: str | None = None,
+) -> Attempt:
+    """A running attempt as a claim writes it (its lease id is its attempt id)."""
+    return Attempt(
+        attempt_id=attempt_id,
+        task_id=task_id,
+        number=number,
+        state=AttemptState.RUNNING,
+        worker=worker,
+        lease_id=attempt_id,
+        agent_returned=False,
+        result=None,
+        error=None,
+        bound_operation_id=bound_operation_id,
+        case_id=case_id,
+        lease_missing_since=None,
+        started_at=now,
+        ended_at=None,
+    )
 
 
 def get(connection: Connection, attempt_id: str) -> Attempt | None:

@@ -6,12 +6,13 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, Row, func, insert, select
+from sqlalchemy import Connection, Row, func, select
+from sqlalchemy import insert as sql_insert
 
 from surehand.model import Bucket, EventKind, TaskEvent
 from surehand.store.schema import task_events
 
-_INSERT = insert(task_events)  # executed with parameters: compiled once, reused from the cache
+_INSERT = sql_insert(task_events)  # executed with parameters: compiled once, reused from the cache
 
 
 def append(
@@ -30,8 +31,8 @@ def append(
     data: Mapping[str, Any] | None = None,
 ) -> None:
     """Append one event inside the caller's transaction."""
-    connection.execute(
-        _INSERT,
+    insert(
+        connection,
         row(
             task_id=task_id,
             kind=kind,
@@ -46,6 +47,11 @@ def append(
             data=data,
         ),
     )
+
+
+def insert(connection: Connection, *rows: Mapping[str, Any]) -> None:
+    """Insert event rows (from :func:`row`) in order, inside the caller's transaction."""
+    connection.execute(_INSERT, [dict(r) for r in rows] if len(rows) > 1 else dict(rows[0]))
 
 
 def row(

@@ -69,25 +69,27 @@ _GET = select(reports).where(reports.c.report_id == bindparam("report_id"))
 
 def insert(connection: Connection, report: Report, tenant: str) -> None:
     """Insert one REPORT inside the caller's transaction (DuplicateKey on a dedupe-key clash)."""
-    connection.execute(
-        _INSERT,
-        {
-            "report_id": report.report_id,
-            "task_id": report.task_id,
-            "tenant": tenant,
-            "reporter": report.reporter,
-            "recipient": report.recipient,
-            "status": report.status.value,
-            "body": report.body,
-            "body_hash": report.body_hash,
-            "client_submission_id": report.client_submission_id,
-            "rework_round": report.rework_round,
-            "revision": report.revision,
-            "supersedes": report.supersedes,
-            "attempt_id": report.attempt_id,
-            "created_at": report.created_at,
-        },
-    )
+    connection.execute(_INSERT, row(report, tenant))
+
+
+def row(report: Report, tenant: str) -> dict[str, Any]:
+    """The row of one REPORT."""
+    return {
+        "report_id": report.report_id,
+        "task_id": report.task_id,
+        "tenant": tenant,
+        "reporter": report.reporter,
+        "recipient": report.recipient,
+        "status": report.status.value,
+        "body": report.body,
+        "body_hash": report.body_hash,
+        "client_submission_id": report.client_submission_id,
+        "rework_round": report.rework_round,
+        "revision": report.revision,
+        "supersedes": report.supersedes,
+        "attempt_id": report.attempt_id,
+        "created_at": report.created_at,
+    }
 
 
 def _series(task_id: str, reporter: str, recipient: str, status: ReportStatus) -> dict[str, Any]:

@@ -47,7 +47,7 @@ def _fields(row: Row[Any]) -> TaskFields:
     )
 
 
-def _task(row: Row[Any]) -> Task:
+def from_row(row: Row[Any]) -> Task:
     hold = Hold(row.hold_case_id, row.hold_reason or "") if row.hold_case_id else None
     return Task(
         task_id=row.task_id,
@@ -136,7 +136,7 @@ def new_row(
 _GET = select(tasks).where(tasks.c.task_id == bindparam("task_id"))
 _GET_IN_TENANT = _GET.where(tasks.c.tenant == bindparam("tenant"))
 _GET_FOR_UPDATE = _GET.with_for_update()
-_CLAIM = (
+CLAIM_INBOX = (
     update(tasks)
     .where(
         tasks.c.task_id == bindparam("b_task_id"),
@@ -160,22 +160,22 @@ def get(connection: Connection, task_id: str, tenant: str | None = None) -> Task
         row = connection.execute(
             _GET_IN_TENANT, {"task_id": task_id, "tenant": tenant}
         ).one_or_none()
-    return _task(row) if row is not None else None
+    return from_row(row) if row is not None else None
 
 
 def get_for_update(connection: Connection, task_id: str) -> Task | None:
     """Read a TASK and lock its row until the transaction ends (no-op lock on SQLite, whose
     write transactions are already exclusive)."""
     row = connection.execute(_GET_FOR_UPDATE, {"task_id": task_id}).one_or_none()
-    return _task(row) if row is not None else None
+    return from_row(row) if row is not None else None
 
 
 def claim_inbox(connection: Connection, task_id: str, now: datetime) -> Task | None:
     """The claim's compare-and-set in one statement: an unheld TASK in ``inbox`` moves to
     ``active`` with the next epoch and revision. Returns the TASK as written, or None when
     it was not claimable (missing, held, or not in inbox) and nothing changed."""
-    row = connection.execute(_CLAIM, {"b_task_id": task_id, "b_now": now}).one_or_none()
-    return _task(row) if row is not None else None
+    row = connection.execute(CLAIM_INBOX, {"b_task_id": task_id, "b_now": now}).one_or_none()
+    return from_row(row) if row is not None else None
 
 
 def document(connection: Connection, task_id: str) -> str | None:
@@ -214,7 +214,7 @@ def list_tasks(
         .limit(limit)
         .offset(offset)
     ).all()
-    return [_task(row) for row in rows]
+    return [from_row(row) for row in rows]
 
 
 _UPDATE_IF: dict[tuple[tuple[tuple[str, bool], ...], tuple[str, ...], bool], Update] = {}
@@ -292,7 +292,7 @@ def update_returning(
         _update_if_statement(expect, values, returning=True),
         _update_if_params(task_id, expect, values, now),
     ).one_or_none()
-    return _task(row) if row is not None else None
+    return from_row(row) if row is not None else None
 
 
 def set_published(connection: Connection, task_id: str, now: datetime) -> None:
@@ -323,7 +323,7 @@ def unpublished_inbox(
         .order_by(tasks.c.created_at)
         .limit(limit)
     ).all()
-    return [_task(row) for row in rows]
+    return [from_row(row) for row in rows]
 
 
 def count(connection: Connection, tenant: str | None = None) -> int:

@@ -1,0 +1,279 @@
+"""A session's two hot writes -- claim a fresh TASK, settle an attempt with its first REPORT --
+in as few statements as the backend allows.
+
+Postgres runs each as ONE statement of data-modifying CTEs on an autocommit connection
+(``Store.one_write``): one round trip and one commit, applied completely or not at all. SQLite
+runs the same writes as a few statements in the caller's transaction (its statements run
+in-process, and BEGIN IMMEDIATE already makes the transaction exclusive).
+
+Both writes are guarded. When a guard does not hold they write nothing and return None, and
+the caller takes the general path, which explains why (claimed already, held, fenced out, an
+existing REPORT series, recorded operations). The rows they write are exactly the general
+path's; ``tests/test_session_fastpath.py`` compares the two.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import (
+    CTE,
+    JSON,
+    Boolean,
+    ColumnElement,
+    Connection,
+    Integer,
+    Select,
+    String,
+    bindparam,
+    exists,
+    insert,
+    literal,
+    select,
+    union_all,
+    update,
+)
+
+from surehand.model import AttemptState, Bucket, Task
+from surehand.store import events
+from surehand.store import tasks as task_rows
+from surehand.store.schema import UTCDateTime, attempts, operations, reports, task_events, tasks
+
+_EVENT_COLUMNS = tuple(c.name for c in task_events.c if c.name != "id")
+_EVENT_TYPES: dict[str, Any] = {"at": UTCDateTime(), "epoch": Integer(), "data": JSON()}
+_INSERT_ATTEMPT = insert(attempts)
+_INSERT_REPORT = insert(reports)
+_ATTEMPT_COLUMNS = (
+    "attempt_id",
+    "task_id",
+    "number",
+    "state",
+    "worker",
+    "lease_id",
+    "agent_returned",
+    "started_at",
+)
+
+
+def _insert_events(source: CTE, prefixes: Sequence[str], **from_source: Any) -> CTE:
+    """INSERT the events whose parameters start with ``prefixes``, in that order, once per row
+    of ``source`` (the CTE whose output says the write happened); ``from_source`` names
+    columns taken from that row instead of a parameter."""
+
+    def value(prefix: str, name: str) -> Any:
+        if name in from_source:
+            return from_source[name].label(name)
+        return bindparam(f"{prefix}{name}", type_=_EVENT_TYPES.get(name, String())).label(name)
+
+    rows = [
+        select(*(value(prefix, name) for name in _EVENT_COLUMNS)).select_from(source)
+        for prefix in prefixes
+    ]
+    # UNION ALL runs its branches in order, so the events' ids follow ``prefixes``.
+    chosen = rows[0] if len(rows) == 1 else union_all(*rows)
+    return insert(task_events).from_select(list(_EVENT_COLUMNS), chosen).cte("new_events")
+
+
+def _event_params(prefix: str, row: Mapping[str, Any]) -> dict[str, Any]:
+    return {f"{prefix}{name}": row[name] for name in _EVENT_COLUMNS if name in row}
+
+
+# -- claim ----------------------------------------------------------------------------------
+
+
+def _claim_statement() -> Select[Any]:
+    moved = task_rows.CLAIM_INBOX.cte("claimed")
+    attempt = (
+        insert(attempts)
+        .from_select(
+            list(_ATTEMPT_COLUMNS),
+            select(
+                bindparam("a_attempt_id", type_=String()),
+                moved.c.task_id,
+                moved.c.epoch,
+                literal(AttemptState.RUNNING.value, String()),
+                bindparam("a_worker", type_=String()),
+                bindparam("a_attempt_id", type_=String()),
+                literal(False, Boolean()),
+                bindparam("b_now", type_=UTCDateTime()),
+            ).select_from(moved),
+        )
+        .cte("attempt")
+    )
+    event = _insert_events(moved, ["e1_"], epoch=moved.c.epoch)
+    return select(moved).add_cte(attempt, event)
+
+
+_CLAIM_PG = _claim_statement()
+
+
+def claim_fresh(
+    connection: Connection,
+    *,
+    task_id: str,
+    attempt_id: str,
+    worker: str,
+    now: datetime,
+    event: Mapping[str, Any],
+) -> Task | None:
+    """Move an unheld ``inbox`` TASK to ``active`` with the next epoch, and insert its running
+    attempt (number = that epoch) and the claim's ``event`` (an ``events.row``; its epoch is
+    filled in). Returns the TASK as written, or None with nothing written."""
+    if connection.dialect.name == "postgresql":
+        params = {"b_task_id": task_id, "b_now": now, "a_attempt_id": attempt_id}
+        params.update({"a_worker": worker, **_event_params("e1_", event)})
+        params.pop("e1_epoch", None)
+        row = connection.execute(_CLAIM_PG, params).one_or_none()
+        return task_rows.from_row(row) if row is not None else None
+    moved = task_rows.claim_inbox(connection, task_id, now)
+    if moved is None:
+        return None
+    connection.execute(_INSERT_ATTEMPT, attempt_row(moved, attempt_id, worker, now))
+    events.insert(connection, {**event, "epoch": moved.epoch})
+    return moved
+
+
+def attempt_row(task: Task, attempt_id: str, worker: str, now: datetime) -> dict[str, Any]:
+    """The row of the running attempt that a claim of ``task`` (as written) inserts."""
+    values = (attempt_id, task.task_id, task.epoch, AttemptState.RUNNING.value, worker)
+    return dict(zip(_ATTEMPT_COLUMNS, (*values, attempt_id, False, now), strict=True))
+
+
+# -- settle ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class FirstReport:
+    """Everything settling an attempt with its series' first REPORT writes, known up front.
+
+    ``events`` are ``events.row`` dicts in history order (REPORT, TRANSITION,
+    ATTEMPT_FINISHED); ``report`` is the REPORT's row (revision 1, superseding nothing).
+    """
+
+    task_id: str
+    epoch: int
+    rework_round: int
+    attempt_id: str
+    result: Any
+    target: Bucket
+    now: datetime
+    report: Mapping[str, Any]
+    events: tuple[Mapping[str, Any], ...]
+
+
+def _guards() -> tuple[ColumnElement[bool], ...]:
+    """The attempt is running, is epoch ``s_epoch``, recorded no operation, and the REPORT
+    series it writes to is empty. (The TASK's side of the fence is the caller's.)"""
+    series = (
+        reports.c.task_id == bindparam("s_task_id"),
+        reports.c.reporter == bindparam("s_reporter"),
+        reports.c.recipient == bindparam("s_recipient"),
+        reports.c.status == bindparam("s_status"),
+    )
+    return (
+        attempts.c.attempt_id == bindparam("s_attempt_id"),
+        attempts.c.state == AttemptState.RUNNING.value,
+        attempts.c.number == bindparam("s_epoch"),
+        ~exists().where(  # task_id first: served by ix_operations_task_fingerprint
+            operations.c.task_id == bindparam("s_task_id"),
+            operations.c.attempt_id == attempts.c.attempt_id,
+        ),
+        ~exists().where(*series),
+    )
+
+
+_OWNED_TASK = select(tasks.c.task_id).where(
+    tasks.c.task_id == bindparam("s_task_id"),
+    tasks.c.bucket == Bucket.ACTIVE.value,
+    tasks.c.epoch == bindparam("s_epoch"),
+    tasks.c.rework_round == bindparam("s_rework_round"),
+    tasks.c.hold_case_id.is_(None),
+)
+
+
+def _finish(*extra: ColumnElement[bool]) -> Any:
+    return (
+        update(attempts)
+        .where(*_guards(), *extra)
+        .values(
+            agent_returned=True,
+            result=bindparam("s_result", type_=JSON()),
+            state=AttemptState.SUCCEEDED.value,
+            ended_at=bindparam("s_now", type_=UTCDateTime()),
+        )
+    )
+
+
+_MOVE = update(tasks).values(
+    bucket=bindparam("s_target", type_=String()),
+    revision=tasks.c.revision + 1,
+    updated_at=bindparam("s_now", type_=UTCDateTime()),
+)
+
+
+def _settle_statement() -> Select[Any]:
+    # The TASK row is locked first (FOR UPDATE re-checks the newest version), so nothing can
+    # move it between the fence and the move: either every part below applies or none does.
+    locked = _OWNED_TASK.with_for_update().cte("owned")
+    finished = _finish(exists(select(locked.c.task_id))).returning(attempts.c.attempt_id)
+    finished_cte = finished.cte("finished")
+    moved = (
+        _MOVE.where(
+            tasks.c.task_id == bindparam("s_task_id"),
+            exists(select(finished_cte.c.attempt_id)),
+        )
+        .returning(*tasks.c)
+        .cte("settled")
+    )
+    report_values = [bindparam(f"r_{c.name}", type_=c.type).label(c.name) for c in reports.c]
+    report = (
+        insert(reports)
+        .from_select([c.name for c in reports.c], select(*report_values).select_from(moved))
+        .cte("new_report")
+    )
+    events = _insert_events(moved, ["e1_", "e2_", "e3_"])
+    return select(moved).add_cte(report, events)
+
+
+_SETTLE_PG = _settle_statement()
+_FINISH_SQLITE = _finish(exists(_OWNED_TASK))
+_MOVE_SQLITE = _MOVE.where(tasks.c.task_id == bindparam("s_task_id")).returning(*tasks.c)
+
+
+def _settle_params(settled: FirstReport) -> dict[str, Any]:
+    report = settled.report
+    return {
+        "s_task_id": settled.task_id,
+        "s_epoch": settled.epoch,
+        "s_rework_round": settled.rework_round,
+        "s_attempt_id": settled.attempt_id,
+        "s_reporter": report["reporter"],
+        "s_recipient": report["recipient"],
+        "s_status": report["status"],
+        "s_result": settled.result,
+        "s_now": settled.now,
+        "s_target": settled.target.value,
+    }
+
+
+def settle_first_report(connection: Connection, settled: FirstReport) -> Task | None:
+    """Fence the attempt, record its return and end it as succeeded, insert the REPORT, move
+    the TASK to ``settled.target`` and append the events. Returns the TASK as written, or None
+    with nothing written when a guard does not hold. DuplicateKey if a REPORT with this id or
+    content landed concurrently (nothing written either)."""
+    params = _settle_params(settled)
+    if connection.dialect.name == "postgresql":
+        params.update({f"r_{name}": value for name, value in settled.report.items()})
+        for prefix, event in zip(("e1_", "e2_", "e3_"), settled.events, strict=True):
+            params.update(_event_params(prefix, event))
+        row = connection.execute(_SETTLE_PG, params).one_or_none()
+        return task_rows.from_row(row) if row is not None else None
+    if connection.execute(_FINISH_SQLITE, params).rowcount != 1:
+        return None
+    moved = task_rows.from_row(connection.execute(_MOVE_SQLITE, params).one())
+    connection.execute(_INSERT_REPORT, dict(settled.report))
+    events.insert(connection, *settled.events)
+    return moved
