@@ -40,7 +40,7 @@ from surehand.model import (
     RetryPolicy,
     Task,
 )
-from surehand.store import attempts, events, tasks
+from surehand.store import attempts, events, session_writes, tasks
 from surehand.store import schema as tables
 from tests.session_helpers import (  # noqa: F401  (harness fixtures)
     Harness,
@@ -452,3 +452,16 @@ def test_the_runner_gives_up_after_the_second_unreachable_claim(
     with pytest.raises(StoreUnavailable):
         sh.run_session(task_id)
     assert read_task(sh.store, task_id).bucket is Bucket.INBOX
+
+
+def test_the_one_statement_writes_fit_psycopgs_cache_of_converted_queries() -> None:
+    """psycopg converts a query's placeholders on every execution unless the query is short
+    enough to cache; the session's two statements must stay within its limits."""
+    from psycopg import _queries
+    from sqlalchemy import create_engine
+
+    dialect = create_engine("postgresql+psycopg://nobody@nowhere/none").dialect  # no connect
+    for statement in (session_writes._CLAIM_PG, session_writes._SETTLE_PG):
+        compiled = statement.compile(dialect=dialect)
+        assert len(str(compiled)) <= _queries.MAX_CACHED_STATEMENT_LENGTH
+        assert len(compiled.params) <= _queries.MAX_CACHED_STATEMENT_PARAMS

@@ -176,9 +176,8 @@ class Session:
         )
         action = Action.SUBMIT if review else Action.FINISH
         return session_writes.FirstReport(
-            task_id=task.task_id,
+            task=task,
             epoch=attempt.number,
-            rework_round=task.rework_round,
             attempt_id=attempt.attempt_id,
             result=returned,
             target=lifecycle.EDGES[action][1],

@@ -15,7 +15,7 @@ path's; ``tests/test_session_fastpath.py`` compares the two.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
@@ -26,6 +26,7 @@ from sqlalchemy import (
     ColumnElement,
     Connection,
     Integer,
+    Row,
     Select,
     String,
     bindparam,
@@ -58,14 +59,15 @@ _ATTEMPT_COLUMNS = (
 )
 
 
-def _insert_events(source: CTE, prefixes: Sequence[str], **from_source: Any) -> CTE:
+def _insert_events(source: CTE, prefixes: Sequence[str], shared: Mapping[str, Any]) -> CTE:
     """INSERT the events whose parameters start with ``prefixes``, in that order, once per row
-    of ``source`` (the CTE whose output says the write happened); ``from_source`` names
-    columns taken from that row instead of a parameter."""
+    of ``source`` (the CTE whose output says the write happened). ``shared`` gives columns
+    that every event takes from one place (a column of ``source``, a common parameter):
+    fewer parameters keep the statement within psycopg's cache of converted queries."""
 
     def value(prefix: str, name: str) -> Any:
-        if name in from_source:
-            return from_source[name].label(name)
+        if name in shared:
+            return shared[name].label(name)
         return bindparam(f"{prefix}{name}", type_=_EVENT_TYPES.get(name, String())).label(name)
 
     rows = [
@@ -77,8 +79,15 @@ def _insert_events(source: CTE, prefixes: Sequence[str], **from_source: Any) -> 
     return insert(task_events).from_select(list(_EVENT_COLUMNS), chosen).cte("new_events")
 
 
-def _event_params(prefix: str, row: Mapping[str, Any]) -> dict[str, Any]:
-    return {f"{prefix}{name}": row[name] for name in _EVENT_COLUMNS if name in row}
+def _own_params(
+    prefix: str, row: Mapping[str, Any], shared: Mapping[str, str], params: Mapping[str, Any]
+) -> dict[str, Any]:
+    """``row``'s values as parameters named ``prefix + column``, except the ``shared``
+    columns, whose values must equal the common parameter they are taken from."""
+    for name, common in shared.items():
+        if name in row and common in params and row[name] != params[common]:
+            raise ValueError(f"{name}={row[name]!r} differs from {common}={params[common]!r}")
+    return {f"{prefix}{name}": value for name, value in row.items() if name not in shared}
 
 
 # -- claim ----------------------------------------------------------------------------------
@@ -103,7 +112,7 @@ def _claim_statement() -> Select[Any]:
         )
         .cte("attempt")
     )
-    event = _insert_events(moved, ["e1_"], epoch=moved.c.epoch)
+    event = _insert_events(moved, ["e1_"], {"epoch": moved.c.epoch})
     return select(moved).add_cte(attempt, event)
 
 
@@ -124,8 +133,7 @@ def claim_fresh(
     filled in). Returns the TASK as written, or None with nothing written."""
     if connection.dialect.name == "postgresql":
         params = {"b_task_id": task_id, "b_now": now, "a_attempt_id": attempt_id}
-        params.update({"a_worker": worker, **_event_params("e1_", event)})
-        params.pop("e1_epoch", None)
+        params.update({"a_worker": worker, **_own_params("e1_", event, {"epoch": ""}, {})})
         row = connection.execute(_CLAIM_PG, params).one_or_none()
         return task_rows.from_row(row) if row is not None else None
     moved = task_rows.claim_inbox(connection, task_id, now)
@@ -149,13 +157,13 @@ def attempt_row(task: Task, attempt_id: str, worker: str, now: datetime) -> dict
 class FirstReport:
     """Everything settling an attempt with its series' first REPORT writes, known up front.
 
-    ``events`` are ``events.row`` dicts in history order (REPORT, TRANSITION,
-    ATTEMPT_FINISHED); ``report`` is the REPORT's row (revision 1, superseding nothing).
+    ``task`` is the TASK as the attempt claimed it; ``report`` the REPORT's row (revision 1,
+    superseding nothing); ``events`` are ``events.row`` dicts in history order (REPORT,
+    TRANSITION, ATTEMPT_FINISHED).
     """
 
-    task_id: str
+    task: Task
     epoch: int
-    rework_round: int
     attempt_id: str
     result: Any
     target: Bucket
@@ -212,6 +220,24 @@ _MOVE = update(tasks).values(
     revision=tasks.c.revision + 1,
     updated_at=bindparam("s_now", type_=UTCDateTime()),
 )
+_MOVED = (tasks.c.revision, tasks.c.updated_at)
+
+# Columns of the REPORT and of its events that are common parameters of the statement.
+_REPORT_SHARED = {
+    "task_id": "s_task_id",
+    "reporter": "s_reporter",
+    "recipient": "s_recipient",
+    "status": "s_status",
+    "rework_round": "s_rework_round",
+    "attempt_id": "s_attempt_id",
+    "created_at": "s_now",
+}
+_EVENT_SHARED = {"task_id": "s_task_id", "at": "s_now", "attempt_id": "s_attempt_id"}
+_PREFIXES = ("e1_", "e2_", "e3_")
+
+
+def _shared(names: Mapping[str, str], types: Mapping[str, Any]) -> dict[str, Any]:
+    return {column: bindparam(name, type_=types[column]) for column, name in names.items()}
 
 
 def _settle_statement() -> Select[Any]:
@@ -225,30 +251,37 @@ def _settle_statement() -> Select[Any]:
             tasks.c.task_id == bindparam("s_task_id"),
             exists(select(finished_cte.c.attempt_id)),
         )
-        .returning(*tasks.c)
+        .returning(*_MOVED)
         .cte("settled")
     )
-    report_values = [bindparam(f"r_{c.name}", type_=c.type).label(c.name) for c in reports.c]
+    shared = _shared(_REPORT_SHARED, {c.name: c.type for c in reports.c})
+    report_values = [
+        (shared[c.name] if c.name in shared else bindparam(f"r_{c.name}", type_=c.type)).label(
+            c.name
+        )
+        for c in reports.c
+    ]
     report = (
         insert(reports)
         .from_select([c.name for c in reports.c], select(*report_values).select_from(moved))
         .cte("new_report")
     )
-    events = _insert_events(moved, ["e1_", "e2_", "e3_"])
+    event_types = {c.name: c.type for c in task_events.c}
+    events = _insert_events(moved, _PREFIXES, _shared(_EVENT_SHARED, event_types))
     return select(moved).add_cte(report, events)
 
 
 _SETTLE_PG = _settle_statement()
 _FINISH_SQLITE = _finish(exists(_OWNED_TASK))
-_MOVE_SQLITE = _MOVE.where(tasks.c.task_id == bindparam("s_task_id")).returning(*tasks.c)
+_MOVE_SQLITE = _MOVE.where(tasks.c.task_id == bindparam("s_task_id")).returning(*_MOVED)
 
 
 def _settle_params(settled: FirstReport) -> dict[str, Any]:
     report = settled.report
     return {
-        "s_task_id": settled.task_id,
+        "s_task_id": settled.task.task_id,
         "s_epoch": settled.epoch,
-        "s_rework_round": settled.rework_round,
+        "s_rework_round": settled.task.rework_round,
         "s_attempt_id": settled.attempt_id,
         "s_reporter": report["reporter"],
         "s_recipient": report["recipient"],
@@ -266,14 +299,27 @@ def settle_first_report(connection: Connection, settled: FirstReport) -> Task | 
     content landed concurrently (nothing written either)."""
     params = _settle_params(settled)
     if connection.dialect.name == "postgresql":
-        params.update({f"r_{name}": value for name, value in settled.report.items()})
-        for prefix, event in zip(("e1_", "e2_", "e3_"), settled.events, strict=True):
-            params.update(_event_params(prefix, event))
-        row = connection.execute(_SETTLE_PG, params).one_or_none()
-        return task_rows.from_row(row) if row is not None else None
+        own = _own_params("r_", settled.report, _REPORT_SHARED, params)
+        for prefix, event in zip(_PREFIXES, settled.events, strict=True):
+            own.update(_own_params(prefix, event, _EVENT_SHARED, params))
+        row = connection.execute(_SETTLE_PG, {**params, **own}).one_or_none()
+    else:
+        row = _settle_sqlite(connection, settled, params)
+    if row is None:
+        return None
+    # Only this attempt moves its TASK while it owns it (the guards above): the TASK as
+    # written is the claimed one with the new bucket and revision.
+    return replace(
+        settled.task, bucket=settled.target, revision=row.revision, updated_at=row.updated_at
+    )
+
+
+def _settle_sqlite(
+    connection: Connection, settled: FirstReport, params: Mapping[str, Any]
+) -> Row[Any] | None:
     if connection.execute(_FINISH_SQLITE, params).rowcount != 1:
         return None
-    moved = task_rows.from_row(connection.execute(_MOVE_SQLITE, params).one())
+    row = connection.execute(_MOVE_SQLITE, params).one()
     connection.execute(_INSERT_REPORT, dict(settled.report))
     events.insert(connection, *settled.events)
-    return moved
+    return row
