@@ -202,6 +202,31 @@ def test_the_generation_marker_is_minted_once_and_kept(
     assert lease_store.ensure_generation() != first
 
 
+def test_acquiring_with_the_generation_takes_the_lease_once_and_reads_one_marker(
+    lease_store: LeaseStore, redis_client: redis.Redis, namespace: str
+) -> None:
+    taken, marker = lease_store.acquire_with_generation(TASK, "attempt-a", TTL_MS)
+    refused, same = lease_store.acquire_with_generation(TASK, "attempt-b", TTL_MS)
+
+    assert (taken, refused) == (True, False)
+    assert lease_store.holder(TASK) == "attempt-a"
+    assert 0 < redis_client.pttl(lease_key(TASK, namespace)) <= TTL_MS
+    assert marker == same == lease_store.generation()
+
+
+def test_acquiring_with_the_generation_mints_a_new_marker_after_redis_forgot_it(
+    lease_store: LeaseStore, redis_client: redis.Redis, namespace: str
+) -> None:
+    _, first = lease_store.acquire_with_generation(TASK, "attempt-a", TTL_MS)
+    redis_client.delete(generation_key(namespace), lease_key(TASK, namespace))
+
+    taken, second = lease_store.acquire_with_generation(TASK, "attempt-b", TTL_MS)
+
+    assert taken
+    assert second != first
+    assert second == lease_store.generation()
+
+
 def test_an_unreachable_redis_raises_lease_unavailable_not_a_redis_error() -> None:
     store = LeaseStore(connect_redis("redis://127.0.0.1:1/0"))
     with pytest.raises(LeaseUnavailable) as caught:

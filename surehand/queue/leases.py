@@ -36,6 +36,7 @@ def _load_script(name: str) -> str:
 
 RENEW_LUA = _load_script("renew.lua")
 RELEASE_LUA = _load_script("release.lua")
+ACQUIRE_LUA = _load_script("acquire.lua")
 
 
 @contextlib.contextmanager
@@ -79,6 +80,7 @@ class LeaseStore:
         self._scripting = scripting
         self._renew: Script = client.register_script(RENEW_LUA)
         self._release: Script = client.register_script(RELEASE_LUA)
+        self._acquire: Script = client.register_script(ACQUIRE_LUA)
 
     @property
     def client(self) -> redis.Redis:
@@ -106,18 +108,30 @@ class LeaseStore:
     def acquire_with_generation(
         self, task_id: str, attempt_id: str, ttl_ms: int
     ) -> tuple[bool, str]:
-        """:meth:`acquire` and :meth:`ensure_generation` in one round trip (one MULTI/EXEC).
+        """:meth:`acquire` and :meth:`ensure_generation` in one command (a Lua script; one
+        MULTI/EXEC round trip where the server runs no Lua).
 
         Returns whether the lease was taken and the generation marker current at that moment,
         which is what a :class:`~surehand.queue.heartbeat.Heartbeat` started right after needs.
         """
         _check_ttl(ttl_ms)
-        key = keys.generation_key(self.namespace)
-        with _translated("acquire", task_id), self._redis.pipeline(transaction=True) as pipe:
-            pipe.set(self.key(task_id), attempt_id, nx=True, px=ttl_ms)
-            pipe.set(key, uuid.uuid4().hex, nx=True)
-            pipe.get(key)
-            acquired, _, value = pipe.execute()
+        lease, key, marker = self.key(task_id), keys.generation_key(self.namespace), uuid.uuid4()
+        with _translated("acquire", task_id):
+            if self._scripting is not False:
+                try:
+                    taken, value = self._acquire(
+                        keys=[lease, key], args=[attempt_id, ttl_ms, marker.hex]
+                    )
+                    return bool(taken), str(value)
+                except redis.ResponseError as exc:
+                    if not _is_unknown_command(exc):
+                        raise
+                    self._scripting = False
+            with self._redis.pipeline(transaction=True) as pipe:
+                pipe.set(lease, attempt_id, nx=True, px=ttl_ms)
+                pipe.set(key, marker.hex, nx=True)
+                pipe.get(key)
+                acquired, _, value = pipe.execute()
         return bool(acquired), str(value)
 
     def renew(self, task_id: str, attempt_id: str, ttl_ms: int) -> bool:
