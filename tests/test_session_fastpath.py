@@ -40,8 +40,9 @@ from surehand.model import (
     RetryPolicy,
     Task,
 )
-from surehand.store import attempts, events, session_writes, tasks
+from surehand.store import attempts, session_writes, tasks
 from surehand.store import schema as tables
+from surehand.store.driver import DriverStatement
 from tests.session_helpers import (  # noqa: F401  (harness fixtures)
     Harness,
     attempts_of,
@@ -55,21 +56,32 @@ from tests.session_helpers import (  # noqa: F401  (harness fixtures)
 
 
 @contextmanager
-def writes(services: Services) -> Iterator[list[int]]:
+def writes(services: Services, monkeypatch: pytest.MonkeyPatch) -> Iterator[list[int]]:
     """Count what makes a write durable on the store's engine while the block runs: commits,
-    plus statements run in autocommit (Postgres's one-statement writes commit by themselves).
-    The REPORT number that Postgres allocates ahead runs on another engine and is not counted
-    (it commits without waiting for the WAL flush; the settle's commit flushes it)."""
+    plus statements run in autocommit (Postgres's one-statement writes commit by themselves,
+    through SQLAlchemy or on the driver's cursor). The REPORT number that Postgres allocates
+    ahead runs on another engine and is not counted (it commits without waiting for the WAL
+    flush; the settle's commit flushes it)."""
     counted = [0]
     engine = services.store.engine
+    execute = DriverStatement._execute
+
+    def autocommitted(connection: Any) -> None:
+        autocommit = connection.get_execution_options().get("isolation_level") == "AUTOCOMMIT"
+        if connection.engine is engine and autocommit:
+            counted[0] += 1
 
     def on_commit(_connection: Any) -> None:
         counted[0] += 1
 
     def on_execute(connection: Any, *_args: Any) -> None:
-        if connection.get_execution_options().get("isolation_level") == "AUTOCOMMIT":
-            counted[0] += 1
+        autocommitted(connection)
 
+    def counting_execute(self: DriverStatement, connection: Any, *args: Any) -> Any:
+        autocommitted(connection)
+        return execute(self, connection, *args)
+
+    monkeypatch.setattr(DriverStatement, "_execute", counting_execute)
     event.listen(engine, "commit", on_commit)
     event.listen(engine, "before_cursor_execute", on_execute)
     try:
@@ -169,11 +181,13 @@ def test_a_claimed_session_holds_the_rows_as_written(services: Services) -> None
 # -- the return and the settle ---------------------------------------------------------------
 
 
-def test_without_operations_the_return_and_settle_commit_together(services: Services) -> None:
+def test_without_operations_the_return_and_settle_commit_together(
+    services: Services, monkeypatch: pytest.MonkeyPatch
+) -> None:
     task_id = committed_task(services)
     session = claimed(services, task_id)
 
-    with writes(services) as counted:
+    with writes(services, monkeypatch) as counted:
         moved = session.settle_returned({"answer": 42}, review=True)
 
     assert counted == [1]
@@ -282,10 +296,11 @@ def test_without_operations_a_crash_inside_the_settle_leaves_nothing(
     task_id = committed_task(services)
     session = claimed(services, task_id)
 
-    def broken(*_args: Any) -> None:
-        raise RuntimeError("crashed before the events")
+    class Broken:
+        def rowcount(self, *_args: Any) -> int:
+            raise RuntimeError("crashed before the events")
 
-    monkeypatch.setattr(events, "insert", broken)  # the last statement of the settle
+    monkeypatch.setattr(session_writes, "_INSERT_EVENT", Broken())  # the settle's last write
 
     with pytest.raises(RuntimeError):
         session.settle_returned("done", review=True)
@@ -462,6 +477,6 @@ def test_the_one_statement_writes_fit_psycopgs_cache_of_converted_queries() -> N
 
     dialect = create_engine("postgresql+psycopg://nobody@nowhere/none").dialect  # no connect
     for statement in (session_writes._CLAIM_PG, session_writes._SETTLE_PG):
-        compiled = statement.compile(dialect=dialect)
-        assert len(str(compiled)) <= _queries.MAX_CACHED_STATEMENT_LENGTH
-        assert len(compiled.params) <= _queries.MAX_CACHED_STATEMENT_PARAMS
+        compiled = statement._compile(dialect)
+        assert len(compiled.sql) <= _queries.MAX_CACHED_STATEMENT_LENGTH
+        assert len(compiled.names) <= _queries.MAX_CACHED_STATEMENT_PARAMS

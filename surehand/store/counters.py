@@ -7,6 +7,7 @@ from typing import Any
 from sqlalchemy import Connection, bindparam
 from sqlalchemy.dialects import postgresql, sqlite
 
+from surehand.store.driver import DriverStatement
 from surehand.store.schema import counters
 
 
@@ -23,7 +24,10 @@ def _upsert(insert: Any) -> Any:
     )
 
 
-_UPSERT = {"postgresql": _upsert(postgresql.insert), "sqlite": _upsert(sqlite.insert)}
+_UPSERT = {
+    name: DriverStatement(_upsert(insert), [counters.c.last])
+    for name, insert in (("postgresql", postgresql.insert), ("sqlite", sqlite.insert))
+}
 
 
 def next_number(connection: Connection, kind: str, day: str) -> int:
@@ -32,5 +36,6 @@ def next_number(connection: Connection, kind: str, day: str) -> int:
     One upsert statement. Its row lock serialises allocators until the transaction ends, so a
     rolled-back allocation releases its number and a committed one is never handed out again.
     """
-    statement = _UPSERT[connection.dialect.name]
-    return int(connection.execute(statement, {"kind": kind, "day": day}).scalar_one())
+    row = _UPSERT[connection.dialect.name].one_or_none(connection, {"kind": kind, "day": day})
+    assert row is not None  # an upsert always returns its row
+    return int(row.last)

@@ -26,9 +26,9 @@ from sqlalchemy import (
     ColumnElement,
     Connection,
     Integer,
-    Row,
     Select,
     String,
+    Table,
     bindparam,
     exists,
     insert,
@@ -39,14 +39,12 @@ from sqlalchemy import (
 )
 
 from surehand.model import AttemptState, Bucket, Task
-from surehand.store import events
 from surehand.store import tasks as task_rows
+from surehand.store.driver import DriverStatement
 from surehand.store.schema import UTCDateTime, attempts, operations, reports, task_events, tasks
 
 _EVENT_COLUMNS = tuple(c.name for c in task_events.c if c.name != "id")
 _EVENT_TYPES: dict[str, Any] = {"at": UTCDateTime(), "epoch": Integer(), "data": JSON()}
-_INSERT_ATTEMPT = insert(attempts)
-_INSERT_REPORT = insert(reports)
 _ATTEMPT_COLUMNS = (
     "attempt_id",
     "task_id",
@@ -57,6 +55,15 @@ _ATTEMPT_COLUMNS = (
     "agent_returned",
     "started_at",
 )
+
+
+def _insert(table: Table, columns: Sequence[str]) -> DriverStatement:
+    return DriverStatement(insert(table).values({name: bindparam(name) for name in columns}))
+
+
+_INSERT_ATTEMPT = _insert(attempts, _ATTEMPT_COLUMNS)
+_INSERT_EVENT = _insert(task_events, _EVENT_COLUMNS)
+_INSERT_REPORT = _insert(reports, [c.name for c in reports.c])
 
 
 def _insert_events(source: CTE, prefixes: Sequence[str], shared: Mapping[str, Any]) -> CTE:
@@ -116,7 +123,8 @@ def _claim_statement() -> Select[Any]:
     return select(moved).add_cte(attempt, event)
 
 
-_CLAIM_PG = _claim_statement()
+_CLAIM_PG = DriverStatement(_claim_statement(), tasks.c)
+_CLAIM_SQLITE = DriverStatement(task_rows.CLAIM_INBOX, tasks.c)
 
 
 def claim_fresh(
@@ -134,13 +142,14 @@ def claim_fresh(
     if connection.dialect.name == "postgresql":
         params = {"b_task_id": task_id, "b_now": now, "a_attempt_id": attempt_id}
         params.update({"a_worker": worker, **_own_params("e1_", event, {"epoch": ""}, {})})
-        row = connection.execute(_CLAIM_PG, params).one_or_none()
+        row = _CLAIM_PG.one_or_none(connection, params)
         return task_rows.from_row(row) if row is not None else None
-    moved = task_rows.claim_inbox(connection, task_id, now)
-    if moved is None:
+    row = _CLAIM_SQLITE.one_or_none(connection, {"b_task_id": task_id, "b_now": now})
+    if row is None:
         return None
-    connection.execute(_INSERT_ATTEMPT, attempt_row(moved, attempt_id, worker, now))
-    events.insert(connection, {**event, "epoch": moved.epoch})
+    moved = task_rows.from_row(row)
+    _INSERT_ATTEMPT.rowcount(connection, attempt_row(moved, attempt_id, worker, now))
+    _INSERT_EVENT.rowcount(connection, {**event, "epoch": moved.epoch})
     return moved
 
 
@@ -220,7 +229,7 @@ _MOVE = update(tasks).values(
     revision=tasks.c.revision + 1,
     updated_at=bindparam("s_now", type_=UTCDateTime()),
 )
-_MOVED = (tasks.c.revision, tasks.c.updated_at)
+_MOVED = (tasks.c.revision,)
 
 # Columns of the REPORT and of its events that are common parameters of the statement.
 _REPORT_SHARED = {
@@ -271,9 +280,11 @@ def _settle_statement() -> Select[Any]:
     return select(moved).add_cte(report, events)
 
 
-_SETTLE_PG = _settle_statement()
-_FINISH_SQLITE = _finish(exists(_OWNED_TASK))
-_MOVE_SQLITE = _MOVE.where(tasks.c.task_id == bindparam("s_task_id")).returning(*_MOVED)
+_SETTLE_PG = DriverStatement(_settle_statement(), _MOVED)
+_FINISH_SQLITE = DriverStatement(_finish(exists(_OWNED_TASK)))
+_MOVE_SQLITE = DriverStatement(
+    _MOVE.where(tasks.c.task_id == bindparam("s_task_id")).returning(*_MOVED), _MOVED
+)
 
 
 def _settle_params(settled: FirstReport) -> dict[str, Any]:
@@ -302,7 +313,7 @@ def settle_first_report(connection: Connection, settled: FirstReport) -> Task | 
         own = _own_params("r_", settled.report, _REPORT_SHARED, params)
         for prefix, event in zip(_PREFIXES, settled.events, strict=True):
             own.update(_own_params(prefix, event, _EVENT_SHARED, params))
-        row = connection.execute(_SETTLE_PG, {**params, **own}).one_or_none()
+        row = _SETTLE_PG.one_or_none(connection, {**params, **own})
     else:
         row = _settle_sqlite(connection, settled, params)
     if row is None:
@@ -310,16 +321,15 @@ def settle_first_report(connection: Connection, settled: FirstReport) -> Task | 
     # Only this attempt moves its TASK while it owns it (the guards above): the TASK as
     # written is the claimed one with the new bucket and revision.
     return replace(
-        settled.task, bucket=settled.target, revision=row.revision, updated_at=row.updated_at
+        settled.task, bucket=settled.target, revision=row.revision, updated_at=settled.now
     )
 
 
-def _settle_sqlite(
-    connection: Connection, settled: FirstReport, params: Mapping[str, Any]
-) -> Row[Any] | None:
-    if connection.execute(_FINISH_SQLITE, params).rowcount != 1:
+def _settle_sqlite(connection: Connection, settled: FirstReport, params: Mapping[str, Any]) -> Any:
+    if _FINISH_SQLITE.rowcount(connection, params) != 1:
         return None
-    row = connection.execute(_MOVE_SQLITE, params).one()
-    connection.execute(_INSERT_REPORT, dict(settled.report))
-    events.insert(connection, *settled.events)
+    row = _MOVE_SQLITE.one_or_none(connection, params)
+    _INSERT_REPORT.rowcount(connection, settled.report)
+    for event in settled.events:
+        _INSERT_EVENT.rowcount(connection, event)
     return row

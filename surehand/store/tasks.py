@@ -9,7 +9,6 @@ from typing import Any
 from sqlalchemy import (
     ColumnElement,
     Connection,
-    Row,
     Update,
     and_,
     bindparam,
@@ -32,7 +31,7 @@ from surehand.model import (
 from surehand.store.schema import tasks
 
 
-def _fields(row: Row[Any]) -> TaskFields:
+def _fields(row: Any) -> TaskFields:
     return TaskFields(
         sender=row.sender,
         recipient=row.recipient,
@@ -47,7 +46,8 @@ def _fields(row: Row[Any]) -> TaskFields:
     )
 
 
-def from_row(row: Row[Any]) -> Task:
+def from_row(row: Any) -> Task:
+    """A TASK from a row of the tasks table (any object with its columns as attributes)."""
     hold = Hold(row.hold_case_id, row.hold_reason or "") if row.hold_case_id else None
     return Task(
         task_id=row.task_id,
