@@ -127,8 +127,11 @@ def test_a_connection_the_database_dropped_is_discarded_with_the_pool(
         )
     admin.dispose()
 
-    with pytest.raises(StoreUnavailable), store.single_read() as connection:
-        query.rows(connection, {})
+    try:
+        with pytest.raises(StoreUnavailable), store.single_read() as connection:
+            query.rows(connection, {})
 
-    with store.single_read() as connection:  # the next caller gets a fresh connection
-        assert query.rows(connection, {}) == []
+        with store.single_read() as connection:  # the next caller gets a fresh connection
+            assert query.rows(connection, {}) == []
+    finally:
+        store.dispose()  # the other engines' pooled connections were dropped too

@@ -63,12 +63,11 @@ def writes(services: Services, monkeypatch: pytest.MonkeyPatch) -> Iterator[list
     ahead runs on another engine and is not counted (it commits without waiting for the WAL
     flush; the settle's commit flushes it)."""
     counted = [0]
-    engine = services.store.engine
+    engine, autocommit = services.store.engine, services.store.one_statement_engine
     execute = DriverStatement._execute
 
     def autocommitted(connection: Any) -> None:
-        autocommit = connection.get_execution_options().get("isolation_level") == "AUTOCOMMIT"
-        if connection.engine is engine and autocommit:
+        if connection.engine is autocommit and autocommit is not engine:
             counted[0] += 1
 
     def on_commit(_connection: Any) -> None:

@@ -18,7 +18,7 @@ from sqlalchemy.engine import make_url
 from surehand.errors import SchemaNotReady
 from surehand.store import counters, migrate
 from surehand.store.engine import (
-    make_async_commit_engine,
+    make_autocommit_engine,
     make_engine,
     one_statement,
     snapshot,
@@ -90,7 +90,7 @@ class Store:
     def single_read(self) -> Iterator[Connection]:
         """For exactly one read statement (autocommit; no transaction round trips)."""
         self.ensure_schema()
-        with one_statement(self.engine) as connection:
+        with one_statement(self.one_statement_engine) as connection:
             yield connection
 
     @contextmanager
@@ -99,7 +99,7 @@ class Store:
         round trips) and a transaction on SQLite (whose statements run in-process)."""
         self.ensure_schema()
         if self.dialect == "postgresql":
-            with one_statement(self.engine) as connection:
+            with one_statement(self.one_statement_engine) as connection:
                 yield connection
         else:
             with transaction(self.engine) as connection:
@@ -122,10 +122,19 @@ class Store:
             return counters.next_number(connection, kind, day)
 
     @cached_property
+    def one_statement_engine(self) -> Engine:
+        """Postgres: an engine whose connections stay in autocommit; SQLite: the store's."""
+        if self.dialect != "postgresql":
+            return self.engine
+        return make_autocommit_engine(self.engine)
+
+    @cached_property
     def _async_commit_engine(self) -> Engine:
-        return make_async_commit_engine(self.engine)
+        return make_autocommit_engine(self.engine, synchronous_commit=False)
 
     def dispose(self) -> None:
         self.engine.dispose()
-        if "_async_commit_engine" in self.__dict__:
-            self._async_commit_engine.dispose()
+        for name in ("one_statement_engine", "_async_commit_engine"):
+            engine = self.__dict__.get(name)
+            if engine is not None and engine is not self.engine:
+                engine.dispose()

@@ -37,19 +37,21 @@ def make_engine(url: str) -> Engine:
     """Create an engine for a SQLite or Postgres URL, configured for surehand's access pattern."""
     parsed = make_url(url)
     if parsed.get_backend_name() == "sqlite":
-        return _sqlite_engine(url)
+        return _forget_at_fork(_sqlite_engine(url))
     if parsed.get_backend_name() == "postgresql":
         if parsed.drivername == "postgresql":
             parsed = parsed.set(drivername="postgresql+psycopg")
         # No pre-ping: it costs a round trip on every checkout. A connection that a database
         # restart killed fails its first statement, SQLAlchemy invalidates the pool, and the
         # caller gets StoreUnavailable; the session claim retries once on a fresh connection.
-        return create_engine(
-            parsed,
-            pool_pre_ping=False,
-            pool_size=10,
-            max_overflow=20,
-            connect_args={"options": f"-c lock_timeout={PG_LOCK_TIMEOUT}"},
+        return _forget_at_fork(
+            create_engine(
+                parsed,
+                pool_pre_ping=False,
+                pool_size=10,
+                max_overflow=20,
+                connect_args={"options": f"-c lock_timeout={PG_LOCK_TIMEOUT}"},
+            )
         )
     raise ConfigError(
         f"unsupported database URL scheme {parsed.drivername!r}: use sqlite:///path or "
@@ -57,17 +59,34 @@ def make_engine(url: str) -> Engine:
     )
 
 
-def make_async_commit_engine(engine: Engine) -> Engine:
-    """A small Postgres engine whose connections run single statements in autocommit with
-    ``synchronous_commit = off``: one round trip, no wait for the WAL flush. Only for writes
-    that a later synchronous commit makes durable anyway (see ``Store.allocate_ahead``)."""
-    return create_engine(
-        engine.url,
-        pool_size=2,
-        max_overflow=10,
-        isolation_level="AUTOCOMMIT",
-        connect_args={"options": f"-c lock_timeout={PG_LOCK_TIMEOUT} -c synchronous_commit=off"},
+def make_autocommit_engine(engine: Engine, *, synchronous_commit: bool = True) -> Engine:
+    """A Postgres engine whose connections stay in autocommit, for writes that are ONE
+    statement (atomic by itself: no BEGIN/COMMIT round trips) and single reads.
+
+    Its connections never hold a transaction, so the pool neither switches their isolation
+    level per checkout nor rolls them back on return. ``synchronous_commit=False``: commits do
+    not wait for the WAL flush -- only for writes that a later synchronous commit makes durable
+    anyway (see ``Store.allocate_ahead``)."""
+    options = f"-c lock_timeout={PG_LOCK_TIMEOUT}"
+    if not synchronous_commit:
+        options += " -c synchronous_commit=off"
+    return _forget_at_fork(
+        create_engine(
+            engine.url,
+            pool_size=10 if synchronous_commit else 2,
+            max_overflow=20 if synchronous_commit else 10,
+            isolation_level="AUTOCOMMIT",
+            pool_reset_on_return=None,
+            connect_args={"options": options},
+        )
     )
+
+
+def _forget_at_fork(engine: Engine) -> Engine:
+    # A forked child (prefork workers) must not reuse the parent's connections: it drops the
+    # pool without closing them (they are the parent's to close).
+    os.register_at_fork(after_in_child=lambda: engine.dispose(close=False))
+    return engine
 
 
 def _sqlite_engine(url: str) -> Engine:
@@ -75,8 +94,6 @@ def _sqlite_engine(url: str) -> Engine:
     if parsed.database and parsed.database != ":memory:":
         Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
     engine = create_engine(url, pool_size=5, max_overflow=20, connect_args={"timeout": 30})
-    # A forked child (prefork workers) must not reuse the parent's connections.
-    os.register_at_fork(after_in_child=lambda: engine.dispose(close=False))
 
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_connection: Any, _record: Any) -> None:
@@ -140,7 +157,8 @@ def transaction(engine: Engine) -> Iterator[Connection]:
 @contextmanager
 def one_statement(engine: Engine) -> Iterator[Connection]:
     """A connection for ONE statement, run in autocommit: a single statement is atomic by
-    itself, and skipping BEGIN/COMMIT saves two round trips on hot paths."""
+    itself, and skipping BEGIN/COMMIT saves two round trips on hot paths. ``engine`` is an
+    autocommit engine on Postgres (``make_autocommit_engine``), the store's engine on SQLite."""
     try:
         with engine.connect() as connection:
             if engine.dialect.name == "sqlite":
@@ -148,7 +166,7 @@ def one_statement(engine: Engine) -> Iterator[Connection]:
                 # skip the BEGIN instead of switching isolation levels back and forth.
                 yield connection.execution_options(**{_NO_BEGIN_OPTION: True})
             else:
-                yield connection.execution_options(isolation_level="AUTOCOMMIT")
+                yield connection
     except (exc.DBAPIError, exc.SQLAlchemyError) as error:
         raise translate(error) from error
 
