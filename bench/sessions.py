@@ -59,7 +59,7 @@ import redis
 from celery import Celery
 from rich.console import Console
 from rich.table import Table
-from sqlalchemy import Engine, create_engine, event, func, select, text
+from sqlalchemy import create_engine, event, func, select, text
 from sqlalchemy.engine import make_url
 
 BENCH = Path(__file__).resolve().parent
@@ -78,6 +78,7 @@ from surehand.queue.heartbeat import Heartbeat  # noqa: E402
 from surehand.queue.leases import LeaseStore  # noqa: E402
 from surehand.store import Store  # noqa: E402
 from surehand.store import schema as tables  # noqa: E402
+from surehand.store.driver import DriverStatement  # noqa: E402
 from surehand.store.schema import metadata  # noqa: E402
 
 RESULTS = BENCH / "results"
@@ -437,40 +438,67 @@ def profile_sessions(
     """Sequential no-op sessions in this process: per-phase time, SQL and Redis per session."""
     handle = backend.handle
     handle.registry.register(backend.role, noop_agent)
-    engine: Engine = handle.store.engine
-    statements, transactions = Counter[str](), [0]
-
-    def on_execute(*args: Any) -> None:
-        statement = str(args[2]).lstrip().split(None, 1)[0].upper()
-        statements[statement] += 1
-
-    def on_begin(*args: Any) -> None:
-        transactions[0] += 1
-
     batch, backend.pending[:] = backend.pending[:count], backend.pending[count:]
     handle.runner  # noqa: B018  (build the runner and connect before measuring)
     handle.leases.ping()
     phases: dict[str, list[float]] = {}
-    event.listen(engine, "before_cursor_execute", on_execute)
-    event.listen(engine, "begin", on_begin)
     commands = redis_server.commandstats()
-    try:
-        with timed_phases(phases):
-            for task in batch:
-                outcome = handle.runner.run(task.task_id)
-                assert outcome.outcome == "settled", outcome
-    finally:
-        event.remove(engine, "before_cursor_execute", on_execute)
-        event.remove(engine, "begin", on_begin)
+    with counted_sql(handle.store) as sql, timed_phases(phases):
+        for task in batch:
+            outcome = handle.runner.run(task.task_id)
+            assert outcome.outcome == "settled", outcome
     redis_delta = redis_server.commandstats() - commands
     n = len(batch)
     return {
         "sessions": n,
         "ms_per_session": {phase: 1000 * sum(times) / n for phase, times in sorted(phases.items())},
-        "sql_statements_per_session": {k: v / n for k, v in statements.most_common()},
-        "transactions_per_session": transactions[0] / n,
+        "sql_statements_per_session": {k: v / n for k, v in sql["statements"].most_common()},
+        "durable_commits_per_session": {k: v / n for k, v in sql["durable"].items()},
         "redis_commands_per_session": {k: v / n for k, v in redis_delta.most_common()},
     }
+
+
+@contextmanager
+def counted_sql(store: Store) -> Iterator[dict[str, Counter[str]]]:
+    """Count the store's SQL statements (through SQLAlchemy and on the driver's cursor) and
+    what makes writes durable: commits of transactions, statements run in autocommit, and
+    allocations committed without waiting for the WAL flush (``async``)."""
+    statements, durable = Counter[str](), Counter[str]()
+    engine = store.engine
+    autocommit = store.one_statement_engine if store.dialect == "postgresql" else None
+    asynchronous = store._async_commit_engine if store.dialect == "postgresql" else None
+
+    def seen(connection: Any, sql: str) -> None:
+        statements[sql.lstrip().split(None, 1)[0].upper()] += 1
+        if connection.engine is autocommit:
+            durable["autocommit statement"] += 1
+        elif connection.engine is asynchronous:
+            durable["async-commit statement (not waited for)"] += 1
+
+    def on_execute(connection: Any, _cursor: Any, sql: str, *_args: Any) -> None:
+        seen(connection, sql)
+
+    def on_commit(_connection: Any) -> None:
+        durable["transaction commit"] += 1
+
+    execute = DriverStatement._execute
+
+    def driver_execute(self: DriverStatement, connection: Any, compiled: Any, *args: Any) -> Any:
+        seen(connection, compiled.sql)
+        return execute(self, connection, compiled, *args)
+
+    engines = [e for e in (engine, autocommit, asynchronous) if e is not None]
+    for each in engines:
+        event.listen(each, "before_cursor_execute", on_execute)
+    event.listen(engine, "commit", on_commit)
+    DriverStatement._execute = driver_execute  # type: ignore[method-assign,assignment]
+    try:
+        yield {"statements": statements, "durable": durable}
+    finally:
+        DriverStatement._execute = execute  # type: ignore[method-assign]
+        event.remove(engine, "commit", on_commit)
+        for each in engines:
+            event.remove(each, "before_cursor_execute", on_execute)
 
 
 # -- heartbeats -------------------------------------------------------------------------------
@@ -583,10 +611,12 @@ def phases_table(profiles: dict[str, dict[str, Any]]) -> Table:
         table.add_row(
             phase, *(f"{p['ms_per_session'].get(phase, 0.0):.2f}" for p in profiles.values())
         )
-    table.add_row(
-        "transactions / session",
-        *(f"{p['transactions_per_session']:.1f}" for p in profiles.values()),
-    )
+    kinds = sorted({k for p in profiles.values() for k in p["durable_commits_per_session"]})
+    for kind in kinds:
+        table.add_row(
+            f"{kind} / session",
+            *(f"{p['durable_commits_per_session'].get(kind, 0.0):.1f}" for p in profiles.values()),
+        )
     table.add_row(
         "SQL statements / session",
         *(f"{sum(p['sql_statements_per_session'].values()):.1f}" for p in profiles.values()),

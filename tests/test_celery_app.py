@@ -18,6 +18,7 @@ from surehand.config import Settings
 from surehand.errors import ConfigError, PublishFailed
 from surehand.model import Priority
 from surehand.queue.celery_app import (
+    REDIS_TRANSPORT_OPTIONS,
     SESSION_TASK_NAME,
     celery_priority,
     configure_worker_queues,
@@ -26,6 +27,7 @@ from surehand.queue.celery_app import (
     queue_for_role,
     role_queue,
 )
+from tests.redis_fixtures import real_redis_url
 
 TASK = "TASK-20260101-001"
 
@@ -80,10 +82,25 @@ def test_messages_are_json_on_the_default_surehand_queue(app: Celery) -> None:
 def test_a_redis_broker_serves_priority_steps_lowest_number_first() -> None:
     app = make_celery(settings("redis://127.0.0.1:6379/14"))
     assert app.conf.broker_transport_options == {
-        "priority_steps": list(range(10)),
+        "priority_steps": [0, 3, 6, 9],  # one list per TASK priority, polled by every worker
         "sep": ":",
         "queue_order_strategy": "priority",
     }
+
+
+def test_a_p0_session_overtakes_queued_p3_and_p1_sessions_on_real_redis() -> None:
+    url = real_redis_url()
+    app = make_celery(settings(url))
+    role = unique_role()
+    for task, priority in (("T-P3", Priority.P3), ("T-P1", Priority.P1), ("T-P0", Priority.P0)):
+        publish_session(app, task, role, priority)
+    with Connection(url, transport_options=dict(REDIS_TRANSPORT_OPTIONS)) as connection:
+        queue = role_queue(role)(connection.default_channel)
+        try:
+            order = [queue.get(no_ack=True).decode()[0][0] for _ in range(3)]  # type: ignore[union-attr]
+        finally:
+            queue.delete()
+    assert order == ["T-P0", "T-P1", "T-P3"]
 
 
 def test_each_role_has_its_own_queue() -> None:

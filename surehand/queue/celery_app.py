@@ -29,7 +29,8 @@ QUEUE_PREFIX = "surehand."
 _ROLE_RE = re.compile(r"[A-Z][A-Z0-9_]*")
 
 # Kombu's Redis transport emulates priorities with one list per step and serves lower numbers
-# first, so P0 (most urgent) maps to 0. Steps 0..9 leave room between our four levels.
+# first, so P0 (most urgent) maps to 0. One step per TASK priority: a worker polls (BRPOP) one
+# list per step and queue, so steps nobody publishes to would cost it on every poll.
 _PRIORITY_STEPS: Mapping[Priority, int] = {
     Priority.P0: 0,
     Priority.P1: 3,
@@ -37,7 +38,7 @@ _PRIORITY_STEPS: Mapping[Priority, int] = {
     Priority.P3: 9,
 }
 REDIS_TRANSPORT_OPTIONS: Mapping[str, Any] = {
-    "priority_steps": list(range(10)),
+    "priority_steps": sorted(_PRIORITY_STEPS.values()),
     "sep": ":",
     "queue_order_strategy": "priority",
 }
