@@ -1,0 +1,103 @@
+"""What the ways of creating a TASK share: the call, the TASK's document, rows and result.
+
+``write_task``'s fast path and its legacy path (:mod:`surehand.dispatcher.submissions`) and
+the recovery of a receipt short of ``committed`` (:mod:`surehand.dispatcher.receipt_recovery`)
+all render the FCoP document, insert the TASK with its creation event, and answer under the
+call's identity; this module holds those pieces so that neither of the two imports the other.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from surehand.digest import sha256_hex
+from surehand.dispatcher.context import Services
+from surehand.fcop import render_task
+from surehand.model import (
+    DIGEST_SCHEMA_VERSION,
+    Action,
+    Bucket,
+    Disposition,
+    EventKind,
+    ReceiptState,
+    TaskFields,
+    WriteTaskResult,
+)
+from surehand.store import events, tasks
+
+
+@dataclass(frozen=True)
+class SubmissionCall:
+    """One write_task call with a submission id: its services, tenant, fields and digest."""
+
+    services: Services
+    tenant: str
+    submission_id: str
+    fields: TaskFields
+    digest: str
+
+    def result(
+        self, task_id: str, path: str, disposition: Disposition, state: ReceiptState
+    ) -> WriteTaskResult:
+        """The call's result for the TASK at ``path`` (no conflict)."""
+        return WriteTaskResult(
+            disposition=disposition,
+            action_taken=disposition is Disposition.CREATED,
+            task_id=task_id,
+            task_path=path,
+            client_submission_id=self.submission_id,
+            request_digest=self.digest,
+            digest_schema_version=DIGEST_SCHEMA_VERSION,
+            receipt_state=state,
+            idempotent=True,
+        )
+
+
+def render(
+    task_id: str, fields: TaskFields, submission_id: str | None, now: datetime
+) -> tuple[str, str]:
+    """The TASK's FCoP document and its SHA-256 (the receipt's document digest)."""
+    document = render_task(task_id, fields, created_at=now, submission_id=submission_id)
+    return document, sha256_hex(document)
+
+
+def insert_task(
+    connection: Any,
+    *,
+    task_id: str,
+    tenant: str,
+    fields: TaskFields,
+    submission_id: str | None,
+    digest: str,
+    document: tuple[str, str],
+    now: datetime,
+) -> str:
+    """Insert the TASK row and its creation event; returns the document digest."""
+    text, document_digest = document
+    tasks.insert_task(
+        connection,
+        task_id=task_id,
+        tenant=tenant,
+        fields=fields,
+        submission_id=submission_id,
+        request_digest=digest,
+        document=text,
+        document_digest=document_digest,
+        now=now,
+    )
+    events.insert(connection, creation_event(task_id, fields, now))
+    return document_digest
+
+
+def creation_event(task_id: str, fields: TaskFields, now: datetime) -> dict[str, Any]:
+    """The history's first event: created into ``inbox`` by the sender."""
+    return events.row(
+        task_id=task_id,
+        kind=EventKind.TRANSITION,
+        by=fields.sender,
+        at=now,
+        action=Action.CREATE.value,
+        to_bucket=Bucket.INBOX,
+    )
