@@ -141,8 +141,22 @@ tasks = Table(
     _check("risk_level", model.RiskLevel, "risk_level"),
 )
 Index("ix_tasks_tenant_bucket", tasks.c.tenant, tasks.c.bucket)
-Index("ix_tasks_unpublished", tasks.c.bucket, tasks.c.published)
-Index("ix_tasks_inbox_published_at", tasks.c.bucket, tasks.c.published_at)
+# The dispatcher sweep's indexes hold only the rows it looks for (unpublished TASKs; inbox TASKs
+# by publish time). A claim or a settle moves its TASK out of both, so it updates neither.
+_UNPUBLISHED = tasks.c.published.is_(False)
+_IN_INBOX = tasks.c.bucket == model.Bucket.INBOX.value
+Index(
+    "ix_tasks_unpublished",
+    tasks.c.bucket,
+    sqlite_where=_UNPUBLISHED,
+    postgresql_where=_UNPUBLISHED,
+)
+Index(
+    "ix_tasks_inbox_published_at",
+    tasks.c.published_at,
+    sqlite_where=_IN_INBOX,
+    postgresql_where=_IN_INBOX,
+)
 
 task_events = Table(
     "task_events",

@@ -123,8 +123,8 @@ def _claim_statement() -> Select[Any]:
     return select(moved).add_cte(attempt, event)
 
 
-_CLAIM_PG = DriverStatement(_claim_statement(), tasks.c)
-_CLAIM_SQLITE = DriverStatement(task_rows.CLAIM_INBOX, tasks.c)
+_CLAIM_PG = DriverStatement(_claim_statement(), task_rows.TASK_COLUMNS)
+_CLAIM_SQLITE = DriverStatement(task_rows.CLAIM_INBOX, task_rows.TASK_COLUMNS)
 
 
 def claim_fresh(

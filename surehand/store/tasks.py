@@ -136,6 +136,17 @@ def new_row(
 _GET = select(tasks).where(tasks.c.task_id == bindparam("task_id"))
 _GET_IN_TENANT = _GET.where(tasks.c.tenant == bindparam("tenant"))
 _GET_FOR_UPDATE = _GET.with_for_update()
+# What ``from_row`` reads: the hot path returns these, not the stored FCoP document.
+TASK_COLUMNS = tuple(
+    tasks.c[name]
+    for name in (
+        *("task_id", "tenant", "sender", "recipient", "subject", "body", "priority"),
+        *("thread_key", "parent", "references", "depends_on", "risk_level", "bucket"),
+        *("revision", "epoch", "rework_round", "hold_case_id", "hold_reason"),
+        *("client_submission_id", "request_digest", "idempotent", "document_digest"),
+        *("published", "created_at", "updated_at"),
+    )
+)
 CLAIM_INBOX = (
     update(tasks)
     .where(
@@ -149,7 +160,7 @@ CLAIM_INBOX = (
         revision=tasks.c.revision + 1,
         updated_at=bindparam("b_now"),
     )
-    .returning(*tasks.c)
+    .returning(*TASK_COLUMNS)
 )
 
 
