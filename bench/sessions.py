@@ -20,9 +20,12 @@ database 1), never on a shared Redis. Side by side in one run:
     another runs, so they share the machine's noise; ratios are taken within a round and the
     median across rounds is reported.
 (b) Redis commands per message: ``INFO commandstats`` deltas on the private server, minus the
-    idle rate measured with every worker idle; worker CPU per message from ``/proc``.
+    idle rate measured with every worker idle; CPU per message from ``/proc`` for the workers
+    and for every postgres process (the server shares this machine's cores), and how busy the
+    whole machine was.
 (c) where a session's time goes: an in-process profile of sequential no-op sessions, per phase,
-    with SQL statements and transactions per session.
+    with SQL statements (through SQLAlchemy or on the driver's cursor) and what made the
+    writes durable (transaction commits, autocommit statements) per session.
 (d) heartbeat cost: ``--leases`` (1,000) concurrent leases, each renewed by its own
     ``Heartbeat`` thread at the default interval (10 s, TTL 30 s) for ``--heartbeat-window``
     seconds: renew commands per second and CPU% of this process and of redis-server.
@@ -344,6 +347,7 @@ def run_batch(
         redis_server.cpu_seconds(),
         variant.cpu_seconds(),
     )
+    machine, database = machine_cpu(), postgres_cpu_seconds()
     started = time.perf_counter()
     variant.publish(n)
     wait_for(lambda: variant.completed() >= target, 600, f"{variant.name} to finish {n}")
@@ -360,9 +364,38 @@ def run_batch(
         "redis_commands": {k: round(v, 3) for k, v in sorted(adjusted.items()) if v >= 0.005},
         "worker_cpu_ms_per_message": 1000 * (variant.cpu_seconds() - worker_cpu) / n,
         "redis_cpu_ms_per_message": 1000 * (redis_server.cpu_seconds() - redis_cpu) / n,
+        "postgres_cpu_ms_per_message": 1000 * (postgres_cpu_seconds() - database) / n,
+        "machine_busy_percent": machine_busy_percent(machine, machine_cpu()),
     }
     variant.batches.append(batch)
     return batch
+
+
+def machine_cpu() -> tuple[int, int]:
+    """(all, idle) jiffies of the whole machine, from /proc/stat."""
+    values = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    return sum(values), values[3] + values[4]  # idle + iowait
+
+
+def machine_busy_percent(before: tuple[int, int], after: tuple[int, int]) -> float:
+    total, idle = after[0] - before[0], after[1] - before[1]
+    return 100.0 * (1 - idle / total) if total else 0.0
+
+
+def postgres_cpu_seconds() -> float:
+    """CPU time of every postgres process on this machine (the server shares its cores)."""
+    ticks = 0
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        name, fields = stat[stat.index("(") + 1 : stat.rindex(")")], stat.rsplit(")", 1)[1].split()
+        if name.startswith("postgres"):
+            ticks += int(fields[11]) + int(fields[12])
+    return ticks / CLOCK_TICKS
 
 
 def idle_rates(redis_server: RedisServer, seconds: float = 3.0) -> dict[str, float]:
@@ -392,6 +425,10 @@ def summarise(variant: Variant) -> dict[str, Any]:
         "redis_cpu_ms_per_message": statistics.median(
             b["redis_cpu_ms_per_message"] for b in batches
         ),
+        "postgres_cpu_ms_per_message": statistics.median(
+            b["postgres_cpu_ms_per_message"] for b in batches
+        ),
+        "machine_busy_percent": statistics.median(b["machine_busy_percent"] for b in batches),
     }
 
 
@@ -416,13 +453,13 @@ def timed_phases(phases: dict[str, list[float]]) -> Iterator[None]:
         patched.append((owner, attribute, original))
         setattr(owner, attribute, timed)
 
-    wrap(runner_module, "claim", "claim (store txn)")
-    wrap(LeaseStore, "acquire_with_generation", "lease SET NX PX + generation (one MULTI)")
+    wrap(runner_module, "claim", "claim (one store write)")
+    wrap(LeaseStore, "acquire_with_generation", "lease SET NX PX + generation (one EVALSHA)")
     wrap(Heartbeat, "start", "heartbeat start (thread)")
     wrap(Heartbeat, "stop", "heartbeat stop (join)")
     # One transaction for an agent without operations; with operations the return commits
     # first, on its own (both inside this phase).
-    wrap(Session, "settle_returned", "settle: return + REPORT + review + end (store)")
+    wrap(Session, "settle_returned", "settle: return + REPORT + review + end (one write)")
     wrap(LeaseStore, "release", "lease compare-and-delete")
     wrap(runner_module.SessionRunner, "run", "whole session")
     try:
@@ -565,6 +602,8 @@ def throughput_table(summaries: list[dict[str, Any]], ratios: dict[str, float]) 
         "Redis cmds/msg",
         "worker CPU ms/msg",
         "redis CPU ms/msg",
+        "postgres CPU ms/msg",
+        "machine busy %",
     ):
         table.add_column(column, justify="left" if column == "variant" else "right")
     for s in summaries:
@@ -576,6 +615,8 @@ def throughput_table(summaries: list[dict[str, Any]], ratios: dict[str, float]) 
             f"{s['redis_commands_per_message']:.1f}",
             f"{s['worker_cpu_ms_per_message']:.2f}",
             f"{s['redis_cpu_ms_per_message']:.3f}",
+            f"{s['postgres_cpu_ms_per_message']:.2f}",
+            f"{s['machine_busy_percent']:.0f}",
         )
     return table
 
