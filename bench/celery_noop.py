@@ -5,8 +5,9 @@ no-op surehand agent. Workers import it with ``PYTHONPATH=bench``::
     SUREHAND_AGENTS=DEV=celery_noop:noop_agent surehand worker --roles DEV --concurrency 4
 
 ``BENCH_BROKER_URL`` names the broker. ``BENCH_PLAIN_CONFIG=surehand`` gives the plain app
-surehand's Celery settings (events on, prefetch 1, priority steps) instead of Celery's
-defaults, which separates the cost of those settings from the cost of a session.
+surehand's Celery settings (events on, prefetch 1, priority steps, its Redis transport)
+instead of Celery's defaults, which separates the cost of those settings from the cost of a
+session.
 ``BENCH_DONE_FILE`` names a file that each finished plain task appends one byte to: that is how
 the bench counts completions without adding a Redis command per task.
 """

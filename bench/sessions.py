@@ -10,7 +10,8 @@ database 1), never on a shared Redis. Side by side in one run:
 (a) throughput: ``--workers`` processes with ``--concurrency`` threads each, for
     * ``plain``: ``celery worker`` running a no-op task on a bare Celery app (Celery defaults);
     * ``plain+conf``: the same no-op task on an app with surehand's Celery settings (task
-      events on, prefetch 1, priority steps), to separate those settings from the session;
+      events on, prefetch 1, priority steps, kombu's Redis transport with one redis-py client
+      per channel), to separate those settings from the session;
     * ``session/sqlite`` and ``session/postgres``: ``surehand worker`` running a no-op agent
       for committed TASKs (claim, lease, heartbeat thread, agent, record return, settle with a
       REPORT to ``review``, release). The Postgres admin URL comes from

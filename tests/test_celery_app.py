@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 from celery import Celery
-from kombu import Connection
+from kombu import Connection, Producer
 
 from surehand.config import Settings
 from surehand.errors import ConfigError, PublishFailed
@@ -27,6 +27,8 @@ from surehand.queue.celery_app import (
     queue_for_role,
     role_queue,
 )
+from surehand.queue.transport import Channel as TransportChannel
+from surehand.queue.transport import Transport as TransportClass
 from tests.redis_fixtures import real_redis_url
 
 TASK = "TASK-20260101-001"
@@ -86,6 +88,36 @@ def test_a_redis_broker_serves_priority_steps_lowest_number_first() -> None:
         "sep": ":",
         "queue_order_strategy": "priority",
     }
+
+
+def test_a_redis_broker_keeps_its_scheme_and_gets_the_one_client_per_channel_transport() -> None:
+    app = make_celery(settings("redis://127.0.0.1:6379/14"))
+    connection = app.connection_for_write()
+    assert isinstance(connection.transport, TransportClass)
+    assert connection.as_uri().startswith("redis://")  # what logs and Flower's broker view read
+    assert isinstance(Connection("rediss://127.0.0.1:6380/0").transport, TransportClass)
+
+
+def test_a_channel_reuses_one_client_for_its_publishes_and_acks_on_real_redis() -> None:
+    url = real_redis_url()
+    make_celery(settings(url))
+    with Connection(url) as connection:
+        channel = connection.default_channel
+        assert isinstance(channel, TransportChannel)
+        first = channel._create_client()
+        queue = role_queue(unique_role())(channel)
+        queue.declare()
+        try:
+            Producer(channel).publish({"n": 1}, exchange=queue.exchange, routing_key=queue.name)
+            message = queue.get()
+            assert message is not None
+            assert message.payload == {"n": 1}
+            message.ack()
+            assert queue.get(no_ack=True) is None
+        finally:
+            queue.delete()
+        assert channel._create_client() is first
+        assert channel._create_client(asynchronous=True) is not first
 
 
 def test_a_p0_session_overtakes_queued_p3_and_p1_sessions_on_real_redis() -> None:

@@ -21,6 +21,7 @@ from kombu.exceptions import KombuError
 from surehand.config import Settings
 from surehand.errors import ConfigError, PublishFailed
 from surehand.model import Priority
+from surehand.queue import transport
 
 SESSION_TASK_NAME = "surehand.run_session"
 DEFAULT_QUEUE = "surehand"
@@ -63,6 +64,7 @@ def make_celery(settings: Settings) -> Celery:
     app.conf.update(_base_config())
     if _is_redis_url(broker):
         app.conf.broker_transport_options = dict(REDIS_TRANSPORT_OPTIONS)
+        transport.install()  # kombu's Redis transport, one redis-py client per channel
     return app
 
 
