@@ -63,7 +63,7 @@ import redis
 from celery import Celery
 from rich.console import Console
 from rich.table import Table
-from sqlalchemy import create_engine, event, func, select, text
+from sqlalchemy import create_engine, func, select, text
 from sqlalchemy.engine import make_url
 
 BENCH = Path(__file__).resolve().parent
@@ -71,6 +71,7 @@ REPO = BENCH.parent
 sys.path[:0] = [str(REPO), str(BENCH)]
 
 from celery_noop import PLAIN_TASK, noop_agent  # noqa: E402
+from store_counts import counted  # noqa: E402
 
 from surehand.config import Settings  # noqa: E402
 from surehand.dispatcher import runner as runner_module  # noqa: E402
@@ -82,7 +83,6 @@ from surehand.queue.heartbeat import Heartbeat  # noqa: E402
 from surehand.queue.leases import LeaseStore  # noqa: E402
 from surehand.store import Store  # noqa: E402
 from surehand.store import schema as tables  # noqa: E402
-from surehand.store.driver import DriverStatement  # noqa: E402
 from surehand.store.schema import metadata  # noqa: E402
 
 RESULTS = BENCH / "results"
@@ -481,7 +481,7 @@ def profile_sessions(
     handle.leases.ping()
     phases: dict[str, list[float]] = {}
     commands = redis_server.commandstats()
-    with counted_sql(handle.store) as sql, timed_phases(phases):
+    with counted(handle.store) as sql, timed_phases(phases):
         for task in batch:
             outcome = handle.runner.run(task.task_id)
             assert outcome.outcome == "settled", outcome
@@ -490,53 +490,10 @@ def profile_sessions(
     return {
         "sessions": n,
         "ms_per_session": {phase: 1000 * sum(times) / n for phase, times in sorted(phases.items())},
-        "sql_statements_per_session": {k: v / n for k, v in sql["statements"].most_common()},
-        "durable_commits_per_session": {k: v / n for k, v in sql["durable"].items()},
+        "sql_statements_per_session": {k: v / n for k, v in sql.statements.most_common()},
+        "durable_commits_per_session": {k: v / n for k, v in sql.durable.items()},
         "redis_commands_per_session": {k: v / n for k, v in redis_delta.most_common()},
     }
-
-
-@contextmanager
-def counted_sql(store: Store) -> Iterator[dict[str, Counter[str]]]:
-    """Count the store's SQL statements (through SQLAlchemy and on the driver's cursor) and
-    what makes writes durable: commits of transactions, statements run in autocommit, and
-    allocations committed without waiting for the WAL flush (``async``)."""
-    statements, durable = Counter[str](), Counter[str]()
-    engine = store.engine
-    autocommit = store.one_statement_engine if store.dialect == "postgresql" else None
-    asynchronous = store._async_commit_engine if store.dialect == "postgresql" else None
-
-    def seen(connection: Any, sql: str) -> None:
-        statements[sql.lstrip().split(None, 1)[0].upper()] += 1
-        if connection.engine is autocommit:
-            durable["autocommit statement"] += 1
-        elif connection.engine is asynchronous:
-            durable["async-commit statement (not waited for)"] += 1
-
-    def on_execute(connection: Any, _cursor: Any, sql: str, *_args: Any) -> None:
-        seen(connection, sql)
-
-    def on_commit(_connection: Any) -> None:
-        durable["transaction commit"] += 1
-
-    execute = DriverStatement._execute
-
-    def driver_execute(self: DriverStatement, connection: Any, compiled: Any, *args: Any) -> Any:
-        seen(connection, compiled.sql)
-        return execute(self, connection, compiled, *args)
-
-    engines = [e for e in (engine, autocommit, asynchronous) if e is not None]
-    for each in engines:
-        event.listen(each, "before_cursor_execute", on_execute)
-    event.listen(engine, "commit", on_commit)
-    DriverStatement._execute = driver_execute  # type: ignore[method-assign,assignment]
-    try:
-        yield {"statements": statements, "durable": durable}
-    finally:
-        DriverStatement._execute = execute  # type: ignore[method-assign]
-        event.remove(engine, "commit", on_commit)
-        for each in engines:
-            event.remove(each, "before_cursor_execute", on_execute)
 
 
 # -- heartbeats -------------------------------------------------------------------------------

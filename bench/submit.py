@@ -32,8 +32,7 @@ import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -42,9 +41,10 @@ from typing import Any
 import sqlalchemy
 from rich.console import Console
 from rich.table import Table
-from sqlalchemy import Column, Engine, MetaData, create_engine, event, insert, text
+from sqlalchemy import Column, MetaData, create_engine, insert, text
 from sqlalchemy import Table as SqlTable
 from sqlalchemy.engine import make_url
+from store_counts import ASYNC_COMMIT, counted  # bench/ is the script's directory
 
 from surehand.clock import SystemClock
 from surehand.config import Settings
@@ -270,46 +270,21 @@ def percentile(values: list[float], q: float) -> float:
 # -- profile ----------------------------------------------------------------------------------
 
 
-@contextmanager
-def counting(engine: Engine) -> Iterator[Counter[str]]:
-    """Count statements, commits, rollbacks and pool checkouts on ``engine``."""
-    seen: Counter[str] = Counter()
-
-    def on_execute(*_args: Any) -> None:
-        seen["statements"] += 1
-
-    def on_commit(*_args: Any) -> None:
-        seen["commits"] += 1
-
-    def on_rollback(*_args: Any) -> None:
-        seen["rollbacks"] += 1
-
-    def on_checkout(*_args: Any) -> None:
-        seen["checkouts"] += 1
-
-    hooks: list[tuple[Any, str, Callable[..., None]]] = [
-        (engine, "before_cursor_execute", on_execute),
-        (engine, "commit", on_commit),
-        (engine, "rollback", on_rollback),
-        (engine.pool, "checkout", on_checkout),
-    ]
-    for target, name, hook in hooks:
-        event.listen(target, name, hook)
-    try:
-        yield seen
-    finally:
-        for target, name, hook in hooks:
-            event.remove(target, name, hook)
-
-
 def profile(backend: Backend, ops: int) -> dict[str, dict[str, float]]:
     """Per-operation counts for each variant (single client)."""
     report: dict[str, dict[str, float]] = {}
     for variant in VARIANTS:
-        with counting(backend.store.engine) as seen:
+        with counted(backend.store) as seen:
             for i in range(ops):
                 OPERATIONS[variant](backend, i)
-        report[variant] = {key: round(value / ops, 2) for key, value in sorted(seen.items())}
+        totals = {
+            "statements": seen.statements.total(),
+            "commits": seen.durable.total() - seen.durable[ASYNC_COMMIT],
+            "async commits": seen.durable[ASYNC_COMMIT],
+            "rollbacks": seen.rollbacks,
+            "checkouts": seen.checkouts,
+        }
+        report[variant] = {key: round(value / ops, 2) for key, value in totals.items()}
     return report
 
 
@@ -482,15 +457,21 @@ def print_report(console: Console, title: str, document: dict[str, Any]) -> None
         )
     console.print(converge)
 
-    profiled = Table(title="per operation (single client, counted on the engine)")
-    for column in ("database", "variant", "statements", "commits", "rollbacks", "checkouts"):
+    profiled = Table(title="per operation (single client, on every engine of the store)")
+    for column in (
+        *("database", "variant", "statements", "commits", "async commits", "rollbacks"),
+        "checkouts",
+    ):
         profiled.add_column(column, justify="right")
     for name, report in document["profile_per_op"].items():
         for variant, seen in report.items():
             profiled.add_row(
                 name,
                 variant,
-                *(f"{seen.get(k, 0):.2f}" for k in ("statements", "commits", "rollbacks")),
+                *(
+                    f"{seen.get(k, 0):.2f}"
+                    for k in ("statements", "commits", "async commits", "rollbacks")
+                ),
                 f"{seen.get('checkouts', 0):.2f}",
             )
     console.print(profiled)
