@@ -119,14 +119,11 @@ def test_the_fast_claim_writes_what_apply_writes(services: Services) -> None:
             attempt_id="a-slow",
             epoch=task.epoch + 1,
         )
-        attempts.insert_running(
+        attempts.insert(
             connection,
-            attempt_id="a-slow",
-            task_id=slow_id,
-            number=slow.epoch,
-            worker="w",
-            lease_id="a-slow",
-            now=now,
+            attempts.new_running(
+                attempt_id="a-slow", task_id=slow_id, number=slow.epoch, worker="w", now=now
+            ),
         )
     assert fast is not None
     assert fast == read_task(services.store, fast_id)  # returned as written, not re-read

@@ -80,15 +80,14 @@ def claim(
                 attempt_id=attempt_id,
                 epoch=number,
             )
-            attempt = attempts.insert_running(
-                connection,
+            attempt = attempts.new_running(
                 attempt_id=attempt_id,
                 task_id=task_id,
                 number=number,
                 worker=worker,
-                lease_id=attempt_id,
                 now=services.clock.now(),
             )
+            attempts.insert(connection, attempt)
             return Session(services=services, task=moved, attempt=attempt)
     except (
         IllegalTransition,
@@ -133,16 +132,17 @@ def _start_attempt(
         connection, task.task_id, expect=expected, values={"epoch": number, **values}, now=now
     ):
         raise Conflict(f"{task.task_id} changed while its next attempt was being claimed")
-    attempts.insert_running(
+    attempts.insert(
         connection,
-        attempt_id=attempt_id,
-        task_id=task.task_id,
-        number=number,
-        worker=worker,
-        lease_id=attempt_id,
-        now=now,
-        bound_operation_id=bound_operation_id,
-        case_id=case_id,
+        attempts.new_running(
+            attempt_id=attempt_id,
+            task_id=task.task_id,
+            number=number,
+            worker=worker,
+            now=now,
+            bound_operation_id=bound_operation_id,
+            case_id=case_id,
+        ),
     )
     events.append(
         connection,

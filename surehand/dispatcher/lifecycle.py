@@ -180,40 +180,14 @@ def apply(
     cited = _check_report(connection, task, action, report_id, report_written)
     values = _values(task, action, target, extra_values)
     moved = _compare_and_set(connection, task, values, extra_expect, now)
-    _record_move(
-        connection,
-        task.task_id,
-        action,
-        task.bucket,
-        target,
-        by,
-        now,
-        note,
-        attempt_id,
-        epoch,
-        _event_data(action, values, cited),
-    )
-    return moved
-
-
-def _record_move(
-    connection: Connection,
-    task_id: str,
-    action: Action,
-    source: Bucket | None,
-    target: Bucket,
-    by: str,
-    now: datetime,
-    reason: str | None,
-    attempt_id: str | None,
-    epoch: int | None,
-    data: dict[str, Any],
-) -> None:
-    """The one TRANSITION event of a move (every move path appends exactly this shape)."""
+    data = _event_data(action, values, cited)
     events.insert(
         connection,
-        move_event(task_id, action, source, target, by, now, reason, attempt_id, epoch, data),
+        move_event(
+            task.task_id, action, task.bucket, target, by, now, note, attempt_id, epoch, data
+        ),
     )
+    return moved
 
 
 def move_event(
@@ -228,7 +202,7 @@ def move_event(
     epoch: int | None,
     data: dict[str, Any],
 ) -> dict[str, Any]:
-    """The row of a move's TRANSITION event."""
+    """The row of a move's TRANSITION event (every move path appends exactly this shape)."""
     return events.row(
         task_id=task_id,
         kind=EventKind.TRANSITION,

@@ -11,7 +11,8 @@ from collections.abc import Iterator, Sequence
 from datetime import datetime
 from typing import Any, NamedTuple
 
-from sqlalchemy import Connection, Row, bindparam, exists, func, insert, select, update
+from sqlalchemy import Connection, Row, bindparam, exists, func, select, update
+from sqlalchemy import insert as sql_insert
 
 from surehand.model import Attempt, AttemptState
 from surehand.store.schema import attempts, operations, tasks
@@ -37,7 +38,7 @@ def _attempt(row: Row[Any]) -> Attempt:
 
 
 # Hot-path statements: built once, executed with parameters (compiled once, then cached).
-_INSERT = insert(attempts)
+_INSERT = sql_insert(attempts)
 _GET = select(attempts).where(attempts.c.attempt_id == bindparam("attempt_id"))
 _CURRENT_EPOCH = (
     select(tasks.c.epoch).where(tasks.c.task_id == bindparam("b_task_id")).scalar_subquery()
@@ -73,45 +74,10 @@ _RECORD_RETURN = (
 )
 
 
-def insert_running(
-    connection: Connection,
-    *,
-    attempt_id: str,
-    task_id: str,
-    number: int,
-    worker: str,
-    lease_id: str,
-    now: datetime,
-    bound_operation_id: int | None = None,
-    case_id: str | None = None,
-) -> Attempt:
-    """Insert a running attempt and return it as written; DuplicateKey if this task already
-    has attempt ``number``."""
-    attempt = new_running(
-        attempt_id=attempt_id,
-        task_id=task_id,
-        number=number,
-        worker=worker,
-        now=now,
-        bound_operation_id=bound_operation_id,
-        case_id=case_id,
-    )
-    connection.execute(
-        _INSERT,
-        {
-            "attempt_id": attempt_id,
-            "task_id": task_id,
-            "number": number,
-            "state": AttemptState.RUNNING.value,
-            "worker": worker,
-            "lease_id": lease_id,
-            "agent_returned": False,
-            "bound_operation_id": bound_operation_id,
-            "case_id": case_id,
-            "started_at": now,
-        },
-    )
-    return attempt
+def insert(connection: Connection, attempt: Attempt) -> None:
+    """Insert a running attempt (from :func:`new_running`); DuplicateKey if its TASK already
+    has an attempt with its number."""
+    connection.execute(_INSERT, running_row(attempt))
 
 
 def new_running(
@@ -141,6 +107,28 @@ def new_running(
         started_at=now,
         ended_at=None,
     )
+
+
+RUNNING_COLUMNS = (
+    *("attempt_id", "task_id", "number", "state", "worker", "lease_id", "agent_returned"),
+    *("bound_operation_id", "case_id", "started_at"),
+)
+
+
+def running_row(attempt: Attempt) -> dict[str, Any]:
+    """The row inserted for a running attempt (:data:`RUNNING_COLUMNS`; the rest start empty)."""
+    return {
+        "attempt_id": attempt.attempt_id,
+        "task_id": attempt.task_id,
+        "number": attempt.number,
+        "state": AttemptState.RUNNING.value,
+        "worker": attempt.worker,
+        "lease_id": attempt.lease_id,
+        "agent_returned": False,
+        "bound_operation_id": attempt.bound_operation_id,
+        "case_id": attempt.case_id,
+        "started_at": attempt.started_at,
+    }
 
 
 def get(connection: Connection, attempt_id: str) -> Attempt | None:

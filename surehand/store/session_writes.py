@@ -39,12 +39,14 @@ from sqlalchemy import (
 )
 
 from surehand.model import AttemptState, Bucket, Task
+from surehand.store import attempts as attempt_rows
 from surehand.store import tasks as task_rows
 from surehand.store.driver import DriverStatement
 from surehand.store.schema import UTCDateTime, attempts, operations, reports, task_events, tasks
 
 _EVENT_COLUMNS = tuple(c.name for c in task_events.c if c.name != "id")
 _EVENT_TYPES: dict[str, Any] = {"at": UTCDateTime(), "epoch": Integer(), "data": JSON()}
+# The columns of a running attempt that the claim statement sets (the others start empty).
 _ATTEMPT_COLUMNS = (
     "attempt_id",
     "task_id",
@@ -61,7 +63,7 @@ def _insert(table: Table, columns: Sequence[str]) -> DriverStatement:
     return DriverStatement(insert(table).values({name: bindparam(name) for name in columns}))
 
 
-_INSERT_ATTEMPT = _insert(attempts, _ATTEMPT_COLUMNS)
+_INSERT_ATTEMPT = _insert(attempts, attempt_rows.RUNNING_COLUMNS)
 _INSERT_EVENT = _insert(task_events, _EVENT_COLUMNS)
 _INSERT_REPORT = _insert(reports, [c.name for c in reports.c])
 
@@ -148,15 +150,12 @@ def claim_fresh(
     if row is None:
         return None
     moved = task_rows.from_row(row)
-    _INSERT_ATTEMPT.rowcount(connection, attempt_row(moved, attempt_id, worker, now))
+    attempt = attempt_rows.new_running(
+        attempt_id=attempt_id, task_id=task_id, number=moved.epoch, worker=worker, now=now
+    )
+    _INSERT_ATTEMPT.rowcount(connection, attempt_rows.running_row(attempt))
     _INSERT_EVENT.rowcount(connection, {**event, "epoch": moved.epoch})
     return moved
-
-
-def attempt_row(task: Task, attempt_id: str, worker: str, now: datetime) -> dict[str, Any]:
-    """The row of the running attempt that a claim of ``task`` (as written) inserts."""
-    values = (attempt_id, task.task_id, task.epoch, AttemptState.RUNNING.value, worker)
-    return dict(zip(_ATTEMPT_COLUMNS, (*values, attempt_id, False, now), strict=True))
 
 
 # -- settle ---------------------------------------------------------------------------------
