@@ -488,8 +488,15 @@ def test_a_paused_owner_that_wakes_after_its_successor_settled_is_fenced_and_rec
     chaos: Chaos,
 ) -> None:
     """SIGSTOP the worker mid-session past its lease TTL, let the successor run on another
-    worker, then SIGCONT: the old session's write is fenced and recorded, nothing changes."""
-    owner = chaos.worker("paused_owner", **{SLEEP_ENV: "1.0"})
+    worker, then SIGCONT: the old session's write is fenced and recorded, nothing changes.
+
+    Its heartbeat is frozen too (no renewal falls due in the test), as in a process whose
+    renewals stalled: on SIGCONT nothing in the process knows the lease is gone, so the agent
+    goes straight into its write and only the store's fence stops it. (With a live heartbeat
+    the renewal may fail first and the session refuses the write itself, with ``LeaseLost``:
+    that path has its own tests.)"""
+    frozen = {SLEEP_ENV: "1.0", "SUREHAND_HEARTBEAT_SECONDS": "600"}
+    owner = chaos.worker("paused_owner", **frozen)
     chaos.reconcile_in_background()
     task_id = chaos.submit()
     started = chaos.markers / f"{task_id}-started-1"
