@@ -6,8 +6,10 @@ consumed back with kombu and its routing, priority and headers inspected.
 
 from __future__ import annotations
 
+import contextlib
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -29,6 +31,7 @@ from surehand.queue.celery_app import (
 )
 from surehand.queue.transport import Channel as TransportChannel
 from surehand.queue.transport import Transport as TransportClass
+from tests.procs import private_redis
 from tests.redis_fixtures import real_redis_url
 
 TASK = "TASK-20260101-001"
@@ -118,6 +121,32 @@ def test_a_channel_reuses_one_client_for_its_publishes_and_acks_on_real_redis() 
             queue.delete()
         assert channel._create_client() is first
         assert channel._create_client(asynchronous=True) is not first
+
+
+def test_publishing_carries_on_after_the_broker_restarts(tmp_path: Path) -> None:
+    """The channel's one client borrows a connection per command from its pool, as kombu's
+    per-command clients did: after a restart a publish reconnects, never stays stuck."""
+    with private_redis(tmp_path) as broker:
+        app = make_celery(settings(broker.url))
+        app.conf.task_publish_retry = False  # fail fast instead of kombu's retries
+        role = unique_role()
+        publish_session(app, "T-before", role, Priority.P2)
+        broker.restart()  # no persistence: the first message is gone with the data
+
+        published = []
+        for task in ("T-after-1", "T-after-2"):
+            with contextlib.suppress(PublishFailed):  # at most the first may fail
+                publish_session(app, task, role, Priority.P2)
+                published.append(task)
+
+        options = dict(REDIS_TRANSPORT_OPTIONS)
+        with Connection(broker.url, transport_options=options) as connection:
+            queue = role_queue(role)(connection.default_channel)
+            received = []
+            while (message := queue.get(no_ack=True)) is not None:
+                received.append(message.decode()[0][0])
+    assert published[-1:] == ["T-after-2"]
+    assert received == published
 
 
 def test_a_p0_session_overtakes_queued_p3_and_p1_sessions_on_real_redis() -> None:
