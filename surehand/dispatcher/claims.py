@@ -248,7 +248,3 @@ def _record_refusal(
                 "why": type(why).__name__,
             },
         )
-
-
-def is_claimable(task: Task) -> bool:
-    return task.bucket is Bucket.INBOX and task.hold is None

@@ -90,37 +90,6 @@ def insert_reserved(
     )
 
 
-def insert_committed(
-    connection: Connection,
-    *,
-    tenant: str,
-    submission_id: str,
-    schema_version: str,
-    digest: str,
-    task_id: str,
-    task_path: str,
-    document_digest: str,
-    result: Mapping[str, Any],
-    now: datetime,
-) -> None:
-    """Insert a receipt whose stages all complete in the caller's transaction, which also
-    inserts the TASK; raises DuplicateKey if the submission already exists."""
-    connection.execute(
-        _INSERT,
-        committed_row(
-            tenant=tenant,
-            submission_id=submission_id,
-            schema_version=schema_version,
-            digest=digest,
-            task_id=task_id,
-            task_path=task_path,
-            document_digest=document_digest,
-            result=result,
-            now=now,
-        ),
-    )
-
-
 def committed_row(
     *,
     tenant: str,

@@ -46,17 +46,6 @@ from surehand.store.schema import UTCDateTime, attempts, operations, reports, ta
 
 _EVENT_COLUMNS = tuple(c.name for c in task_events.c if c.name != "id")
 _EVENT_TYPES: dict[str, Any] = {"at": UTCDateTime(), "epoch": Integer(), "data": JSON()}
-# The columns of a running attempt that the claim statement sets (the others start empty).
-_ATTEMPT_COLUMNS = (
-    "attempt_id",
-    "task_id",
-    "number",
-    "state",
-    "worker",
-    "lease_id",
-    "agent_returned",
-    "started_at",
-)
 
 
 def _insert(table: Table, columns: Sequence[str]) -> DriverStatement:
@@ -104,23 +93,22 @@ def _own_params(
 
 def _claim_statement() -> Select[Any]:
     moved = task_rows.CLAIM_INBOX.cte("claimed")
-    attempt = (
-        insert(attempts)
-        .from_select(
-            list(_ATTEMPT_COLUMNS),
-            select(
-                bindparam("a_attempt_id", type_=String()),
-                moved.c.task_id,
-                moved.c.epoch,
-                literal(AttemptState.RUNNING.value, String()),
-                bindparam("a_worker", type_=String()),
-                bindparam("a_attempt_id", type_=String()),
-                literal(False, Boolean()),
-                bindparam("b_now", type_=UTCDateTime()),
-            ).select_from(moved),
-        )
-        .cte("attempt")
-    )
+    # The row attempts.running_row describes, with the number read from the UPDATE's output.
+    running: dict[str, Any] = {
+        "attempt_id": bindparam("a_attempt_id", type_=String()),
+        "task_id": moved.c.task_id,
+        "number": moved.c.epoch,
+        "state": literal(AttemptState.RUNNING.value, String()),
+        "worker": bindparam("a_worker", type_=String()),
+        "lease_id": bindparam("a_attempt_id", type_=String()),
+        "agent_returned": literal(False, Boolean()),
+        "bound_operation_id": literal(None, Integer()),
+        "case_id": literal(None, String()),
+        "started_at": bindparam("b_now", type_=UTCDateTime()),
+    }
+    columns = list(attempt_rows.RUNNING_COLUMNS)
+    values = select(*(running[name] for name in columns)).select_from(moved)
+    attempt = insert(attempts).from_select(columns, values).cte("attempt")
     event = _insert_events(moved, ["e1_"], {"epoch": moved.c.epoch})
     return select(moved).add_cte(attempt, event)
 

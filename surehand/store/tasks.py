@@ -181,14 +181,6 @@ def get_for_update(connection: Connection, task_id: str) -> Task | None:
     return from_row(row) if row is not None else None
 
 
-def claim_inbox(connection: Connection, task_id: str, now: datetime) -> Task | None:
-    """The claim's compare-and-set in one statement: an unheld TASK in ``inbox`` moves to
-    ``active`` with the next epoch and revision. Returns the TASK as written, or None when
-    it was not claimable (missing, held, or not in inbox) and nothing changed."""
-    row = connection.execute(CLAIM_INBOX, {"b_task_id": task_id, "b_now": now}).one_or_none()
-    return from_row(row) if row is not None else None
-
-
 def document(connection: Connection, task_id: str) -> str | None:
     value = connection.execute(
         select(tasks.c.document).where(tasks.c.task_id == task_id)
