@@ -4,6 +4,10 @@ A body over the limit is answered 413 with a problem+json document and never rea
 so nothing is parsed, validated or written. ``Content-Length`` is checked first; a chunked body
 is read up to the limit and refused as soon as it passes it. Bodies under the limit are buffered
 (at most the limit, 2 MiB by default) and replayed to the application.
+
+After a 413 the rest of the body is read and dropped (up to :data:`DRAIN_BYTES`): closing a
+connection with unread data in it makes the kernel reset it, and a client still sending would
+then see "connection reset" instead of the 413.
 """
 
 from __future__ import annotations
@@ -17,6 +21,8 @@ Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+DRAIN_BYTES = 16 * 1024 * 1024  # a larger body is cut off (and its client may see a reset)
 
 
 class BodyLimit:
@@ -32,7 +38,7 @@ class BodyLimit:
             return
         declared = _content_length(scope)
         if declared is not None and declared > self.max_bytes:
-            await self._refuse(send)
+            await self._refuse(send, receive, more=True)
             return
         chunks: list[bytes] = []
         size = 0
@@ -43,14 +49,14 @@ class BodyLimit:
             chunk = message.get("body", b"")
             size += len(chunk)
             if size > self.max_bytes:
-                await self._refuse(send)
+                await self._refuse(send, receive, more=message.get("more_body", False))
                 return
             chunks.append(chunk)
             if not message.get("more_body", False):
                 break
         await self.app(scope, _replay(b"".join(chunks), receive), send)
 
-    async def _refuse(self, send: Send) -> None:
+    async def _refuse(self, send: Send, receive: Receive, *, more: bool) -> None:
         body = json.dumps(
             {
                 "type": "urn:surehand:problem:payload_too_large",
@@ -75,7 +81,20 @@ class BodyLimit:
                 ],
             }
         )
+        # Drained before the response completes: servers stop delivering the body after that.
+        await _drain(receive, more)
         await send({"type": "http.response.body", "body": body})
+
+
+async def _drain(receive: Receive, more: bool) -> None:
+    """Read and drop the rest of a refused body, up to DRAIN_BYTES."""
+    drained = 0
+    while more and drained < DRAIN_BYTES:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return
+        drained += len(message.get("body", b""))
+        more = message.get("more_body", False)
 
 
 def _content_length(scope: Scope) -> int | None:
