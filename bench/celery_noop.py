@@ -10,12 +10,24 @@ instead of Celery's defaults, which separates the cost of those settings from th
 session.
 ``BENCH_DONE_FILE`` names a file that each finished plain task appends one byte to: that is how
 the bench counts completions without adding a Redis command per task.
+
+The *floor* task (``bench.floor``, run with surehand's Celery settings) does the least any
+fenced session has to do, with none of surehand's code: a durable single-row write to claim
+(a Postgres INSERT, autocommit), a lease taken with ``SET NX PX`` in a script, the lease released
+with a compare-and-delete script, and a durable single-row write to settle (an UPDATE guarded
+by the state it expects). ``BENCH_FLOOR_DATABASE_URL`` (a libpq URL) and
+``BENCH_FLOOR_REDIS_URL`` name where; the table ``bench_floor`` must exist.
 """
 
 from __future__ import annotations
 
 import os
+import threading
+import uuid
+from typing import Any
 
+import psycopg
+import redis
 from celery import Celery
 
 from surehand.agents.context import SessionContext
@@ -23,6 +35,11 @@ from surehand.config import Settings
 from surehand.queue.celery_app import make_celery
 
 PLAIN_TASK = "bench.noop"
+FLOOR_TASK = "bench.floor"
+FLOOR_TABLE_DDL = (
+    "CREATE TABLE IF NOT EXISTS bench_floor (key text PRIMARY KEY, state text NOT NULL, "
+    "at timestamptz NOT NULL DEFAULT now())"
+)
 
 
 def _app() -> Celery:
@@ -51,6 +68,56 @@ def _mark_done() -> None:
 @app.task(name=PLAIN_TASK, ignore_result=True)
 def noop() -> None:
     """The plain Celery task: does nothing but count itself."""
+    _mark_done()
+
+
+_LEASE_TAKE = "return redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2])"
+_LEASE_DROP = (
+    "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0"
+)
+
+
+class _Floor:
+    """Per-process clients of the floor task: one Postgres connection per worker thread (as a
+    pool would hand out), one Redis client with the two lease scripts registered."""
+
+    def __init__(self) -> None:
+        self._local = threading.local()
+        self.redis = redis.Redis.from_url(os.environ["BENCH_FLOOR_REDIS_URL"])
+        self.take = self.redis.register_script(_LEASE_TAKE)
+        self.drop = self.redis.register_script(_LEASE_DROP)
+
+    def database(self) -> psycopg.Connection[Any]:
+        connection: psycopg.Connection[Any] | None = getattr(self._local, "connection", None)
+        if connection is None:
+            connection = psycopg.connect(os.environ["BENCH_FLOOR_DATABASE_URL"], autocommit=True)
+            self._local.connection = connection
+        return connection
+
+
+_floor: _Floor | None = None
+_floor_lock = threading.Lock()
+
+
+def _floor_clients() -> _Floor:
+    global _floor
+    with _floor_lock:
+        if _floor is None:
+            _floor = _Floor()
+        return _floor
+
+
+@app.task(name=FLOOR_TASK, ignore_result=True)
+def floor() -> None:
+    """Claim (durable write), take the lease, release it, settle (durable write); nothing else."""
+    clients, key = _floor_clients(), uuid.uuid4().hex
+    database = clients.database()
+    database.execute("INSERT INTO bench_floor (key, state) VALUES (%s, 'active')", (key,))
+    clients.take(keys=[f"lease:{key}"], args=[key, 30_000])
+    clients.drop(keys=[f"lease:{key}"], args=[key])
+    database.execute(
+        "UPDATE bench_floor SET state = 'review' WHERE key = %s AND state = 'active'", (key,)
+    )
     _mark_done()
 
 

@@ -12,6 +12,11 @@ database 1), never on a shared Redis. Side by side in one run:
     * ``plain+conf``: the same no-op task on an app with surehand's Celery settings (task
       events on, prefetch 1, priority steps, kombu's Redis transport with one redis-py client
       per channel), to separate those settings from the session;
+    * ``floor`` (with Postgres): the least any fenced session must do, with none of
+      surehand's code, on surehand's Celery settings: a durable single-row INSERT to claim, a
+      lease taken (``SET NX PX`` script) and released (compare-and-delete script), a durable
+      single-row UPDATE to settle (``celery_noop.floor``). What it reaches against ``plain``
+      bounds what a session with a durable claim and settle can reach on this machine;
     * ``session/sqlite`` and ``session/postgres``: ``surehand worker`` running a no-op agent
       for committed TASKs (claim, lease, heartbeat thread, agent, record return, settle with a
       REPORT to ``review``, release). The Postgres admin URL comes from
@@ -59,6 +64,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import redis
 from celery import Celery
 from rich.console import Console
@@ -70,7 +76,7 @@ BENCH = Path(__file__).resolve().parent
 REPO = BENCH.parent
 sys.path[:0] = [str(REPO), str(BENCH)]
 
-from celery_noop import PLAIN_TASK, noop_agent  # noqa: E402
+from celery_noop import FLOOR_TABLE_DDL, FLOOR_TASK, PLAIN_TASK, noop_agent  # noqa: E402
 from store_counts import counted  # noqa: E402
 
 from surehand.config import Settings  # noqa: E402
@@ -90,7 +96,7 @@ DEFAULT_ADMIN_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 BENCH_DATABASE = "surehand_bench_sessions"
 TARGET_RATIO = 0.5
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
-console = Console()
+console = Console(width=None if sys.stdout.isatty() else 160)  # saved logs keep every column
 
 
 # -- processes --------------------------------------------------------------------------------
@@ -217,12 +223,20 @@ class Variant:
 
 
 def plain_variant(
-    name: str, redis_server: RedisServer, tmp: Path, options: argparse.Namespace, conf: str
+    name: str,
+    redis_server: RedisServer,
+    tmp: Path,
+    options: argparse.Namespace,
+    conf: str,
+    *,
+    task: str = PLAIN_TASK,
+    extra_env: dict[str, str] | None = None,
 ) -> Variant:
     queue = f"bench.{name.replace('+', '_')}"
     done = tmp / f"{queue}.done"
     done.touch()
     env = {"BENCH_BROKER_URL": redis_server.url(0), "BENCH_DONE_FILE": str(done)}
+    env.update(extra_env or {})
     if conf == "surehand":
         env["BENCH_PLAIN_CONFIG"] = "surehand"
         app = make_celery(Settings.model_validate({"broker_url": redis_server.url(0)}))
@@ -244,9 +258,24 @@ def plain_variant(
 
     def publish(n: int) -> None:
         for _ in range(n):
-            app.send_task(PLAIN_TASK, queue=queue, routing_key=queue)
+            app.send_task(task, queue=queue, routing_key=queue)
 
     return Variant(name, publish, lambda: done.stat().st_size, workers)
+
+
+def floor_variant(
+    database_url: str, redis_server: RedisServer, tmp: Path, options: argparse.Namespace
+) -> Variant:
+    """The least a fenced session must do (see ``celery_noop.floor``), on surehand's Celery
+    settings, the bench's Postgres database and the leases' Redis database."""
+    libpq = make_url(database_url).set(drivername="postgresql").render_as_string(False)
+    with psycopg.connect(libpq, autocommit=True) as connection:
+        connection.execute(FLOOR_TABLE_DDL)
+        connection.execute("TRUNCATE bench_floor")
+    env = {"BENCH_FLOOR_DATABASE_URL": libpq, "BENCH_FLOOR_REDIS_URL": redis_server.url(1)}
+    return plain_variant(
+        "floor", redis_server, tmp, options, "surehand", task=FLOOR_TASK, extra_env=env
+    )
 
 
 @dataclass
@@ -557,6 +586,7 @@ def throughput_table(summaries: list[dict[str, Any]], ratios: dict[str, float]) 
         "msgs/s",
         "vs plain",
         "vs plain+conf",
+        "vs floor",
         "Redis cmds/msg",
         "worker CPU ms/msg",
         "redis CPU ms/msg",
@@ -570,6 +600,7 @@ def throughput_table(summaries: list[dict[str, Any]], ratios: dict[str, float]) 
             f"{s['per_second_median']:.0f}",
             _ratio(ratios.get(f"{s['name']} / plain")),
             _ratio(ratios.get(f"{s['name']} / plain+conf")),
+            _ratio(ratios.get(f"{s['name']} / floor")),
             f"{s['redis_commands_per_message']:.1f}",
             f"{s['worker_cpu_ms_per_message']:.2f}",
             f"{s['redis_cpu_ms_per_message']:.3f}",
@@ -706,13 +737,40 @@ def ratios_of(
     summaries: list[dict[str, Any]], per_round: list[dict[str, float]]
 ) -> dict[str, float]:
     ratios: dict[str, float] = {}
-    for summary in summaries:
-        if summary["name"].startswith("session/"):
-            for base in ("plain", "plain+conf"):
-                ratios[f"{summary['name']} / {base}"] = statistics.median(
-                    r[summary["name"]] / r[base] for r in per_round
-                )
+    names = [s["name"] for s in summaries]
+    for name in names:
+        if name.startswith("session/") or name == "floor":
+            for base in ("plain", "plain+conf", "floor"):
+                if base in names and base != name:
+                    ratios[f"{name} / {base}"] = statistics.median(
+                        r[name] / r[base] for r in per_round
+                    )
     return ratios
+
+
+def start_variants(
+    variants: list[Variant],
+    backends: list[SessionBackend],
+    redis_server: RedisServer,
+    tmp: Path,
+    options: argparse.Namespace,
+) -> None:
+    """Start every variant's workers, appending each variant as soon as it runs (so that the
+    caller's cleanup stops whatever started)."""
+    variants.append(plain_variant("plain", redis_server, tmp, options, "default"))
+    variants.append(plain_variant("plain+conf", redis_server, tmp, options, "surehand"))
+    variants.extend(session_variant(b, redis_server, tmp, options) for b in backends)
+    for backend in backends:
+        if backend.name == "postgres":
+            variants.append(floor_variant(backend.url, redis_server, tmp, options))
+
+
+def print_verdicts(ratios: dict[str, float]) -> None:
+    for key, value in ratios.items():
+        if key.endswith("/ plain"):
+            verdict = "meets" if value >= TARGET_RATIO else "misses"
+            what = "the least a fenced session must do" if key.startswith("floor") else "a session"
+            console.print(f"{key}: {value:.2f}x ({what}; {verdict} the {TARGET_RATIO}x target)")
 
 
 def main() -> int:
@@ -731,9 +789,7 @@ def main() -> int:
         for name, url, role in stores:
             backends.append(prepare_backend(name, url, role, count, redis_server.url(1)))
         with console.status("starting workers"):
-            variants.append(plain_variant("plain", redis_server, tmp, options, "default"))
-            variants.append(plain_variant("plain+conf", redis_server, tmp, options, "surehand"))
-            variants.extend(session_variant(b, redis_server, tmp, options) for b in backends)
+            start_variants(variants, backends, redis_server, tmp, options)
         idle, per_round = measure_rounds(variants, redis_server, options)
         for variant in variants:
             for worker in variant.workers:
@@ -758,10 +814,7 @@ def main() -> int:
     console.print(commands_table(summaries))
     console.print(phases_table(profiles))
     console.print(heartbeat_table(heartbeat))
-    for key, value in ratios.items():
-        if key.endswith("/ plain"):
-            verdict = "meets" if value >= TARGET_RATIO else "misses"
-            console.print(f"{key}: {value:.2f}x ({verdict} the {TARGET_RATIO}x target)")
+    print_verdicts(ratios)
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     result = {
         "bench": "sessions",
