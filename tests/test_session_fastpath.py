@@ -40,7 +40,7 @@ from surehand.model import (
     RetryPolicy,
     Task,
 )
-from surehand.store import attempts, session_writes, tasks
+from surehand.store import attempts, creation, session_writes, tasks
 from surehand.store import schema as tables
 from surehand.store.driver import DriverStatement
 from tests.session_helpers import (  # noqa: F401  (harness fixtures)
@@ -467,12 +467,14 @@ def test_the_runner_gives_up_after_the_second_unreachable_claim(
 
 def test_the_one_statement_writes_fit_psycopgs_cache_of_converted_queries() -> None:
     """psycopg converts a query's placeholders on every execution unless the query is short
-    enough to cache; the session's two statements must stay within its limits."""
+    enough to cache; the session's two statements and write_task's create must stay within
+    its limits."""
     from psycopg import _queries
     from sqlalchemy import create_engine
 
     dialect = create_engine("postgresql+psycopg://nobody@nowhere/none").dialect  # no connect
-    for statement in (session_writes._CLAIM_PG, session_writes._SETTLE_PG):
+    hot = (session_writes._CLAIM_PG, session_writes._SETTLE_PG, creation._POSTGRES)
+    for statement in hot:
         compiled = statement._compile(dialect)
         assert len(compiled.sql) <= _queries.MAX_CACHED_STATEMENT_LENGTH
         assert len(compiled.names) <= _queries.MAX_CACHED_STATEMENT_PARAMS

@@ -26,7 +26,7 @@ from surehand.model import (
     ReceiptState,
     WriteTaskResult,
 )
-from surehand.store import receipts, tasks
+from surehand.store import creation, receipts, tasks
 from surehand.testing import ManualClock
 from tests.submission_helpers import (
     TENANT,
@@ -650,3 +650,26 @@ def test_diagnostics_of_a_committed_submission_show_a_healthy_receipt(
     assert diagnosis.stalled is False
     assert diagnostics.stalled_submissions(services) == []
     assert counts(services.store) == (1, 1)
+
+
+def test_the_one_statement_create_refuses_rows_that_disagree_on_a_shared_column() -> None:
+    """On Postgres the receipt, the TASK and its event take their shared columns (task id,
+    tenant, submission id, digests, timestamps) from one parameter each; rows that disagree
+    would silently store the TASK's values, so building the parameters refuses them."""
+    now = datetime.now(UTC)
+    task = {
+        "task_id": "TASK-20260101-001",
+        "tenant": "t",
+        "client_submission_id": "s",
+        "request_digest": "d",
+        "digest_schema_version": "v",
+        "document_digest": "x",
+        "created_at": now,
+        "updated_at": now,
+    }
+    event = {"task_id": "TASK-20260101-001", "at": now, "kind": "transition"}
+    assert creation.postgres_parameters(dict(task), task, event)["c_now"] == now
+    with pytest.raises(ValueError, match="task_id"):
+        creation.postgres_parameters({**task, "task_id": "TASK-20260101-002"}, task, event)
+    with pytest.raises(ValueError, match="at"):
+        creation.postgres_parameters(task, task, {**event, "at": now + timedelta(seconds=1)})

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import ColumnElement, Connection, exc
+from sqlalchemy import BindParameter, ColumnElement, Connection, bindparam, exc
 from sqlalchemy.engine import Dialect
 from sqlalchemy.sql.expression import Executable
 
@@ -90,6 +90,26 @@ class DriverStatement:
             cursor.close()
             _reraise(connection, compiled.sql, values, error)
         return cursor
+
+
+def common_binds(
+    names: Mapping[str, str], types: Mapping[str, Any]
+) -> dict[str, BindParameter[Any]]:
+    """Bind parameters for columns that several rows of one statement take from one common
+    parameter: ``names`` maps a column to its parameter, ``types`` a column to its type."""
+    return {column: bindparam(name, type_=types[column]) for column, name in names.items()}
+
+
+def own_params(
+    prefix: str, row: Mapping[str, Any], common: Mapping[str, str], params: Mapping[str, Any]
+) -> dict[str, Any]:
+    """``row``'s values as parameters named ``prefix + column``, except the ``common``
+    columns, whose values must equal the common parameter they are taken from (ValueError
+    otherwise: the statement would write a value the caller did not ask for)."""
+    for name, parameter in common.items():
+        if name in row and parameter in params and row[name] != params[parameter]:
+            raise ValueError(f"{name}={row[name]!r} differs from {parameter}={params[parameter]!r}")
+    return {f"{prefix}{name}": value for name, value in row.items() if name not in common}
 
 
 def _compile(

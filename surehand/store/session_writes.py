@@ -41,7 +41,7 @@ from sqlalchemy import (
 from surehand.model import AttemptState, Bucket, Task
 from surehand.store import attempts as attempt_rows
 from surehand.store import tasks as task_rows
-from surehand.store.driver import DriverStatement
+from surehand.store.driver import DriverStatement, common_binds, own_params
 from surehand.store.schema import UTCDateTime, attempts, operations, reports, task_events, tasks
 
 _EVENT_COLUMNS = tuple(c.name for c in task_events.c if c.name != "id")
@@ -75,17 +75,6 @@ def _insert_events(source: CTE, prefixes: Sequence[str], shared: Mapping[str, An
     # UNION ALL runs its branches in order, so the events' ids follow ``prefixes``.
     chosen = rows[0] if len(rows) == 1 else union_all(*rows)
     return insert(task_events).from_select(list(_EVENT_COLUMNS), chosen).cte("new_events")
-
-
-def _own_params(
-    prefix: str, row: Mapping[str, Any], shared: Mapping[str, str], params: Mapping[str, Any]
-) -> dict[str, Any]:
-    """``row``'s values as parameters named ``prefix + column``, except the ``shared``
-    columns, whose values must equal the common parameter they are taken from."""
-    for name, common in shared.items():
-        if name in row and common in params and row[name] != params[common]:
-            raise ValueError(f"{name}={row[name]!r} differs from {common}={params[common]!r}")
-    return {f"{prefix}{name}": value for name, value in row.items() if name not in shared}
 
 
 # -- claim ----------------------------------------------------------------------------------
@@ -131,7 +120,7 @@ def claim_fresh(
     filled in). Returns the TASK as written, or None with nothing written."""
     if connection.dialect.name == "postgresql":
         params = {"b_task_id": task_id, "b_now": now, "a_attempt_id": attempt_id}
-        params.update({"a_worker": worker, **_own_params("e1_", event, {"epoch": ""}, {})})
+        params.update({"a_worker": worker, **own_params("e1_", event, {"epoch": ""}, {})})
         row = _CLAIM_PG.one_or_none(connection, params)
         return task_rows.from_row(row) if row is not None else None
     row = _CLAIM_SQLITE.one_or_none(connection, {"b_task_id": task_id, "b_now": now})
@@ -232,10 +221,6 @@ _EVENT_SHARED = {"task_id": "s_task_id", "at": "s_now", "attempt_id": "s_attempt
 _PREFIXES = ("e1_", "e2_", "e3_")
 
 
-def _shared(names: Mapping[str, str], types: Mapping[str, Any]) -> dict[str, Any]:
-    return {column: bindparam(name, type_=types[column]) for column, name in names.items()}
-
-
 def _settle_statement() -> Select[Any]:
     # The TASK row is locked first (FOR UPDATE re-checks the newest version), so nothing can
     # move it between the fence and the move: either every part below applies or none does.
@@ -250,7 +235,7 @@ def _settle_statement() -> Select[Any]:
         .returning(*_MOVED)
         .cte("settled")
     )
-    shared = _shared(_REPORT_SHARED, {c.name: c.type for c in reports.c})
+    shared = common_binds(_REPORT_SHARED, {c.name: c.type for c in reports.c})
     report_values = [
         (shared[c.name] if c.name in shared else bindparam(f"r_{c.name}", type_=c.type)).label(
             c.name
@@ -263,7 +248,7 @@ def _settle_statement() -> Select[Any]:
         .cte("new_report")
     )
     event_types = {c.name: c.type for c in task_events.c}
-    events = _insert_events(moved, _PREFIXES, _shared(_EVENT_SHARED, event_types))
+    events = _insert_events(moved, _PREFIXES, common_binds(_EVENT_SHARED, event_types))
     return select(moved).add_cte(report, events)
 
 
@@ -297,9 +282,9 @@ def settle_first_report(connection: Connection, settled: FirstReport) -> Task | 
     content landed concurrently (nothing written either)."""
     params = _settle_params(settled)
     if connection.dialect.name == "postgresql":
-        own = _own_params("r_", settled.report, _REPORT_SHARED, params)
+        own = own_params("r_", settled.report, _REPORT_SHARED, params)
         for prefix, event in zip(_PREFIXES, settled.events, strict=True):
-            own.update(_own_params(prefix, event, _EVENT_SHARED, params))
+            own.update(own_params(prefix, event, _EVENT_SHARED, params))
         row = _SETTLE_PG.one_or_none(connection, {**params, **own})
     else:
         row = _settle_sqlite(connection, settled, params)
