@@ -28,6 +28,7 @@ from surehand.model import (
 )
 from surehand.store import creation, receipts, tasks
 from surehand.testing import ManualClock
+from tests.session_helpers import read_task
 from tests.submission_helpers import (
     TENANT,
     counter_rows,
@@ -287,6 +288,36 @@ def test_task_numbers_follow_the_utc_date_of_the_clock_and_restart_each_day(
     assert len(set(task_ids(services.store))) == 5
     assert counts(services.store) == (5, 4)
     assert counter_rows(services.store) == [("TASK", "20261130", 3), ("TASK", "20261201", 2)]
+
+
+class _TickingClock(ManualClock):
+    """Moves forward by ``step`` seconds each time it is read."""
+
+    def __init__(self, start: datetime, step: float) -> None:
+        super().__init__(start)
+        self.step = step
+
+    def now(self) -> datetime:
+        return self.advance(self.step)
+
+
+def test_a_create_that_spans_midnight_takes_its_number_and_its_id_from_one_day(
+    services: Services,
+) -> None:
+    """The clock is read once per create: a number allocated for one day never gets the next
+    day's date in its id (where that day's counter would hand the same id out again)."""
+    midnight = datetime(2026, 12, 1, tzinfo=UTC)
+    ticking = _TickingClock(midnight - timedelta(milliseconds=3), step=0.002)
+
+    spanning = submit(dataclasses.replace(services, clock=ticking), ORIGINAL)
+    later = ManualClock(midnight + timedelta(hours=1))
+    next_day = submit(dataclasses.replace(services, clock=later), request(client_submission_id="b"))
+
+    assert spanning.task_id is not None
+    created_at = read_task(services.store, spanning.task_id).created_at
+    assert spanning.task_id == f"TASK-{created_at:%Y%m%d}-001"
+    assert next_day.task_id == "TASK-20261201-001" != spanning.task_id
+    assert len(set(task_ids(services.store))) == 2
 
 
 def test_task_numbers_are_padded_to_three_digits_and_grow_past_999(services: Services) -> None:

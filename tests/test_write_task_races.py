@@ -16,6 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
+from sqlalchemy import text
 
 from surehand.config import Settings
 from surehand.dispatcher.context import Services
@@ -131,3 +132,24 @@ def test_a_fresh_process_reuses_the_result_committed_by_another(services: Servic
     assert after_restart["task_path"] == first["task_path"]
     assert in_this_process.disposition is Disposition.REUSED
     assert counts(services.store) == (1, 1)
+
+
+def test_a_retry_answers_while_creators_hold_the_task_counter(services: Services) -> None:
+    """Postgres: the read that starts every write_task also allocates the TASK number when
+    there is no receipt; with a receipt it neither updates nor locks the counter row, so a
+    retry answers at once even while a creator holds that row."""
+    if services.store.dialect != "postgresql":
+        pytest.skip("SQLite serialises writers; the counter is allocated inside the create")
+    first = write_task(services, request(client_submission_id="held-1"), tenant=TENANT)
+    again = request(client_submission_id="held-1")
+    with ThreadPoolExecutor(1) as pool, services.store.engine.connect() as creator:
+        # A creator in the middle of its transaction holds the counter row.
+        creator.execute(text("SELECT last FROM counters WHERE kind = 'TASK' FOR UPDATE")).all()
+        try:
+            retry = pool.submit(write_task, services, again, tenant=TENANT)
+            reused = retry.result(timeout=30)  # waiting on the row lock would never end
+        finally:
+            creator.rollback()  # before the pool joins its thread, whatever happened
+
+    assert reused.disposition is Disposition.REUSED
+    assert reused.task_id == first.task_id

@@ -16,6 +16,7 @@ transaction, or restored from elsewhere) is recovered under its original identit
 from __future__ import annotations
 
 from collections.abc import Mapping
+from datetime import datetime
 from typing import Any
 
 from surehand.clock import utc_day
@@ -61,8 +62,11 @@ def write_task(
     return _Submission(call).run()
 
 
-def _new_task_id(connection: Any, services: Services, ahead: int | None = None) -> str:
-    day = utc_day(services.clock.now())
+def _new_task_id(connection: Any, now: datetime, ahead: int | None = None) -> str:
+    """The id of a TASK created at ``now``: the number is ``ahead`` (allocated for the same
+    UTC day) or allocated here. One ``now`` per create, so the id's date, its number's day
+    and ``created_at`` agree even when a create spans midnight."""
+    day = utc_day(now)
     number = ahead if ahead is not None else counters.next_number(connection, "TASK", day)
     return f"TASK-{day}-{number:03d}"
 
@@ -73,7 +77,7 @@ def _create_legacy(
     """No submission id: create a TASK with no retry guarantee (``idempotent: false``)."""
     now = services.clock.now()
     with services.store.transaction() as connection:
-        task_id = _new_task_id(connection, services)
+        task_id = _new_task_id(connection, now)
         insert_task(
             connection,
             task_id=task_id,
@@ -108,10 +112,14 @@ class _Submission:
     def run(self) -> WriteTaskResult:
         collisions = 0
         while True:
-            # A retry (the common case after a lost response) costs one read.
-            receipt = self._read()
+            now = self.call.services.clock.now()
+            # A retry (the common case after a lost response) costs one read; on Postgres the
+            # same statement allocates the TASK number when there is no receipt yet.
+            receipt, ahead = self.call.services.store.receipt_or_number(
+                self.call.tenant, self.call.submission_id, utc_day(now)
+            )
             if receipt is None:
-                created = self._create_at_once()
+                created = self._create_at_once(now, ahead)
                 if created is not None:
                     return created
                 receipt = self._read()  # another caller committed it first
@@ -131,15 +139,14 @@ class _Submission:
                     "written. Move the counters row past the highest task number and retry"
                 )
 
-    def _create_at_once(self) -> WriteTaskResult | None:
-        """Number, receipt, TASK and event in one transaction; None if the id was taken."""
+    def _create_at_once(self, now: datetime, ahead: int | None) -> WriteTaskResult | None:
+        """Number (unless allocated ``ahead``), receipt, TASK and event in one transaction;
+        None if the id was taken."""
         call = self.call
-        now = call.services.clock.now()
-        ahead = call.services.store.allocate_ahead("TASK", utc_day(now))
         try:
             # One statement on Postgres, one transaction on SQLite: all or nothing either way.
             with call.services.store.one_write() as connection:
-                task_id = _new_task_id(connection, call.services, ahead)
+                task_id = _new_task_id(connection, now, ahead)
                 path = task_path(Bucket.INBOX, task_id, call.fields.sender, call.fields.recipient)
                 result = call.result(task_id, path, Disposition.CREATED, ReceiptState.COMMITTED)
                 text, document_digest = render(task_id, call.fields, call.submission_id, now)

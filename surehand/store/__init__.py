@@ -16,7 +16,8 @@ from sqlalchemy import Connection, Engine
 from sqlalchemy.engine import make_url
 
 from surehand.errors import SchemaNotReady
-from surehand.store import counters, migrate
+from surehand.model import Receipt
+from surehand.store import counters, creation, migrate, receipts
 from surehand.store.engine import (
     make_autocommit_engine,
     make_engine,
@@ -120,6 +121,22 @@ class Store:
         self.ensure_schema()
         with one_statement(self._async_commit_engine) as connection:
             return counters.next_number(connection, kind, day)
+
+    def receipt_or_number(
+        self, tenant: str, submission_id: str, day: str
+    ) -> tuple[Receipt | None, int | None]:
+        """The submission's receipt, or None and -- on Postgres -- the next TASK number of
+        ``day``, allocated ahead (as :meth:`allocate_ahead`) by the same statement: a create
+        costs one round trip less. On SQLite the number is None (allocated by the create)."""
+        self.ensure_schema()
+        if self.dialect != "postgresql":
+            with self.single_read() as connection:
+                return receipts.get(connection, tenant, submission_id), None
+        with one_statement(self._async_commit_engine) as connection:
+            row, number = creation.receipt_or_number(
+                connection, tenant=tenant, submission_id=submission_id, kind="TASK", day=day
+            )
+        return (receipts.from_row(row) if row is not None else None), number
 
     @cached_property
     def one_statement_engine(self) -> Engine:

@@ -11,10 +11,25 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from sqlalchemy import Connection, Table, bindparam, insert
+from sqlalchemy import (
+    Connection,
+    Integer,
+    String,
+    Table,
+    bindparam,
+    cast,
+    column,
+    exists,
+    insert,
+    literal,
+    null,
+    select,
+    union_all,
+)
+from sqlalchemy.dialects import postgresql
 
 from surehand.store.driver import DriverStatement, common_binds, own_params
-from surehand.store.schema import receipts, task_events, tasks
+from surehand.store.schema import counters, receipts, task_events, tasks
 
 # Columns that the receipt and the TASK (and, for two of them, the event) take from one common
 # parameter: with them bound once, the statement stays within psycopg's cache of converted
@@ -99,3 +114,51 @@ def insert_created(
         _RECEIPT.rowcount(connection, receipt)
     _TASK.rowcount(connection, task)
     _EVENT.rowcount(connection, event)
+
+
+def _receipt_or_number_statement() -> DriverStatement:
+    """Postgres: the receipt of (tenant, id) if there is one; otherwise the next number of
+    (kind, day), allocated by the same statement. Exactly one row either way."""
+    existing = (
+        select(receipts)
+        .where(
+            receipts.c.tenant == bindparam("tenant"),
+            receipts.c.client_submission_id == bindparam("sid"),
+        )
+        .cte("existing")
+    )
+    # INSERT ... SELECT ... WHERE NOT EXISTS: with a receipt there, nothing is inserted, so the
+    # counter row is neither updated nor locked (a retry never queues behind creators).
+    wanted = select(
+        bindparam("kind", type_=String()), bindparam("day", type_=String()), literal(1)
+    ).where(~exists(select(existing.c.tenant)))
+    allocated = (
+        postgresql.insert(counters)
+        .from_select(["kind", "day", "last"], wanted)
+        .on_conflict_do_update(
+            index_elements=[counters.c.kind, counters.c.day],
+            set_={"last": counters.c.last + 1},
+        )
+        .returning(counters.c.last)
+        .cte("allocated")
+    )
+    found = select(*existing.c, cast(null(), Integer()).label("number"))
+    fresh = select(*(cast(null(), c.type).label(c.name) for c in receipts.c), allocated.c.last)
+    return DriverStatement(union_all(found, fresh), [*receipts.c, column("number", Integer())])
+
+
+_RECEIPT_OR_NUMBER = _receipt_or_number_statement()
+
+
+def receipt_or_number(
+    connection: Connection, *, tenant: str, submission_id: str, kind: str, day: str
+) -> tuple[Any, int | None]:
+    """Postgres only: ``(receipt row, None)`` when the submission has a receipt, else
+    ``(None, number)`` with the next number of (kind, day) allocated, in one statement. Run it
+    where the allocation may commit on its own (see ``Store.allocate_ahead``)."""
+    params = {"tenant": tenant, "sid": submission_id, "kind": kind, "day": day}
+    row = _RECEIPT_OR_NUMBER.one_or_none(connection, params)
+    assert row is not None  # either the receipt or the upsert's row
+    if row.number is not None:
+        return None, int(row.number)
+    return row, None

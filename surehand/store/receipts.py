@@ -10,13 +10,15 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, Row, bindparam, func, insert, or_, select, update
+from sqlalchemy import Connection, bindparam, func, insert, or_, select, update
 
 from surehand.model import Receipt, ReceiptState
+from surehand.store.driver import DriverStatement
 from surehand.store.schema import receipts
 
 
-def _receipt(row: Row[Any]) -> Receipt:
+def from_row(row: Any) -> Receipt:
+    """The receipt of a row with the columns of ``receipts``."""
     return Receipt(
         tenant=row.tenant,
         client_submission_id=row.client_submission_id,
@@ -36,9 +38,13 @@ def _receipt(row: Row[Any]) -> Receipt:
 
 # Hot-path statements are built once and executed with parameters (cached compilation).
 _INSERT = insert(receipts)
-_GET = select(receipts).where(
-    receipts.c.tenant == bindparam("tenant"),
-    receipts.c.client_submission_id == bindparam("sid"),
+# The read every write_task begins with: on the driver's cursor (see store/driver.py).
+_GET = DriverStatement(
+    select(receipts).where(
+        receipts.c.tenant == bindparam("tenant"),
+        receipts.c.client_submission_id == bindparam("sid"),
+    ),
+    receipts.c,
 )
 
 
@@ -119,8 +125,8 @@ def committed_row(
 
 
 def get(connection: Connection, tenant: str, submission_id: str) -> Receipt | None:
-    row = connection.execute(_GET, {"tenant": tenant, "sid": submission_id}).one_or_none()
-    return _receipt(row) if row is not None else None
+    row = _GET.one_or_none(connection, {"tenant": tenant, "sid": submission_id})
+    return from_row(row) if row is not None else None
 
 
 def take_over(
@@ -232,7 +238,7 @@ def uncommitted_older_than(
         .order_by(receipts.c.updated_at)
         .limit(limit)
     ).all()
-    return [_receipt(row) for row in rows]
+    return [from_row(row) for row in rows]
 
 
 def count_uncommitted_older_than(connection: Connection, cutoff: datetime) -> int:
