@@ -3,7 +3,8 @@
 Statements are counted whether they run through SQLAlchemy or on the driver's cursor
 (``DriverStatement``), on every engine of the store: the main one (transactions), the
 autocommit one (Postgres one-statement writes and single reads, each its own durable commit)
-and the asynchronous-commit one (numbers allocated ahead, not waited for).
+and the asynchronous-commit one (numbers allocated ahead, not waited for; write_task's first
+read, which allocates the TASK number when it finds no receipt).
 """
 
 from __future__ import annotations
@@ -20,7 +21,9 @@ from surehand.store import Store
 from surehand.store.driver import DriverStatement
 
 AUTOCOMMIT = "autocommit statement"
-ASYNC_COMMIT = "async-commit statement (not waited for)"
+# A write there commits without waiting for the WAL flush; a read there (write_task's first
+# statement finding a receipt) commits nothing, but is counted here all the same.
+ASYNC_COMMIT = "statement on the async-commit engine"
 COMMIT = "transaction commit"
 
 

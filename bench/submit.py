@@ -280,7 +280,7 @@ def profile(backend: Backend, ops: int) -> dict[str, dict[str, float]]:
         totals = {
             "statements": seen.statements.total(),
             "commits": seen.durable.total() - seen.durable[ASYNC_COMMIT],
-            "async commits": seen.durable[ASYNC_COMMIT],
+            "async-engine stmts": seen.durable[ASYNC_COMMIT],
             "rollbacks": seen.rollbacks,
             "checkouts": seen.checkouts,
         }
@@ -459,7 +459,7 @@ def print_report(console: Console, title: str, document: dict[str, Any]) -> None
 
     profiled = Table(title="per operation (single client, on every engine of the store)")
     for column in (
-        *("database", "variant", "statements", "commits", "async commits", "rollbacks"),
+        *("database", "variant", "statements", "commits", "async-engine stmts", "rollbacks"),
         "checkouts",
     ):
         profiled.add_column(column, justify="right")
@@ -470,7 +470,7 @@ def print_report(console: Console, title: str, document: dict[str, Any]) -> None
                 variant,
                 *(
                     f"{seen.get(k, 0):.2f}"
-                    for k in ("statements", "commits", "async commits", "rollbacks")
+                    for k in ("statements", "commits", "async-engine stmts", "rollbacks")
                 ),
                 f"{seen.get('checkouts', 0):.2f}",
             )

@@ -10,13 +10,14 @@ waiting limit is generous here so that a slow machine cannot turn a wait into ``
 from __future__ import annotations
 
 import dataclasses
+import functools
 import threading
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
-from sqlalchemy import text
+from sqlalchemy import event, text
 
 from surehand.config import Settings
 from surehand.dispatcher.context import Services
@@ -153,3 +154,38 @@ def test_a_retry_answers_while_creators_hold_the_task_counter(services: Services
 
     assert reused.disposition is Disposition.REUSED
     assert reused.task_id == first.task_id
+
+
+def test_concurrent_creates_keep_reusing_the_pooled_connections(services: Services) -> None:
+    """Postgres: eight threads creating TASKs open at most eight connections on each engine
+    of the store and keep them: a pool that closed its overflow on return made every create
+    beyond the pool's size fork a new Postgres backend (and cost more than the create)."""
+    if services.store.dialect != "postgresql":
+        pytest.skip("SQLite connections are in-process files, not server backends")
+    store = services.store
+    engines = [store.engine, store.one_statement_engine, store._async_commit_engine]
+    opened: Counter[int] = Counter()
+
+    def on_connect(*_args: Any, engine_index: int) -> None:
+        opened[engine_index] += 1
+
+    listeners = [functools.partial(on_connect, engine_index=i) for i in range(len(engines))]
+    for engine, listener in zip(engines, listeners, strict=True):
+        event.listen(engine, "connect", listener)
+    try:
+        with ThreadPoolExecutor(8) as pool:
+            ids = [f"pooled-{n}" for n in range(160)]
+            results = list(
+                pool.map(
+                    lambda sid: write_task(
+                        services, request(client_submission_id=sid), tenant=TENANT
+                    ),
+                    ids,
+                )
+            )
+    finally:
+        for engine, listener in zip(engines, listeners, strict=True):
+            event.remove(engine, "connect", listener)
+
+    assert all(r.disposition is Disposition.CREATED for r in results)
+    assert all(count <= 8 for count in opened.values()), opened

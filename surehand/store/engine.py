@@ -73,8 +73,11 @@ def make_autocommit_engine(engine: Engine, *, synchronous_commit: bool = True) -
     return _forget_at_fork(
         create_engine(
             engine.url,
-            pool_size=10 if synchronous_commit else 2,
-            max_overflow=20 if synchronous_commit else 10,
+            # As many kept as the main engine: a connection beyond pool_size is closed when
+            # it is returned, and a new one (a Postgres backend forked) opened on the next
+            # checkout, for every concurrent caller beyond that size.
+            pool_size=10,
+            max_overflow=20,
             isolation_level="AUTOCOMMIT",
             pool_reset_on_return=None,
             connect_args={"options": options},
