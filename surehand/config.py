@@ -25,6 +25,14 @@ class Settings(BaseSettings):
 
     home: Path = Field(DEFAULT_HOME, description="Directory for the embedded SQLite file.")
     database_url: str = Field("", description="SQLAlchemy URL; default SQLite under home.")
+    database_pool_size: int = Field(
+        10,
+        ge=1,
+        le=1000,
+        description="Database connections each of the store's pools keeps per process (opened "
+        "as needed). Set it to the process's concurrency: a caller beyond it gets a connection "
+        "that is closed after use, and a new one is opened for the next.",
+    )
     redis_url: str = Field("", description="Redis for leases; empty means in-process fakeredis.")
     redis_namespace: str = Field(
         "", description="Prefix for surehand's Redis keys (to share one Redis database)."

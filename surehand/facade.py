@@ -80,7 +80,9 @@ class Surehand:
             if value is not None
         }
         self.settings = base.model_copy(update=overrides)
-        self.store = Store(self.settings.resolved_database_url())
+        self.store = Store(
+            self.settings.resolved_database_url(), pool_size=self.settings.database_pool_size
+        )
         if publisher is None and self.settings.broker_url:
             publisher = self.publish
         self.services = Services(

@@ -295,3 +295,21 @@ def _healthy(port: int) -> bool:
         return httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200
     except httpx.TransportError:
         return False
+
+
+def test_a_threaded_worker_keeps_a_database_connection_per_thread(tmp_path: Path) -> None:
+    """`surehand worker --concurrency N` (threads) sizes each database pool to at least N, so
+    no session opens and closes a connection of its own; a larger setting is kept."""
+    from surehand.cli.session_commands import with_pool_for
+    from surehand.config import Settings
+
+    assert with_pool_for(Settings(database_pool_size=10), 16).database_pool_size == 16
+    assert with_pool_for(Settings(database_pool_size=32), 16).database_pool_size == 32
+    sh = Surehand(
+        settings=with_pool_for(Settings(database_url=f"sqlite:///{tmp_path / 'p.db'}"), 24)
+    )
+    try:
+        assert sh.store.engine.pool.size() == 24  # type: ignore[attr-defined]
+        assert sh.store.one_statement_engine.pool.size() == 24  # type: ignore[attr-defined]
+    finally:
+        sh.close()

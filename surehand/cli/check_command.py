@@ -41,7 +41,7 @@ def check_database(settings: Settings) -> list[Check]:
     """Connect, then compare the schema's migration with the newest one shipped."""
     # libpq reads this: an unreachable Postgres host fails in seconds instead of minutes.
     os.environ.setdefault("PGCONNECT_TIMEOUT", str(CONNECT_TIMEOUT_S))
-    store = Store(settings.resolved_database_url())
+    store = Store(settings.resolved_database_url(), pool_size=settings.database_pool_size)
     where = store.describe()
     try:
         current = migrate.current_revision(store.engine)

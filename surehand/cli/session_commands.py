@@ -21,6 +21,7 @@ from surehand.cli.common import (
     handle_errors,
 )
 from surehand.cli.render import cases_table
+from surehand.config import Settings
 from surehand.dispatcher.operations import run_operation
 from surehand.dispatcher.sessions import Session
 from surehand.errors import OperationFailed, SessionError
@@ -43,10 +44,23 @@ def _open(
     redis_url: str | None = None,
     broker_url: str | None = None,
     tenant: str | None = None,
+    concurrency: int = 1,
 ) -> Surehand:
     return Surehand(
-        database_url=database_url, redis_url=redis_url, broker_url=broker_url, tenant=tenant
+        database_url=database_url,
+        redis_url=redis_url,
+        broker_url=broker_url,
+        tenant=tenant,
+        settings=with_pool_for(Settings(), concurrency),
     )
+
+
+def with_pool_for(settings: Settings, concurrency: int) -> Settings:
+    """``settings`` with a database pool of at least ``concurrency`` connections: a thread
+    beyond the pool's size would open (and close) a connection for every session."""
+    if settings.database_pool_size >= concurrency:
+        return settings
+    return settings.model_copy(update={"database_pool_size": concurrency})
 
 
 @app.command()
@@ -66,7 +80,13 @@ def worker(
     broker_url: BrokerUrl = None,
 ) -> None:
     """Run a Celery worker that runs agent sessions for the given roles (and reconciles)."""
-    sh = _open(database_url=database_url, redis_url=redis_url, broker_url=broker_url)
+    threads = concurrency if pool == "threads" else 1  # prefork/solo: one per process
+    sh = _open(
+        database_url=database_url,
+        redis_url=redis_url,
+        broker_url=broker_url,
+        concurrency=threads,
+    )
     sh.store.ensure_schema()
     role_list = [role.strip() for role in roles.split(",") if role.strip()]
     for role in role_list:

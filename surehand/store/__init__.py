@@ -19,6 +19,7 @@ from surehand.errors import SchemaNotReady
 from surehand.model import Receipt
 from surehand.store import counters, creation, migrate, receipts
 from surehand.store.engine import (
+    DEFAULT_POOL_SIZE,
     make_autocommit_engine,
     make_engine,
     one_statement,
@@ -32,9 +33,14 @@ __all__ = ["Store"]
 class Store:
     """A handle on one database: transactions, snapshots and migrations."""
 
-    def __init__(self, url: str, *, auto_upgrade: bool | None = None) -> None:
+    def __init__(
+        self, url: str, *, auto_upgrade: bool | None = None, pool_size: int = DEFAULT_POOL_SIZE
+    ) -> None:
+        """``pool_size``: connections each of the store's engines keeps (see
+        ``Settings.database_pool_size``)."""
         self.url = url
-        self.engine: Engine = make_engine(url)
+        self.pool_size = pool_size
+        self.engine: Engine = make_engine(url, pool_size=pool_size)
         is_sqlite = self.engine.dialect.name == "sqlite"
         # The embedded SQLite file migrates itself on first use; a shared Postgres is migrated
         # deliberately with `surehand db upgrade` (and checked here).
@@ -143,11 +149,13 @@ class Store:
         """Postgres: an engine whose connections stay in autocommit; SQLite: the store's."""
         if self.dialect != "postgresql":
             return self.engine
-        return make_autocommit_engine(self.engine)
+        return make_autocommit_engine(self.engine, pool_size=self.pool_size)
 
     @cached_property
     def _async_commit_engine(self) -> Engine:
-        return make_autocommit_engine(self.engine, synchronous_commit=False)
+        return make_autocommit_engine(
+            self.engine, pool_size=self.pool_size, synchronous_commit=False
+        )
 
     def dispose(self) -> None:
         self.engine.dispose()

@@ -28,16 +28,22 @@ from surehand.errors import (
 
 SQLITE_BUSY_TIMEOUT_MS = 30_000
 PG_LOCK_TIMEOUT = "15s"
+DEFAULT_POOL_SIZE = 10  # Settings.database_pool_size
+MAX_OVERFLOW = 20
 _SQLITE_TABLE = re.compile(r"(?:UNIQUE|PRIMARY KEY) constraint failed: (\w+)\.")
 _READ_OPTION = "surehand_read_only"
 _NO_BEGIN_OPTION = "surehand_one_statement"
 
 
-def make_engine(url: str) -> Engine:
-    """Create an engine for a SQLite or Postgres URL, configured for surehand's access pattern."""
+def make_engine(url: str, *, pool_size: int = DEFAULT_POOL_SIZE) -> Engine:
+    """Create an engine for a SQLite or Postgres URL, configured for surehand's access pattern.
+
+    The pool keeps up to ``pool_size`` connections, opened as needed; up to ``MAX_OVERFLOW``
+    more are opened for callers beyond it and closed when returned (on Postgres each one is a
+    new server process, so set ``pool_size`` to the process's concurrency)."""
     parsed = make_url(url)
     if parsed.get_backend_name() == "sqlite":
-        return _forget_at_fork(_sqlite_engine(url))
+        return _forget_at_fork(_sqlite_engine(url, pool_size))
     if parsed.get_backend_name() == "postgresql":
         if parsed.drivername == "postgresql":
             parsed = parsed.set(drivername="postgresql+psycopg")
@@ -48,8 +54,8 @@ def make_engine(url: str) -> Engine:
             create_engine(
                 parsed,
                 pool_pre_ping=False,
-                pool_size=10,
-                max_overflow=20,
+                pool_size=pool_size,
+                max_overflow=MAX_OVERFLOW,
                 connect_args={"options": f"-c lock_timeout={PG_LOCK_TIMEOUT}"},
             )
         )
@@ -59,7 +65,9 @@ def make_engine(url: str) -> Engine:
     )
 
 
-def make_autocommit_engine(engine: Engine, *, synchronous_commit: bool = True) -> Engine:
+def make_autocommit_engine(
+    engine: Engine, *, pool_size: int = DEFAULT_POOL_SIZE, synchronous_commit: bool = True
+) -> Engine:
     """A Postgres engine whose connections stay in autocommit, for writes that are ONE
     statement (atomic by itself: no BEGIN/COMMIT round trips) and single reads.
 
@@ -73,11 +81,8 @@ def make_autocommit_engine(engine: Engine, *, synchronous_commit: bool = True) -
     return _forget_at_fork(
         create_engine(
             engine.url,
-            # As many kept as the main engine: a connection beyond pool_size is closed when
-            # it is returned, and a new one (a Postgres backend forked) opened on the next
-            # checkout, for every concurrent caller beyond that size.
-            pool_size=10,
-            max_overflow=20,
+            pool_size=pool_size,
+            max_overflow=MAX_OVERFLOW,
             isolation_level="AUTOCOMMIT",
             pool_reset_on_return=None,
             connect_args={"options": options},
@@ -92,11 +97,13 @@ def _forget_at_fork(engine: Engine) -> Engine:
     return engine
 
 
-def _sqlite_engine(url: str) -> Engine:
+def _sqlite_engine(url: str, pool_size: int) -> Engine:
     parsed = make_url(url)
     if parsed.database and parsed.database != ":memory:":
         Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
-    engine = create_engine(url, pool_size=5, max_overflow=20, connect_args={"timeout": 30})
+    engine = create_engine(
+        url, pool_size=pool_size, max_overflow=MAX_OVERFLOW, connect_args={"timeout": 30}
+    )
 
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_connection: Any, _record: Any) -> None:
