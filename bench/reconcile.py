@@ -50,9 +50,7 @@ import platform
 import pstats
 import random
 import shutil
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
@@ -66,6 +64,7 @@ from pathlib import Path
 from typing import Any
 
 import redis
+from private_redis import RedisServer  # bench/ is the script's directory
 from rich.console import Console
 from rich.table import Table
 from sqlalchemy import create_engine, delete, insert, text
@@ -92,50 +91,6 @@ BATCH = 5000
 T0 = datetime(2026, 11, 1, tzinfo=UTC)
 
 console = Console(width=max(120, shutil.get_terminal_size((120, 40)).columns))
-
-
-# -- a private redis-server -------------------------------------------------------------------
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-class RedisServer:
-    """A private redis-server without persistence (never the shared one)."""
-
-    def __init__(self, directory: Path) -> None:
-        binary = shutil.which("redis-server")
-        if binary is None:
-            raise SystemExit("redis-server is not installed")
-        self.port = free_port()
-        self.process = subprocess.Popen(
-            [
-                *(binary, "--port", str(self.port), "--bind", "127.0.0.1"),
-                *("--save", "", "--appendonly", "no", "--dir", str(directory)),
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        client = redis.Redis(port=self.port)
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            try:
-                if client.ping():
-                    return
-            except redis.RedisError:
-                time.sleep(0.05)
-        raise SystemExit("redis-server did not start")
-
-    @property
-    def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
-
-    def stop(self) -> None:
-        self.process.kill()
-        self.process.wait(10)
 
 
 # -- seeding ----------------------------------------------------------------------------------
@@ -399,7 +354,7 @@ def run_pass_benchmarks(
 ) -> tuple[list[PassResult], dict[str, str]]:
     results: list[PassResult] = []
     profiles: dict[str, str] = {}
-    leases = redis.Redis.from_url(server.url)
+    leases = redis.Redis.from_url(server.url(0))
     for backend in backends:
         for finished, running_counts in configs:
             with fresh_store(backend, tmp, admin_url, f"{finished}") as store:
@@ -413,7 +368,7 @@ def run_pass_benchmarks(
                     seed_running(store, leases, running)
                     analyze(store)
                     result, profile = measure_passes(
-                        backend, store.url, server.url, finished, running, passes
+                        backend, store.url, server.url(0), finished, running, passes
                     )
                     results.append(result)
                     if profile:
@@ -490,7 +445,7 @@ def measure_detection(
     settings = Settings.model_validate(
         {
             "database_url": url,
-            "redis_url": server.url,
+            "redis_url": server.url(0),
             "redis_namespace": "detection",
             "lease_ttl_seconds": SCALED.ttl,
             "heartbeat_seconds": SCALED.heartbeat,
