@@ -159,8 +159,7 @@ def seed_task(
     if tampered:
         document += "edited by hand\n"
     with store.transaction() as connection:
-        tasks.insert_task(
-            connection,
+        row = tasks.new_row(
             task_id=task_id,
             tenant=tenant,
             fields=fields,
@@ -170,6 +169,7 @@ def seed_task(
             document_digest=document_digest,
             now=now,
         )
+        tasks.insert_row(connection, row)
     return document_digest
 
 

@@ -76,8 +76,7 @@ def insert_task(
 ) -> str:
     """Insert the TASK row and its creation event; returns the document digest."""
     text, document_digest = document
-    tasks.insert_task(
-        connection,
+    row = tasks.new_row(
         task_id=task_id,
         tenant=tenant,
         fields=fields,
@@ -87,6 +86,7 @@ def insert_task(
         document_digest=document_digest,
         now=now,
     )
+    tasks.insert_row(connection, row)
     events.insert(connection, creation_event(task_id, fields, now))
     return document_digest
 

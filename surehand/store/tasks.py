@@ -71,30 +71,9 @@ def from_row(row: Any) -> Task:
 _INSERT = insert(tasks)  # executed with parameters: compiled once, reused from the cache
 
 
-def insert_task(
-    connection: Connection,
-    *,
-    task_id: str,
-    tenant: str,
-    fields: TaskFields,
-    submission_id: str | None,
-    request_digest: str,
-    document: str,
-    document_digest: str,
-    now: datetime,
-) -> None:
-    """Insert a TASK in ``inbox`` at revision 1; raises DuplicateKey if the id exists."""
-    row = new_row(
-        task_id=task_id,
-        tenant=tenant,
-        fields=fields,
-        submission_id=submission_id,
-        request_digest=request_digest,
-        document=document,
-        document_digest=document_digest,
-        now=now,
-    )
-    connection.execute(_INSERT, row)
+def insert_row(connection: Connection, row: Mapping[str, Any]) -> None:
+    """Insert a TASK row (``new_row``); raises DuplicateKey if the id exists."""
+    connection.execute(_INSERT, dict(row))
 
 
 def new_row(
