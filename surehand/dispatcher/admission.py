@@ -214,22 +214,24 @@ def _audit(
     decided_by: str,
     now: datetime,
 ) -> None:
-    events.append(
+    events.insert(
         connection,
-        task_id=case.task_id,
-        kind=EventKind.ADMISSION,
-        by=decided_by,
-        at=now,
-        attempt_id=case.interrupted_attempt_id,
-        epoch=case.interrupted_epoch,
-        data={
-            "case_id": case.case_id,
-            "effect_fact": evidence.fact.value,
-            "admission": evidence.admission.value,
-            "revision": task.revision,
-            "bound_operation_id": evidence.bound_operation_id,
-            "inputs": dict(evidence.refs),
-        },
+        events.row(
+            task_id=case.task_id,
+            kind=EventKind.ADMISSION,
+            by=decided_by,
+            at=now,
+            attempt_id=case.interrupted_attempt_id,
+            epoch=case.interrupted_epoch,
+            data={
+                "case_id": case.case_id,
+                "effect_fact": evidence.fact.value,
+                "admission": evidence.admission.value,
+                "revision": task.revision,
+                "bound_operation_id": evidence.bound_operation_id,
+                "inputs": dict(evidence.refs),
+            },
+        ),
     )
 
 
@@ -250,14 +252,16 @@ def _hold(
         now=now,
     ):
         raise StaleDecision(f"{task.task_id} changed while its hold was being set")
-    events.append(
+    events.insert(
         connection,
-        task_id=task.task_id,
-        kind=EventKind.HOLD,
-        by=SYSTEM,
-        at=now,
-        reason=reason,
-        data={"case_id": case.case_id},
+        events.row(
+            task_id=task.task_id,
+            kind=EventKind.HOLD,
+            by=SYSTEM,
+            at=now,
+            reason=reason,
+            data={"case_id": case.case_id},
+        ),
     )
 
 
@@ -296,13 +300,15 @@ def _release_hold(connection: Connection, services: Services, task: Task) -> Tas
         values={"hold_case_id": None, "hold_reason": None},
         now=now,
     )
-    events.append(
+    events.insert(
         connection,
-        task_id=task.task_id,
-        kind=EventKind.HOLD_RELEASED,
-        by=SYSTEM,
-        at=now,
-        data={"case_id": task.hold.case_id},
+        events.row(
+            task_id=task.task_id,
+            kind=EventKind.HOLD_RELEASED,
+            by=SYSTEM,
+            at=now,
+            data={"case_id": task.hold.case_id},
+        ),
     )
     return _task(connection, task.task_id)
 

@@ -144,15 +144,17 @@ def _start_attempt(
             case_id=case_id,
         ),
     )
-    events.append(
+    events.insert(
         connection,
-        task_id=task.task_id,
-        kind=EventKind.ATTEMPT_STARTED,
-        by=worker,
-        at=now,
-        attempt_id=attempt_id,
-        epoch=number,
-        data=data,
+        events.row(
+            task_id=task.task_id,
+            kind=EventKind.ATTEMPT_STARTED,
+            by=worker,
+            at=now,
+            attempt_id=attempt_id,
+            epoch=number,
+            data=data,
+        ),
     )
     return number
 
@@ -235,16 +237,18 @@ def _record_refusal(
         task = tasks.get(connection, task_id)
         if task is None:
             return
-        events.append(
+        events.insert(
             connection,
-            task_id=task_id,
-            kind=EventKind.CLAIM_REFUSED,
-            by=worker,
-            at=services.clock.now(),
-            data={
-                "message_id": message_id,
-                "bucket": task.bucket.value,
-                "epoch": task.epoch,
-                "why": type(why).__name__,
-            },
+            events.row(
+                task_id=task_id,
+                kind=EventKind.CLAIM_REFUSED,
+                by=worker,
+                at=services.clock.now(),
+                data={
+                    "message_id": message_id,
+                    "bucket": task.bucket.value,
+                    "epoch": task.epoch,
+                    "why": type(why).__name__,
+                },
+            ),
         )

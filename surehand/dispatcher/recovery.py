@@ -94,15 +94,17 @@ class Recovery:
                 connection, attempt.attempt_id, expect=AttemptState.RUNNING, state=state, now=now
             ):
                 return None
-            events.append(
+            events.insert(
                 connection,
-                task_id=attempt.task_id,
-                kind=EventKind.SESSION_LOST,
-                by=by,
-                at=now,
-                attempt_id=attempt.attempt_id,
-                epoch=attempt.number,
-                data={"worker": attempt.worker, "lease_id": attempt.lease_id},
+                events.row(
+                    task_id=attempt.task_id,
+                    kind=EventKind.SESSION_LOST,
+                    by=by,
+                    at=now,
+                    attempt_id=attempt.attempt_id,
+                    epoch=attempt.number,
+                    data={"worker": attempt.worker, "lease_id": attempt.lease_id},
+                ),
             )
             self._insert_case(connection, attempt, now)
         return self.admitter.admit(case_id_for(attempt), decided_by=by, seen_decided_at=None)
@@ -197,13 +199,15 @@ class Recovery:
     def _refuse(self, task: Task, actor: str, reason: str) -> RecoveryOutcome:
         """``not_admitted``: keep the owner, start nothing, and record that it was asked."""
         with self.services.store.transaction() as connection:
-            events.append(
+            events.insert(
                 connection,
-                task_id=task.task_id,
-                kind=EventKind.ADMISSION,
-                by=actor,
-                at=self.services.clock.now(),
-                data={"admission": Admission.NOT_ADMITTED.value, "reason": reason},
+                events.row(
+                    task_id=task.task_id,
+                    kind=EventKind.ADMISSION,
+                    by=actor,
+                    at=self.services.clock.now(),
+                    data={"admission": Admission.NOT_ADMITTED.value, "reason": reason},
+                ),
             )
         return RecoveryOutcome(task.task_id, Admission.NOT_ADMITTED, reason)
 
@@ -262,14 +266,16 @@ class Recovery:
                     source={"source": f"review:{actor}", "note": note},
                     now=now,
                 )
-            events.append(
+            events.insert(
                 connection,
-                task_id=task.task_id,
-                kind=EventKind.REVIEW,
-                by=actor,
-                at=now,
-                reason=note,
-                data={"case_id": case.case_id, "effect": effect},
+                events.row(
+                    task_id=task.task_id,
+                    kind=EventKind.REVIEW,
+                    by=actor,
+                    at=now,
+                    reason=note,
+                    data={"case_id": case.case_id, "effect": effect},
+                ),
             )
 
 

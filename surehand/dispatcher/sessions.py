@@ -81,15 +81,17 @@ class Session:
     def _record_stale(self, write: str) -> None:
         with self.services.store.transaction() as connection:
             current = tasks.get(connection, self.task_id)
-            events.append(
+            events.insert(
                 connection,
-                task_id=self.task_id,
-                kind=EventKind.STALE_OWNER_FENCED,
-                by=self.attempt.worker,
-                at=self.services.clock.now(),
-                attempt_id=self.attempt.attempt_id,
-                epoch=self.attempt.number,
-                data={"write": write, "current_epoch": current.epoch if current else None},
+                events.row(
+                    task_id=self.task_id,
+                    kind=EventKind.STALE_OWNER_FENCED,
+                    by=self.attempt.worker,
+                    at=self.services.clock.now(),
+                    attempt_id=self.attempt.attempt_id,
+                    epoch=self.attempt.number,
+                    data={"write": write, "current_epoch": current.epoch if current else None},
+                ),
             )
         log.warning("%s", self._stale_message(write))
 

@@ -15,40 +15,6 @@ from surehand.store.schema import task_events
 _INSERT = sql_insert(task_events)  # executed with parameters: compiled once, reused from the cache
 
 
-def append(
-    connection: Connection,
-    *,
-    task_id: str,
-    kind: EventKind,
-    by: str,
-    at: datetime,
-    action: str | None = None,
-    from_bucket: Bucket | None = None,
-    to_bucket: Bucket | None = None,
-    reason: str | None = None,
-    attempt_id: str | None = None,
-    epoch: int | None = None,
-    data: Mapping[str, Any] | None = None,
-) -> None:
-    """Append one event inside the caller's transaction."""
-    insert(
-        connection,
-        row(
-            task_id=task_id,
-            kind=kind,
-            by=by,
-            at=at,
-            action=action,
-            from_bucket=from_bucket,
-            to_bucket=to_bucket,
-            reason=reason,
-            attempt_id=attempt_id,
-            epoch=epoch,
-            data=data,
-        ),
-    )
-
-
 def insert(connection: Connection, *rows: Mapping[str, Any]) -> None:
     """Insert event rows (from :func:`row`) in order, inside the caller's transaction."""
     connection.execute(_INSERT, [dict(r) for r in rows] if len(rows) > 1 else dict(rows[0]))
