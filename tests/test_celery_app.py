@@ -31,6 +31,7 @@ from surehand.queue.celery_app import (
 )
 from surehand.queue.transport import Channel as TransportChannel
 from surehand.queue.transport import Transport as TransportClass
+from surehand.requests import parse_task_request
 from tests.procs import private_redis
 from tests.redis_fixtures import real_redis_url
 
@@ -169,10 +170,40 @@ def test_each_role_has_its_own_queue() -> None:
     assert queue_for_role("QA_2") == "surehand.QA_2"
 
 
-@pytest.mark.parametrize("role", ["", "dev", "D-EV", "1DEV", "DEV.QA"])
+@pytest.mark.parametrize(
+    "role", ["", "dev", "-DEV", "DEV-", "DEV--QA", "1DEV", "DEV.QA", "DEV\n", "SYSTEM", "A" * 33]
+)
 def test_an_invalid_role_code_is_refused(role: str) -> None:
     with pytest.raises(ConfigError):
         queue_for_role(role)
+
+
+@pytest.mark.parametrize("role", ["LEAD-QA", "DEV", "QA_2", "OPS-EU-1", "A" * 32, "PM", "ADMIN"])
+def test_every_role_write_task_accepts_has_a_queue(role: str) -> None:
+    """One rule: the queue takes exactly the role codes a TASK may name (issue 10, finding 4:
+    write_task took LEAD-QA and the queue refused it, which stopped all dispatch)."""
+    parse_task_request({"sender": "PM", "recipient": role, "subject": "s"})
+    assert queue_for_role(role) == f"surehand.{role}"
+
+
+def test_a_hyphenated_role_worker_consumes_its_queue(app: Celery) -> None:
+    queues = configure_worker_queues(app, ["LEAD-QA"])
+    assert [queue.name for queue in queues] == ["surehand.LEAD-QA"]
+
+
+def test_a_session_for_a_hyphenated_role_arrives_on_real_redis() -> None:
+    url = real_redis_url()
+    app = make_celery(settings(url))
+    role = f"LEAD-{unique_role()}"
+    publish_session(app, TASK, role, Priority.P2)
+    with Connection(url, transport_options=dict(REDIS_TRANSPORT_OPTIONS)) as connection:
+        queue = role_queue(role)(connection.default_channel)
+        try:
+            message = queue.get(no_ack=True)
+        finally:
+            queue.delete()
+    assert message is not None
+    assert message.decode()[0] == [TASK]
 
 
 def test_p0_is_the_most_urgent_priority_on_the_redis_transport() -> None:

@@ -8,7 +8,6 @@ the broker redelivering the message (see DESIGN.md sections 5 and 6).
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 from urllib.parse import urlsplit
@@ -22,12 +21,12 @@ from surehand.config import Settings
 from surehand.errors import ConfigError, PublishFailed
 from surehand.model import Priority
 from surehand.queue import transport
+from surehand.roles import role_problem
 
 SESSION_TASK_NAME = "surehand.run_session"
 DEFAULT_QUEUE = "surehand"
 MEMORY_BROKER = "memory://"
 QUEUE_PREFIX = "surehand."
-_ROLE_RE = re.compile(r"[A-Z][A-Z0-9_]*")
 
 # Kombu's Redis transport emulates priorities with one list per step and serves lower numbers
 # first, so P0 (most urgent) maps to 0. One step per TASK priority: a worker polls (BRPOP) one
@@ -46,9 +45,12 @@ REDIS_TRANSPORT_OPTIONS: Mapping[str, Any] = {
 
 
 def queue_for_role(role: str) -> str:
-    """The Celery queue that carries sessions for recipient ``role`` (e.g. ``surehand.DEV``)."""
-    if not _ROLE_RE.fullmatch(role):
-        raise ConfigError(f"invalid role code {role!r}: expected [A-Z][A-Z0-9_]*", role=role)
+    """The Celery queue that carries sessions for recipient ``role`` (e.g. ``surehand.DEV``,
+    ``surehand.LEAD-QA``). The role must pass the rule write_task applies (surehand.roles), so
+    every TASK write_task accepts has a queue."""
+    problem = role_problem(role)
+    if problem is not None:
+        raise ConfigError(f"invalid role code {role!r}: {problem}", role=role)
     return f"{QUEUE_PREFIX}{role}"
 
 

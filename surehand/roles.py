@@ -1,0 +1,38 @@
+"""Role codes: the one rule that write_task, every door, the queue and the CLI apply.
+
+A role code is ``[A-Z][A-Z0-9_]*`` with optional hyphenated parts (``LEAD-QA``), at most 32
+characters (the width of the store's sender and recipient columns). Hyphens are accepted
+everywhere, not refused at write_task: FCoP, which TASKs follow, allows them
+(``reference/fcop.md``), write_task has always accepted them so stored TASKs carry them, and a
+queue named ``surehand.LEAD-QA`` is legal for Redis and kombu. Refusing them now would strand
+those stored TASKs instead of running them.
+"""
+
+from __future__ import annotations
+
+import re
+
+from surehand.model import SYSTEM
+
+# Anchored with \A...\Z, not ^...$: ``$`` also matches before a trailing newline, which let
+# "DEV\n" through ``.match``.
+ROLE_RE = re.compile(r"\A[A-Z][A-Z0-9_]*(-[A-Z0-9_]+)*\Z")
+MAX_ROLE = 32
+ROLE_RULE = f"[A-Z][A-Z0-9_]* with optional -PART suffixes, at most {MAX_ROLE} characters"
+
+
+def role_problem(value: object) -> str | None:
+    """Why ``value`` is not a role code a TASK may name, or None when it is one."""
+    if not isinstance(value, str) or len(value) > MAX_ROLE or not ROLE_RE.match(value):
+        return f"must be a role code like DEV, PM or LEAD-QA ({ROLE_RULE})"
+    if value == SYSTEM:
+        return "SYSTEM is reserved for the runtime"
+    return None
+
+
+def check_role(value: str) -> str:
+    """``value`` if it is a role code; raises ValueError saying why not (pydantic-friendly)."""
+    problem = role_problem(value)
+    if problem is not None:
+        raise ValueError(problem)
+    return value
