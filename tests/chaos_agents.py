@@ -1,4 +1,5 @@
-"""Agent handlers for the worker processes of ``test_chaos.py``.
+"""Agent handlers for the worker processes of ``test_chaos.py`` and
+``test_chaos_deployment.py``.
 
 Workers load them with ``SUREHAND_AGENTS=DEV=tests.chaos_agents:<name>`` (started from the
 repository root). Every effect appends one JSON line to the file named by ``CHAOS_EFFECTS``, the
@@ -14,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +24,9 @@ from surehand.agents.context import EffectResult, SessionContext
 EFFECTS_ENV = "CHAOS_EFFECTS"
 SLEEP_ENV = "CHAOS_SLEEP_SECONDS"
 MARKERS_ENV = "CHAOS_MARKERS"
+EFFECT_SECONDS_ENV = "CHAOS_EFFECT_SECONDS"
+PLAN_PREFIX = "plan:"
+PLAN_STEPS = ("unkeyed", "keyed", "rest")
 
 
 def effects_file() -> Path:
@@ -38,6 +43,12 @@ def read_effects(path: Path, task_id: str | None = None) -> list[dict[str, Any]]
 
 
 def _effect(ctx: SessionContext, name: str, key: str | None) -> EffectResult:
+    return EffectResult(
+        value=_append(ctx, name, key), external_receipt=f"{name}:{ctx.task.task_id}:{key}"
+    )
+
+
+def _append(ctx: SessionContext, name: str, key: str | None) -> dict[str, Any]:
     record = {
         "task_id": ctx.task.task_id,
         "attempt": ctx.attempt.number,
@@ -47,7 +58,7 @@ def _effect(ctx: SessionContext, name: str, key: str | None) -> EffectResult:
     }
     with effects_file().open("a", encoding="utf-8") as handle:
         handle.write(json.dumps(record) + "\n")
-    return EffectResult(value=record, external_receipt=f"{name}:{ctx.task.task_id}:{key}")
+    return record
 
 
 def _sleep_seconds(default: float) -> float:
@@ -107,3 +118,51 @@ def paused_owner(ctx: SessionContext) -> str:
         time.sleep(_sleep_seconds(1.0))  # a process paused here wakes up straight into the write
     ctx.operation("append", {"task": ctx.task.task_id}, lambda: _effect(ctx, "append", None))
     return f"appended in attempt {ctx.attempt.number}"
+
+
+def plan_body(steps: list[str]) -> str:
+    """A TASK body that tells ``mixed_effects`` which steps to take, in order."""
+    unknown = sorted(set(steps) - set(PLAN_STEPS))
+    if unknown:
+        raise ValueError(f"unknown plan steps {unknown}; expected some of {PLAN_STEPS}")
+    return f"Work through the plan and report.\n{PLAN_PREFIX} {','.join(steps)}"
+
+
+def _plan(body: str) -> list[str]:
+    for line in reversed(body.splitlines()):
+        if line.startswith(PLAN_PREFIX):
+            return [step.strip() for step in line.removeprefix(PLAN_PREFIX).split(",")]
+    return []
+
+
+def _slow_effect(ctx: SessionContext, name: str, key: str | None) -> EffectResult:
+    """The effect lands (ledger line) first, then the far side takes a while to answer: a
+    session cut during that wait leaves an open intent whose effect ran."""
+    record = _append(ctx, name, key)
+    time.sleep(float(os.environ.get(EFFECT_SECONDS_ENV, 0.2)))
+    return EffectResult(value=record, external_receipt=f"{name}:{ctx.task.task_id}:{key}")
+
+
+def mixed_effects(ctx: SessionContext) -> str:
+    """Steps named by the TASK body's ``plan:`` line (see ``plan_body``), each after a short
+    rest: ``unkeyed`` (an effect with neither key nor probe), ``keyed`` (an effect a successor
+    may repeat with its recorded key) and ``rest`` (work without any effect). No intent names a
+    probe. Stops early, unsettled, once the session lost its lease."""
+    rest = _sleep_seconds(0.2)
+    task_id = ctx.task.task_id
+    for n, step in enumerate(_plan(ctx.task.fields.body)):
+        if ctx.wait_cancelled(rest):
+            return "stopped: lease lost"
+        name = f"{step}-{n}"
+        if step == "unkeyed":
+            ctx.operation(name, {"task": task_id}, partial(_slow_effect, ctx, name, None))
+        elif step == "keyed":
+            key = f"{task_id}:{name}"
+            ctx.operation(
+                name,
+                {"task": task_id},
+                partial(_slow_effect, ctx, name, key),
+                idempotency_key=key,
+                retry_policy="keyed",
+            )
+    return f"plan done in attempt {ctx.attempt.number}"

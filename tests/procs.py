@@ -20,6 +20,8 @@ from pathlib import Path
 
 import pytest
 import redis
+from sqlalchemy import create_engine, text
+from sqlalchemy.pool import NullPool
 
 SUREHAND = [sys.executable, "-m", "surehand"]
 
@@ -161,3 +163,21 @@ def running(proc: Proc) -> Iterator[Proc]:
         yield proc
     finally:
         proc.kill()
+
+
+def terminate_backends(database_url: str) -> int:
+    """``pg_terminate_backend`` every other connection to the database of ``database_url``
+    (what a failover or an operator's kill does to the pools of every process); returns how
+    many were terminated."""
+    admin = create_engine(database_url, poolclass=NullPool)
+    try:
+        with admin.connect() as connection:
+            killed = connection.execute(
+                text(
+                    "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                    "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+                )
+            ).scalar_one()
+    finally:
+        admin.dispose()
+    return int(killed)

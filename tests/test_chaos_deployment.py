@@ -1,0 +1,436 @@
+"""Chaos on a real deployment: TASKs whose agents write intents and outcomes run on real
+``surehand worker`` processes while the test SIGKILLs workers, restarts Redis and terminates every
+Postgres connection, in rounds (DESIGN.md section 10; issue 10, "Must show").
+
+The deployment: three ``surehand worker --roles DEV`` (one session at a time each), one
+``surehand worker --roles OPS`` that in practice runs only the reconcile passes (as compose's
+worker-ops does next to worker-dev; idle DEV workers run some too), one ``surehand beat``
+scheduling them, one private ``redis-server`` (broker and leases, no persistence: a restart loses
+every lease and queued message) and the test run's throwaway Postgres database. Settings are
+those of ``test_chaos.py``: lease TTL 1 s, heartbeat 0.3 s, lost grace 0.5 s, reconcile interval
+0.5 s; an inbox TASK whose message a restart dropped is published again after 2 s.
+
+Every TASK runs ``tests.chaos_agents:mixed_effects`` with a plan that mixes an unkeyed effect
+(neither key nor probe), a keyed effect and effect-free work; each effect appends a line to a
+ledger file before its reply takes 0.2 s, so the effects are counted outside surehand's records
+and a cut session often leaves an open intent whose effect ran.
+
+Each round submits more TASKs (a submission that meets a dropped connection is retried with its
+id), SIGKILLs a random DEV worker and starts another, restarts Redis, and runs
+``pg_terminate_backend`` on every backend of the database but the test's own. Then, once nothing
+is in motion (bounded wait), the store and the ledger must show:
+
+  - 0 duplicate TASKs (one per submission id);
+  - 0 TASKs stranded in ``active`` with no running attempt, no open case and no hold;
+  - 0 unkeyed effects run twice, and every repeat of a keyed effect with its first key;
+  - every open intent whose effect ran (ledger: ran; store: intent) held for review;
+  - nothing still in motion (in ``inbox``, running, or admitted without its successor).
+"""
+
+from __future__ import annotations
+
+import random
+import signal
+import time
+from collections import Counter, defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+from sqlalchemy import Connection
+
+from surehand.errors import StoreUnavailable
+from surehand.model import (
+    Admission,
+    Attempt,
+    AttemptState,
+    Bucket,
+    CaseState,
+    InterruptionCase,
+    Operation,
+    OperationState,
+    Task,
+)
+from surehand.store import Store
+from surehand.store import attempts as attempt_rows
+from surehand.store import cases as case_rows
+from surehand.store import operations as operation_rows
+from surehand.store import tasks as task_rows
+from tests.chaos_agents import EFFECT_SECONDS_ENV, SLEEP_ENV, plan_body, read_effects
+from tests.procs import Proc, spawn, terminate_backends
+from tests.test_chaos import INTERVAL, Chaos, open_chaos, postgres_only
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
+
+SEED = 10
+DEV_WORKERS = 3
+ROUNDS = 4
+TASKS_PER_ROUND = 12  # 48 TASKs
+PLANS = (
+    ["rest", "unkeyed", "keyed"],
+    ["keyed", "rest", "unkeyed"],
+    ["unkeyed", "rest"],
+    ["keyed", "keyed"],
+    ["rest", "rest"],
+)
+AGENT = "tests.chaos_agents:mixed_effects"
+REPUBLISH_AFTER = 2.0
+SETTLE_TIMEOUT = 45.0
+T = TypeVar("T")
+
+
+# -- the deployment ---------------------------------------------------------------------------
+
+
+@dataclass
+class Deployment:
+    """Workers, beat and the chaos rounds, on top of ``test_chaos.Chaos`` (Redis, store, waits)."""
+
+    chaos: Chaos
+    rng: random.Random
+    dev: list[Proc] = field(default_factory=list)
+    submissions: dict[str, str] = field(default_factory=dict)  # client_submission_id -> TASK
+    log: list[str] = field(default_factory=list)
+
+    def env(self) -> dict[str, str]:
+        return self.chaos.env(
+            "mixed_effects",
+            None,
+            {
+                "SUREHAND_AGENTS": f"DEV={AGENT},OPS={AGENT}",
+                "SUREHAND_RECONCILE_INTERVAL_SECONDS": str(INTERVAL),
+                "SUREHAND_REPUBLISH_AFTER_SECONDS": str(REPUBLISH_AFTER),
+                "SUREHAND_HOME": str(self.chaos.tmp / "home"),
+                SLEEP_ENV: "0.15",
+                EFFECT_SECONDS_ENV: "0.2",
+            },
+        )
+
+    def spawn(self, *args: str) -> Proc:
+        name = f"{args[0]}{len(self.chaos.procs) + 1}"
+        proc = spawn(list(args), self.env(), self.chaos.tmp / f"{name}.log")
+        self.chaos.procs.append(proc)
+        return proc
+
+    def worker(self, role: str) -> Proc:
+        """Start ``surehand worker --roles ROLE`` (one session at a time); does not wait."""
+        name = f"w{len(self.chaos.procs) + 1}@deploy"
+        proc = self.spawn("worker", "--roles", role, "--concurrency", "1", "--hostname", name)
+        if role == "DEV":
+            self.dev.append(proc)
+        return proc
+
+    def start(self) -> None:
+        started = [self.worker("DEV") for _ in range(DEV_WORKERS)]
+        started.append(self.worker("OPS"))
+        beat = self.spawn("beat")
+        for proc in started:
+            self.wait_ready(proc, "ready.")
+        self.wait_ready(beat, "beat: Starting")
+
+    def wait_ready(self, proc: Proc, banner: str) -> None:
+        self.chaos.wait(
+            lambda: banner in proc.output() or proc.returncode is not None,
+            f"{proc.log.name} to start",
+            timeout=60,
+        )
+        assert proc.returncode is None, proc.output()[-3000:]
+
+    # -- faults -------------------------------------------------------------------------------
+
+    def kill_a_worker(self) -> None:
+        """SIGKILL a random DEV worker (its whole process group) and start another."""
+        victim = self.rng.choice([p for p in self.dev if p.returncode is None])
+        victim.kill(signal.SIGKILL)
+        assert victim.returncode == -signal.SIGKILL, victim.output()[-2000:]
+        self.dev.remove(victim)
+        self.worker("DEV")
+        self.log.append(f"SIGKILL {victim.log.name}")
+
+    def restart_redis(self) -> None:
+        self.chaos.broker.restart()
+        self.log.append("redis restarted")
+
+    def drop_connections(self) -> None:
+        killed = terminate_backends(self.chaos.store.url)
+        self.log.append(f"pg_terminate_backend x{killed}")
+
+    def pause(self, low: float, high: float) -> None:
+        time.sleep(self.rng.uniform(low, high))
+
+    def run_round(self) -> None:
+        self.submit(TASKS_PER_ROUND)
+        self.pause(0.8, 1.6)
+        self.kill_a_worker()
+        self.pause(0.3, 0.8)
+        self.restart_redis()
+        self.pause(0.5, 1.2)
+        self.drop_connections()
+        self.pause(0.3, 0.8)
+
+    # -- submissions --------------------------------------------------------------------------
+
+    def submit(self, count: int) -> None:
+        for _ in range(count):
+            n = len(self.submissions) + 1
+            submission_id = f"deploy-{n}"
+            self.submissions[submission_id] = self.write_task(submission_id, PLANS[n % len(PLANS)])
+
+    def write_task(self, submission_id: str, plan: list[str]) -> str:
+        """Create the TASK, retrying the same submission while the store is unavailable."""
+
+        def create() -> str:
+            result = self.chaos.sh.write_task(
+                sender="PM",
+                recipient="DEV",
+                subject=f"Chaos {submission_id}",
+                body=plan_body(plan),
+                client_submission_id=submission_id,
+            )
+            assert result.task_id is not None, result
+            return result.task_id
+
+        return retrying(create)
+
+    # -- the end --------------------------------------------------------------------------------
+
+    def settle(self) -> list[TaskRecord]:
+        """Wait (bounded) until no TASK is in motion; the records as they are then."""
+        for proc in self.dev:
+            self.wait_ready(proc, "ready.")
+        deadline = time.monotonic() + SETTLE_TIMEOUT
+        while True:
+            records = self.records()
+            if not [r for r in records if r.in_motion] or time.monotonic() > deadline:
+                return records
+            time.sleep(0.25)
+
+    def records(self) -> list[TaskRecord]:
+        effects = defaultdict(list)
+        for effect in read_effects(self.chaos.effects_path):
+            effects[effect["task_id"]].append(effect)
+        return retrying(lambda: read_records(self.chaos.store, effects))
+
+
+def retrying(call: Callable[[], T], tries: int = 10) -> T:
+    """``call()``, again after a short pause while a terminated connection makes it fail."""
+    for _ in range(tries - 1):
+        try:
+            return call()
+        except StoreUnavailable:
+            time.sleep(0.2)
+    return call()
+
+
+# -- what the store and the ledger say ----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TaskRecord:
+    """One TASK as the store records it, with its effects as the ledger records them."""
+
+    task: Task
+    attempts: list[Attempt]
+    operations: list[Operation]
+    cases: list[InterruptionCase]
+    effects: list[dict[str, Any]]
+
+    @property
+    def task_id(self) -> str:
+        return self.task.task_id
+
+    @property
+    def running(self) -> bool:
+        return any(a.state is AttemptState.RUNNING for a in self.attempts)
+
+    @property
+    def open_cases(self) -> list[InterruptionCase]:
+        return [c for c in self.cases if c.state is CaseState.OPEN]
+
+    @property
+    def held(self) -> bool:
+        return self.task.hold is not None or any(
+            c.admission is Admission.HOLD_FOR_REVIEW for c in self.open_cases
+        )
+
+    @property
+    def stranded(self) -> bool:
+        """In ``active`` with no running attempt, no open case and no hold: nobody will move
+        it, and nobody was asked to."""
+        return (
+            self.task.bucket is Bucket.ACTIVE
+            and not self.running
+            and not self.open_cases
+            and not self.held
+        )
+
+    @property
+    def in_motion(self) -> bool:
+        """Something will still happen to it without anyone's review."""
+        return (
+            self.task.bucket is Bucket.INBOX
+            or self.running
+            or (bool(self.open_cases) and not self.held)
+        )
+
+    def unkeyed_repeats(self) -> list[str]:
+        """Unkeyed effects the ledger saw more than once."""
+        counts = Counter(e["name"] for e in self.effects if e["key"] is None)
+        return sorted(name for name, seen in counts.items() if seen > 1)
+
+    def keyed_with_two_keys(self) -> list[str]:
+        """Keyed effects repeated with a key other than their first."""
+        keys: dict[str, set[str]] = defaultdict(set)
+        for effect in self.effects:
+            if effect["key"] is not None:
+                keys[effect["name"]].add(effect["key"])
+        return sorted(name for name, seen in keys.items() if len(seen) > 1)
+
+    def open_intents_that_ran(self) -> list[Operation]:
+        ran = {e["name"] for e in self.effects}
+        return [
+            op for op in self.operations if op.state is OperationState.INTENT and op.name in ran
+        ]
+
+    def describe(self) -> str:
+        hold = f" held ({self.task.hold.case_id})" if self.task.hold else ""
+        tries = ", ".join(
+            f"#{a.number} {a.state.value}" + (f" ({a.error[:120]})" if a.error else "")
+            for a in self.attempts
+        )
+        found = ", ".join(
+            f"{c.case_id} {c.state.value} {c.effect_fact and c.effect_fact.value}"
+            f"->{c.admission and c.admission.value}"
+            for c in self.cases
+        )
+        ops = ", ".join(f"{op.name}@{op.epoch} {op.state.value}" for op in self.operations)
+        ledger = ", ".join(f"{e['name']}@{e['attempt']}" for e in self.effects)
+        return (
+            f"{self.task_id} {self.task.bucket.value}{hold}; attempts: {tries or '-'}; "
+            f"cases: {found or '-'}; operations: {ops or '-'}; ledger: {ledger or '-'}"
+        )
+
+
+def read_records(store: Store, effects: dict[str, list[dict[str, Any]]]) -> list[TaskRecord]:
+    with store.snapshot() as connection:
+        listed = task_rows.list_tasks(connection, tenant=None, limit=100_000)
+        return [record_of(connection, task, effects.get(task.task_id, [])) for task in listed]
+
+
+def record_of(connection: Connection, task: Task, effects: list[dict[str, Any]]) -> TaskRecord:
+    return TaskRecord(
+        task=task,
+        attempts=attempt_rows.for_task(connection, task.task_id),
+        operations=operation_rows.for_task(connection, task.task_id),
+        cases=case_rows.for_task(connection, task.task_id),
+        effects=effects,
+    )
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The end state of a run, and everything a failure message needs to explain it."""
+
+    records: list[TaskRecord]
+    submissions: dict[str, str]
+    faults: list[str]
+
+    def by(self, predicate: Callable[[TaskRecord], object]) -> list[str]:
+        return [r.task_id for r in self.records if predicate(r)]
+
+    @property
+    def duplicate_tasks(self) -> list[str]:
+        """TASKs beyond the first for one submission id, or named by no submission."""
+        per_submission = Counter(r.task.client_submission_id for r in self.records)
+        answered = set(self.submissions.values())
+        return self.by(
+            lambda r: per_submission[r.task.client_submission_id] > 1 or r.task_id not in answered
+        )
+
+    @property
+    def lost_submissions(self) -> list[str]:
+        stored = {r.task_id for r in self.records}
+        return sorted(s for s, task_id in self.submissions.items() if task_id not in stored)
+
+    @property
+    def stranded(self) -> list[str]:
+        return self.by(lambda r: r.stranded)
+
+    @property
+    def unkeyed_effects_run_twice(self) -> list[str]:
+        return self.by(lambda r: r.unkeyed_repeats())
+
+    @property
+    def keyed_effects_with_a_new_key(self) -> list[str]:
+        return self.by(lambda r: r.keyed_with_two_keys())
+
+    @property
+    def ran_but_not_held(self) -> list[str]:
+        return self.by(lambda r: r.open_intents_that_ran() and not r.held)
+
+    @property
+    def in_motion(self) -> list[str]:
+        return self.by(lambda r: r.in_motion)
+
+    def summary(self) -> str:
+        buckets = Counter(r.task.bucket.value for r in self.records)
+        states = Counter(a.state.value for r in self.records for a in r.attempts)
+        admissions = Counter(
+            c.admission.value if c.admission else "undecided" for r in self.records for c in r.cases
+        )
+        effects = sum(len(r.effects) for r in self.records)
+        return (
+            f"{len(self.records)} TASKs for {len(self.submissions)} submissions; "
+            f"buckets {dict(buckets)}; attempts {dict(states)}; cases {dict(admissions)}; "
+            f"held {len(self.by(lambda r: r.held))}; {effects} effects in the ledger\n"
+            f"faults: {'; '.join(self.faults)}"
+        )
+
+    def explain(self) -> str:
+        problems = {
+            "duplicate TASKs": self.duplicate_tasks,
+            "stranded in active (no running attempt, no open case, no hold)": self.stranded,
+            "unkeyed effects run twice": self.unkeyed_effects_run_twice,
+            "keyed effects repeated with another key": self.keyed_effects_with_a_new_key,
+            "open intents whose effect ran, not held": self.ran_but_not_held,
+            f"still in motion after {SETTLE_TIMEOUT:.0f}s": self.in_motion,
+        }
+        named = {r.task_id: r for r in self.records}
+        lines = [self.summary()]
+        for title, task_ids in problems.items():
+            if task_ids:
+                lines.append(f"{title}: {len(task_ids)}")
+                lines.extend(f"  {named[task_id].describe()}" for task_id in task_ids)
+        return "\n".join(lines)
+
+
+# -- the test -------------------------------------------------------------------------------------
+
+
+@postgres_only
+def test_a_deployment_under_kills_redis_restarts_and_dropped_connections_strands_nothing(
+    store: Store, tmp_path: Path
+) -> None:
+    """Workers SIGKILLed mid-session, Redis restarted, every database connection terminated,
+    four rounds over 48 TASKs: no TASK is duplicated or stranded, no unkeyed effect runs twice,
+    and every effect that ran without a recorded outcome is held for review."""
+    try:
+        with open_chaos(store, tmp_path, separate_lease_redis=False) as chaos:
+            deployment = Deployment(chaos, random.Random(SEED))
+            deployment.start()
+            for _ in range(ROUNDS):
+                deployment.run_round()
+            verdict = Verdict(deployment.settle(), deployment.submissions, deployment.log)
+    finally:
+        store.dispose()  # its pooled connections were terminated too
+
+    assert verdict.lost_submissions == [], verdict.explain()
+    assert verdict.duplicate_tasks == [], verdict.explain()
+    assert verdict.stranded == [], verdict.explain()
+    assert verdict.unkeyed_effects_run_twice == [], verdict.explain()
+    assert verdict.keyed_effects_with_a_new_key == [], verdict.explain()
+    assert verdict.ran_but_not_held == [], verdict.explain()
+    assert verdict.in_motion == [], verdict.explain()
+    assert len(verdict.faults) == 3 * ROUNDS
