@@ -13,6 +13,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -22,6 +23,7 @@ from surehand.errors import ConfigError, LeaseUnavailable
 from surehand.queue.keys import generation_key, lease_key
 from surehand.queue.leases import LeaseStore
 from surehand.queue.redis_client import connect_redis, shared_fake_server
+from tests.procs import private_redis
 from tests.redis_fixtures import (  # noqa: F401
     fake_lease_store,
     lease_store,
@@ -257,3 +259,70 @@ def test_every_embedded_client_shares_one_fake_server() -> None:
 def test_an_unknown_redis_url_scheme_is_a_config_error() -> None:
     with pytest.raises(ConfigError, match="SUREHAND_REDIS_URL"):
         connect_redis("http://127.0.0.1:6379")
+
+
+# -- acquire is idempotent for its own attempt (issue 10, finding 5) -------------------------
+
+
+def test_acquiring_a_lease_its_own_attempt_holds_succeeds_and_refreshes_the_ttl(
+    lease_store: LeaseStore, redis_client: redis.Redis
+) -> None:
+    """A retry after a lost reply: the SET happened, the caller never heard; the retry must
+    find its own attempt id and succeed, never report "held by another attempt"."""
+    assert lease_store.acquire(TASK, "attempt-a", 1_000)
+    assert lease_store.acquire(TASK, "attempt-a", 60_000)
+    assert lease_store.holder(TASK) == "attempt-a"
+    assert int(redis_client.pttl(lease_store.key(TASK))) > 1_000
+
+
+def test_acquiring_with_the_generation_is_idempotent_for_its_own_attempt(
+    lease_store: LeaseStore, redis_client: redis.Redis
+) -> None:
+    first = lease_store.acquire_with_generation(TASK, "attempt-a", 1_000)
+    again = lease_store.acquire_with_generation(TASK, "attempt-a", 60_000)
+    other = lease_store.acquire_with_generation(TASK, "attempt-b", 60_000)
+
+    assert (first[0], again[0], other[0]) == (True, True, False)
+    assert first[1] == again[1] == other[1] == lease_store.generation()
+    assert lease_store.holder(TASK) == "attempt-a"
+    assert int(redis_client.pttl(lease_store.key(TASK))) > 1_000
+
+
+def test_another_attempts_acquire_leaves_the_holders_ttl_alone(
+    lease_store: LeaseStore, redis_client: redis.Redis
+) -> None:
+    assert lease_store.acquire(TASK, "attempt-a", 1_000)
+    assert not lease_store.acquire(TASK, "attempt-b", 60_000)
+    assert 0 < int(redis_client.pttl(lease_store.key(TASK))) <= 1_000
+
+
+@pytest.mark.parametrize("scripting", [None, False], ids=["scripts", "watch"])
+@pytest.mark.parametrize("saved", [True, False], ids=["kept-by-restart", "lost-by-restart"])
+def test_a_retried_acquire_after_a_redis_restart_takes_its_own_lease(
+    tmp_path: Path, scripting: bool | None, saved: bool
+) -> None:
+    """The lease survives a restart (Redis saved it) or not (no persistence): either way the
+    same attempt's retry holds it afterwards, and another attempt is still refused."""
+    with private_redis(tmp_path) as server:
+        client = connect_redis(server.url)
+        store = LeaseStore(client, "restart", scripting=scripting)
+        assert store.acquire_with_generation(TASK, "attempt-a", TTL_MS)[0]
+        if saved:
+            client.save()  # an RDB snapshot the restarted server loads
+        server.restart()
+        wait_until(lambda: _answers(client))
+        assert (store.holder(TASK) == "attempt-a") is saved
+
+        taken, _ = store.acquire_with_generation(TASK, "attempt-a", TTL_MS)
+
+        assert taken
+        assert store.holder(TASK) == "attempt-a"
+        assert not store.acquire(TASK, "attempt-b", TTL_MS)
+        client.close()
+
+
+def _answers(client: redis.Redis) -> bool:
+    try:
+        return bool(client.ping())
+    except redis.RedisError:
+        return False

@@ -1,10 +1,13 @@
-"""Session leases in Redis: ``SET NX PX`` to acquire, compare-and-renew, compare-and-delete.
+"""Session leases in Redis: acquire (``SET NX PX``, or a TTL refresh when the same attempt
+already holds it), compare-and-renew, compare-and-delete.
 
 A lease says "attempt A of this TASK is alive"; it is liveness only. Redis TTLs follow the
 server's wall clock and a process can pause past its TTL, so a lease can never prove that a
 write is safe: every session write is fenced in the store by epoch instead. What the lease must
 get right is narrower: only the holder may extend or remove it, which is why renew and release
-are compare-then-act Lua scripts (the redis.io locking pattern).
+are compare-then-act Lua scripts (the redis.io locking pattern). Acquire is idempotent for its own
+attempt: a retry after a lost reply (the SET happened, the answer did not arrive) finds its own
+attempt id in the key and succeeds, instead of calling it "held by another attempt".
 
 Every Redis failure surfaces as :class:`~surehand.errors.LeaseUnavailable` (retryable); no
 redis-py exception escapes this module.
@@ -100,39 +103,67 @@ class LeaseStore:
             self._redis.ping()
 
     def acquire(self, task_id: str, attempt_id: str, ttl_ms: int) -> bool:
-        """Take the lease for ``attempt_id`` unless anyone holds it (``SET NX PX``)."""
+        """Take the lease for ``attempt_id`` unless another attempt holds it; if ``attempt_id``
+        already holds it (a retry after a lost reply), reset its TTL and return True."""
         _check_ttl(ttl_ms)
         with _translated("acquire", task_id):
-            return bool(self._redis.set(self.key(task_id), attempt_id, nx=True, px=ttl_ms))
+            taken, _ = self._take(self.key(task_id), attempt_id, ttl_ms, None)
+        return taken
 
     def acquire_with_generation(
         self, task_id: str, attempt_id: str, ttl_ms: int
     ) -> tuple[bool, str]:
         """:meth:`acquire` and :meth:`ensure_generation` in one command (a Lua script; one
-        MULTI/EXEC round trip where the server runs no Lua).
+        WATCH/MULTI/EXEC round trip where the server runs no Lua).
 
-        Returns whether the lease was taken and the generation marker current at that moment,
-        which is what a :class:`~surehand.queue.heartbeat.Heartbeat` started right after needs.
+        Returns whether the lease is held by ``attempt_id`` and the generation marker current
+        at that moment, which is what a :class:`~surehand.queue.heartbeat.Heartbeat` started
+        right after needs.
         """
         _check_ttl(ttl_ms)
-        lease, key, marker = self.key(task_id), keys.generation_key(self.namespace), uuid.uuid4()
+        generation = (keys.generation_key(self.namespace), uuid.uuid4().hex)
         with _translated("acquire", task_id):
-            if self._scripting is not False:
+            taken, value = self._take(self.key(task_id), attempt_id, ttl_ms, generation)
+        return taken, str(value)
+
+    def _take(
+        self, lease: str, attempt_id: str, ttl_ms: int, generation: tuple[str, str] | None
+    ) -> tuple[bool, str | None]:
+        """Run acquire.lua, or its WATCH/MULTI equivalent on a server without Lua."""
+        if self._scripting is not False:
+            extra_keys, marker = ([generation[0]], generation[1]) if generation else ([], "")
+            try:
+                answer = self._acquire(keys=[lease, *extra_keys], args=[attempt_id, ttl_ms, marker])
+            except redis.ResponseError as exc:
+                if not _is_unknown_command(exc):
+                    raise
+                self._scripting = False
+            else:
+                return bool(answer[0]), (str(answer[1]) if generation else None)
+        return self._watch_take(lease, attempt_id, ttl_ms, generation)
+
+    def _watch_take(
+        self, lease: str, attempt_id: str, ttl_ms: int, generation: tuple[str, str] | None
+    ) -> tuple[bool, str | None]:
+        """acquire.lua as an optimistic WATCH/MULTI transaction: SET PX when the key is free,
+        PEXPIRE when ``attempt_id`` holds it, nothing (but the generation) otherwise."""
+        with self._redis.pipeline() as pipe:
+            for _ in range(_WATCH_RETRIES):
                 try:
-                    taken, value = self._acquire(
-                        keys=[lease, key], args=[attempt_id, ttl_ms, marker.hex]
-                    )
-                    return bool(taken), str(value)
-                except redis.ResponseError as exc:
-                    if not _is_unknown_command(exc):
-                        raise
-                    self._scripting = False
-            with self._redis.pipeline(transaction=True) as pipe:
-                pipe.set(lease, attempt_id, nx=True, px=ttl_ms)
-                pipe.set(key, marker.hex, nx=True)
-                pipe.get(key)
-                acquired, _, value = pipe.execute()
-        return bool(acquired), str(value)
+                    pipe.watch(lease)  # type: ignore[no-untyped-call]  # untyped in redis-py
+                    holder = pipe.get(lease)
+                    pipe.multi()
+                    if holder is None:
+                        pipe.set(lease, attempt_id, px=ttl_ms)
+                    elif holder == attempt_id:
+                        pipe.pexpire(lease, ttl_ms)
+                    _queue_generation(pipe, generation)
+                    answer = pipe.execute()
+                    return holder in (None, attempt_id), _generation_of(answer, generation)
+                except redis.WatchError:
+                    continue
+        # The key kept changing under us: not ours to take (the conservative answer).
+        return False, self.ensure_generation() if generation else None
 
     def renew(self, task_id: str, attempt_id: str, ttl_ms: int) -> bool:
         """Reset the TTL to ``ttl_ms`` if ``attempt_id`` still holds the lease."""
@@ -213,6 +244,17 @@ class LeaseStore:
                 except redis.WatchError:
                     continue
         return False
+
+
+def _queue_generation(pipe: Any, generation: tuple[str, str] | None) -> None:
+    """Queue "mint the generation marker if missing, then read it" on a MULTI pipeline."""
+    if generation is not None:
+        pipe.set(generation[0], generation[1], nx=True)
+        pipe.get(generation[0])
+
+
+def _generation_of(answer: list[Any], generation: tuple[str, str] | None) -> str | None:
+    return str(answer[-1]) if generation is not None else None
 
 
 def _check_ttl(ttl_ms: int) -> None:
