@@ -132,3 +132,6 @@ class EventKind(enum.StrEnum):
     HOLD_RELEASED = "hold_released"
     REVIEW = "review"
     REPORT = "report"
+    # Publishing failed in a way a retry would repeat (bad role code, publisher error): the
+    # TASK is marked undispatchable (tasks.dispatch_error), never a stop of the sweep.
+    DISPATCH_FAILED = "dispatch_failed"

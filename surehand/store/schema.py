@@ -136,6 +136,11 @@ tasks = Table(
     # is published again (a lost message must not strand it; duplicates are harmless)
     _ts("created_at"),
     _ts("updated_at"),
+    # Set when publishing this TASK failed in a way a retry would repeat (a role code the queue
+    # refuses, a publisher error other than PublishFailed); the sweep skips it until the
+    # back-off passes or a restart retries it, and a successful publish clears it.
+    Column("dispatch_error", Text),
+    _ts("dispatch_error_at", nullable=True),
     _check("bucket", model.Bucket, "bucket"),
     _check("priority", model.Priority, "priority"),
     _check("risk_level", model.RiskLevel, "risk_level"),
@@ -156,6 +161,15 @@ Index(
     tasks.c.published_at,
     sqlite_where=_IN_INBOX,
     postgresql_where=_IN_INBOX,
+)
+# Undispatchable TASKs only (normally none): `surehand check`, the sweep's retry and the
+# metric read them without touching the other rows.
+_UNDISPATCHABLE = tasks.c.dispatch_error.isnot(None)
+Index(
+    "ix_tasks_undispatchable",
+    tasks.c.dispatch_error_at,
+    sqlite_where=_UNDISPATCHABLE,
+    postgresql_where=_UNDISPATCHABLE,
 )
 
 task_events = Table(
