@@ -1,6 +1,7 @@
 """Benchmark the reconciler: pass time against running attempts, and loss detection latency.
 
-    python bench/reconcile.py [--quick] [--passes N] [--no-postgres] [--sessions N]
+    python bench/reconcile.py [--quick] [--passes N] [--no-postgres] [--sessions N] [--kills N]
+                              [--only-kills]
 
 (a) Pass time. A store is seeded in bulk (SQLAlchemy Core ``INSERT``s, no service calls) with
     finished TASKs (``review``/``done``/``archive``, one succeeded attempt each, a committed
@@ -35,6 +36,22 @@
                                                     Celery beat rounds up to its grid, which
                                                     for the defaults is the same 15 s).
 
+(c) Detection latency with real kills, kill -> ``SESSION_LOST``, same scaled-down settings. A
+    deployment of real processes: three ``surehand worker --roles DEV --concurrency 1`` whose
+    agent (``sleeping_agent`` below, loaded as ``reconcile:sleeping_agent``) sleeps until its
+    session ends, one ``surehand worker --roles OPS`` that runs the reconcile passes, and one
+    ``surehand beat`` scheduling them every 0.5 s (the production reconciler, over the broker),
+    on Postgres (database ``surehand_bench_kills``; SQLite with ``--no-postgres``) and the
+    private Redis. ``--kills`` times: a random DEV worker with a running session is picked, and
+    after a random delay in [0, 1) s (so the kill falls anywhere in the heartbeat cycle) its
+    process group gets SIGKILL; a replacement worker is started (and is ready before the next
+    kill). The kill time is taken right
+    after ``killpg`` returns; the loss time is the killed attempt's ``ended_at``, which the
+    reconciler writes when it marks it ``SESSION_LOST``. Each lost session's TASK is admitted
+    (no intent: ``reexecute``) and its successor keeps a worker busy for the next kill. The
+    model bound is TTL + grace + reconcile interval + 1 s of slack (the judging pass itself, its
+    ``inspect active`` wait, beat's scheduling jitter): 3.0 s scaled, 51 s with the defaults.
+
 Results are printed as rich tables and saved to ``bench/results/reconcile-<UTC>.json``.
 This is a benchmark, not a test: it asserts nothing about time.
 """
@@ -50,27 +67,30 @@ import platform
 import pstats
 import random
 import shutil
+import signal
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import redis
-from private_redis import RedisServer  # bench/ is the script's directory
+from private_redis import RedisServer, wait_for  # bench/ is the script's directory
 from rich.console import Console
 from rich.table import Table
 from sqlalchemy import create_engine, delete, insert, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.pool import NullPool
 
+from surehand.agents.context import SessionContext
 from surehand.config import Settings
 from surehand.dispatcher import diagnostics
 from surehand.dispatcher.claims import claim
@@ -78,10 +98,11 @@ from surehand.dispatcher.reconciler import reconcile_loop
 from surehand.facade import Surehand
 from surehand.model import AttemptState, Bucket, CaseState
 from surehand.queue.heartbeat import Heartbeat
-from surehand.store import Store
+from surehand.store import Store, attempts
 from surehand.store import schema as tables
 
 BENCH = Path(__file__).resolve().parent
+REPO = BENCH.parent
 RESULTS = BENCH / "results"
 PG_ADMIN_DEFAULT = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 PG_DATABASE = "surehand_bench_reconcile"
@@ -312,16 +333,16 @@ def _profile(call: Callable[[], object]) -> str:
 
 
 @contextmanager
-def postgres_store(admin_url: str) -> Iterator[str]:
+def postgres_store(admin_url: str, database: str = PG_DATABASE) -> Iterator[str]:
     admin = create_engine(make_url(admin_url), isolation_level="AUTOCOMMIT", poolclass=NullPool)
     with admin.connect() as connection:
-        connection.execute(text(f'DROP DATABASE IF EXISTS "{PG_DATABASE}" WITH (FORCE)'))
-        connection.execute(text(f'CREATE DATABASE "{PG_DATABASE}"'))
+        connection.execute(text(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)'))
+        connection.execute(text(f'CREATE DATABASE "{database}"'))
     try:
-        yield make_url(admin_url).set(database=PG_DATABASE).render_as_string(hide_password=False)
+        yield make_url(admin_url).set(database=database).render_as_string(hide_password=False)
     finally:
         with admin.connect() as connection:
-            connection.execute(text(f'DROP DATABASE IF EXISTS "{PG_DATABASE}" WITH (FORCE)'))
+            connection.execute(text(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)'))
         admin.dispose()
 
 
@@ -498,21 +519,226 @@ def measure_detection(
     stop.set()
     loop.join(10)
     sh.close()
-    latencies.sort()
+    return {"sessions": sessions, "kills_spread_seconds": spread, **latency_summary(latencies)}
+
+
+def latency_summary(latencies: Sequence[float]) -> dict[str, Any]:
+    """How many were detected, and their quantiles (nearest rank), in seconds."""
+    ordered = sorted(latencies)
+    if not ordered:
+        return {"detected": 0}
 
     def pick(q: float) -> float:
-        return round(latencies[min(len(latencies) - 1, int(q * len(latencies)))], 3)
+        return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))], 3)
 
     return {
-        "sessions": sessions,
-        "kills_spread_seconds": spread,
-        "detected": len(latencies),
-        "min": round(latencies[0], 3),
+        "detected": len(ordered),
+        "min": round(ordered[0], 3),
         "p50": pick(0.5),
         "p90": pick(0.9),
         "p99": pick(0.99),
-        "max": round(latencies[-1], 3),
-        "mean": round(statistics.fmean(latencies), 3),
+        "max": round(ordered[-1], 3),
+        "mean": round(statistics.fmean(ordered), 3),
+    }
+
+
+# -- (c) detection latency with real kills ------------------------------------------------------
+
+KILL_DATABASE = "surehand_bench_kills"
+KILL_WORKERS = 3
+KILL_WINDOW = 1.0  # seconds: the random delay before a kill, over three heartbeats
+SLACK = 1.0  # the judging pass, its ``inspect active`` wait, beat's jitter
+AGENT_SLEEP_SECONDS = 600.0
+
+
+def sleeping_agent(ctx: SessionContext) -> str:
+    """The agent of (c): works (sleeps) until its session ends. Workers load it as
+    ``reconcile:sleeping_agent`` with ``PYTHONPATH=bench``."""
+    ctx.wait_cancelled(AGENT_SLEEP_SECONDS)
+    return "slept"
+
+
+def model_bound(timing: Timing) -> float:
+    """Kill -> SESSION_LOST at most: TTL + grace + reconcile interval + slack."""
+    return timing.ttl + timing.grace + timing.interval + SLACK
+
+
+@dataclass
+class KillDeployment:
+    """Real ``surehand worker`` and ``surehand beat`` processes, each in its own group."""
+
+    tmp: Path
+    env: dict[str, str]
+    dev: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    others: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    logs: dict[int, Path] = field(default_factory=dict)
+
+    @classmethod
+    def start(cls, tmp: Path, database_url: str, server: RedisServer) -> KillDeployment:
+        agent = "reconcile:sleeping_agent"
+        env = {
+            "SUREHAND_DATABASE_URL": database_url,
+            "SUREHAND_BROKER_URL": server.url(2),
+            "SUREHAND_REDIS_URL": server.url(3),
+            "SUREHAND_AGENTS": f"DEV={agent},OPS={agent}",
+            "SUREHAND_LEASE_TTL_SECONDS": str(SCALED.ttl),
+            "SUREHAND_HEARTBEAT_SECONDS": str(SCALED.heartbeat),
+            "SUREHAND_LOST_GRACE_SECONDS": str(SCALED.grace),
+            "SUREHAND_RECONCILE_INTERVAL_SECONDS": str(SCALED.interval),
+            "SUREHAND_HOME": str(tmp / "home"),
+            "SUREHAND_WORK_DIR": str(tmp / "sessions"),
+            "PYTHONPATH": f"{BENCH}{os.pathsep}{REPO}",
+            "PYTHONUNBUFFERED": "1",
+        }
+        deployment = cls(tmp, env)
+        started = [deployment.worker() for _ in range(KILL_WORKERS)]
+        started.append(deployment.spawn("worker", "--roles", "OPS", "--concurrency", "1"))
+        deployment.others.append(started[-1])
+        beat = deployment.spawn("beat")
+        deployment.others.append(beat)
+        for process in started:
+            deployment.wait_for(process, "ready.")
+        deployment.wait_for(beat, "beat: Starting")
+        return deployment
+
+    def spawn(self, *args: str) -> subprocess.Popen[bytes]:
+        log = self.tmp / f"kills-{args[0]}-{len(self.logs) + 1}.log"
+        with log.open("wb") as handle:
+            process = subprocess.Popen(
+                [sys.executable, "-m", "surehand", *args],
+                env={**os.environ, **self.env},
+                cwd=REPO,
+                stdout=handle,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        self.logs[process.pid] = log
+        return process
+
+    def worker(self) -> subprocess.Popen[bytes]:
+        process = self.spawn("worker", "--roles", "DEV", "--concurrency", "1")
+        self.dev.append(process)
+        return process
+
+    def output(self, process: subprocess.Popen[bytes]) -> str:
+        return self.logs[process.pid].read_text(errors="replace")
+
+    def wait_for(self, process: subprocess.Popen[bytes], banner: str) -> None:
+        def ready() -> bool:
+            if process.poll() is not None:
+                raise RuntimeError(f"exited:\n{self.output(process)[-3000:]}")
+            return banner in self.output(process)
+
+        wait_for(ready, 120, f"{banner!r} from pid {process.pid}")
+
+    def live_pids(self) -> set[int]:
+        return {p.pid for p in self.dev if p.poll() is None}
+
+    def kill(self, pid: int) -> datetime:
+        """SIGKILL a DEV worker's process group; the moment it was sent (UTC)."""
+        os.killpg(pid, signal.SIGKILL)
+        at = datetime.now(UTC)
+        [process] = [p for p in self.dev if p.pid == pid]
+        process.wait(10)
+        self.dev.remove(process)
+        return at
+
+    def close(self) -> None:
+        for process in [*self.dev, *self.others]:
+            if process.poll() is None:
+                os.killpg(process.pid, signal.SIGKILL)
+            process.wait(10)
+
+
+def running_sessions(sh: Surehand, pids: set[int], skip: Collection[str]) -> dict[str, int]:
+    """Running attempts (id -> worker pid) of live workers, except those in ``skip``."""
+    with sh.store.snapshot() as connection:
+        found = attempts.running(connection)
+    # ``worker`` is host:pid:thread (runner.worker_identity); threads run in the worker's pid.
+    by_pid = {a.attempt_id: int(a.worker.split(":")[1]) for a in found}
+    return {a: pid for a, pid in by_pid.items() if pid in pids and a not in skip}
+
+
+def kill_sessions(
+    sh: Surehand, deployment: KillDeployment, kills: int, rng: random.Random
+) -> dict[str, datetime]:
+    """SIGKILL ``kills`` workers, each at a random moment of a running session; attempt id ->
+    the moment its worker was killed."""
+    killed: dict[str, datetime] = {}
+    deadline = time.monotonic() + 60 + 15 * kills
+    while len(killed) < kills and time.monotonic() < deadline:
+        running = running_sessions(sh, deployment.live_pids(), killed)
+        if not running:
+            time.sleep(0.05)
+            continue
+        attempt_id, pid = rng.choice(sorted(running.items()))
+        time.sleep(rng.uniform(0, KILL_WINDOW))
+        killed[attempt_id] = deployment.kill(pid)
+        # The replacement is ready before the next kill: three workers serve throughout.
+        deployment.wait_for(deployment.worker(), "ready.")
+        console.log(f"kill {len(killed)}/{kills}: worker {pid} (attempt {attempt_id[:8]})")
+    return killed
+
+
+def wait_for_losses(sh: Surehand, killed: dict[str, datetime], timeout: float) -> list[float]:
+    """Seconds from each kill to its attempt's ``SESSION_LOST`` (those seen within timeout)."""
+    deadline = time.monotonic() + timeout
+    latencies: dict[str, float] = {}
+    while len(latencies) < len(killed) and time.monotonic() < deadline:
+        with sh.store.snapshot() as connection:
+            for attempt_id, killed_at in killed.items():
+                attempt = attempts.get(connection, attempt_id)
+                if attempt and attempt.state is AttemptState.SESSION_LOST and attempt.ended_at:
+                    latencies[attempt_id] = (attempt.ended_at - killed_at).total_seconds()
+        time.sleep(0.2)
+    return list(latencies.values())
+
+
+@contextmanager
+def kill_store(tmp: Path, admin_url: str, postgres: bool) -> Iterator[str]:
+    """A migrated store's URL, for the bench's handle and the deployment's processes."""
+    if postgres:
+        with postgres_store(admin_url, KILL_DATABASE) as url:
+            migrate(url)
+            yield url
+        return
+    url = f"sqlite:///{tmp / 'kills.sqlite3'}"
+    migrate(url)
+    yield url
+
+
+def migrate(url: str) -> None:
+    store = Store(url, auto_upgrade=True)
+    store.ensure_schema()
+    store.dispose()
+
+
+def measure_real_kills(
+    kills: int, server: RedisServer, tmp: Path, admin_url: str, postgres: bool
+) -> dict[str, Any]:
+    """Kill ``kills`` real workers mid-session; time kill -> SESSION_LOST (see (c))."""
+    with kill_store(tmp, admin_url, postgres) as url:
+        settings = Settings.model_validate(
+            {"database_url": url, "redis_url": server.url(3), "broker_url": server.url(2)}
+        )
+        sh = Surehand(settings=settings)
+        sh.store.ensure_schema()
+        deployment = KillDeployment.start(tmp, url, server)
+        try:
+            for n in range(kills + KILL_WORKERS):
+                sh.write_task(sender="PM", recipient="DEV", subject=f"sleep {n}", body="Sleep.")
+            killed = kill_sessions(sh, deployment, kills, random.Random())
+            latencies = wait_for_losses(sh, killed, timeout=10 * model_bound(SCALED))
+        finally:
+            deployment.close()
+            sh.close()
+    return {
+        "kills": len(killed),
+        "database": "postgres" if postgres else "sqlite",
+        "workers": KILL_WORKERS,
+        "reconciler": "surehand beat + surehand worker --roles OPS",
+        "model_bound_seconds": model_bound(SCALED),
+        **latency_summary(latencies),
     }
 
 
@@ -562,18 +788,37 @@ def min_running(results: Sequence[PassResult]) -> int:
     return min(r.running for r in results)
 
 
-def detection_table(measured: dict[str, Any], model: dict[str, dict[str, float]]) -> Table:
-    table = Table(title="detection latency, kill -> SESSION_LOST (seconds)")
-    for column in ("settings", "source", "n", "min", "p50", "p90", "p99", "max", "mean"):
-        table.add_column(column, justify="right")
-    table.add_row(
-        "scaled: TTL 1, hb 0.3, grace 0.5, every 0.5",
-        "measured",
-        str(measured["detected"]),
-        *(f"{measured[k]:.3f}" for k in ("min", "p50", "p90", "p99", "max", "mean")),
+SCALED_NAME = "scaled: TTL 1, hb 0.3, grace 0.5, every 0.5"
+DEFAULTS_NAME = "defaults: TTL 30, hb 10, grace 15, every 5"
+QUANTILES = ("min", "p50", "p90", "p99", "max", "mean")
+
+
+def detection_table(
+    measured: dict[str, dict[str, Any]], model: dict[str, dict[str, float]]
+) -> Table:
+    table = Table(
+        title="detection latency, kill -> SESSION_LOST (seconds)",
+        caption=(
+            f"model bound TTL + grace + interval + {SLACK:.0f} s slack: "
+            f"scaled {model_bound(SCALED):.1f} s, defaults {model_bound(DEFAULTS):.0f} s"
+        ),
     )
+    for column in ("settings", "source", "n", *QUANTILES, "bound"):
+        table.add_column(column, justify="right")
+    for source, values in measured.items():
+        if values.get("detected"):
+            table.add_row(
+                SCALED_NAME,
+                source,
+                str(values["detected"]),
+                *(f"{values[k]:.3f}" for k in QUANTILES),
+                f"{model_bound(SCALED):.1f}",
+            )
     for name, values in model.items():
-        table.add_row(name, "analytic", "-", *(f"{values[k]:.2f}" for k in values))
+        bound = model_bound(SCALED if name == SCALED_NAME else DEFAULTS)
+        table.add_row(
+            name, "analytic", "-", *(f"{values[k]:.2f}" for k in QUANTILES), f"{bound:.1f}"
+        )
     return table
 
 
@@ -586,6 +831,10 @@ def parse_options() -> argparse.Namespace:
     parser.add_argument(
         "--spread", type=float, default=10.0, help="Seconds the kills of (b) are spread over."
     )
+    parser.add_argument(
+        "--kills", type=int, default=24, help="Workers SIGKILLed in (c); 0 skips (c)."
+    )
+    parser.add_argument("--only-kills", action="store_true", help="Run (c) only.")
     return parser.parse_args()
 
 
@@ -599,31 +848,59 @@ def main() -> int:
         (1_000 // scale, [10_000 // scale]),
     ]
     admin_url = os.environ.get("SUREHAND_BENCH_DATABASE_URL", PG_ADMIN_DEFAULT)
+    results: list[PassResult] = []
+    profiles: dict[str, str] = {}
+    measured: dict[str, dict[str, Any]] = {}
     with tempfile.TemporaryDirectory(prefix="surehand-bench-reconcile-") as directory:
         tmp = Path(directory)
         server = RedisServer(tmp)
         try:
-            results, profiles = run_pass_benchmarks(
-                backends, configs, passes, server, tmp, admin_url
-            )
-            measured = measure_detection(
-                options.sessions // scale or 20, options.spread / scale, server, tmp
-            )
+            if not options.only_kills:
+                results, profiles = run_pass_benchmarks(
+                    backends, configs, passes, server, tmp, admin_url
+                )
+                measured["heartbeat stopped in-process"] = measure_detection(
+                    options.sessions // scale or 20, options.spread / scale, server, tmp
+                )
+            if options.kills:
+                measured["SIGKILL of surehand worker, beat"] = measure_real_kills(
+                    options.kills, server, tmp, admin_url, postgres=not options.no_postgres
+                )
         finally:
             server.stop()
     model = {
-        "scaled: TTL 1, hb 0.3, grace 0.5, every 0.5": analytic(SCALED, grid=False),
-        "defaults: TTL 30, hb 10, grace 15, every 5": analytic(DEFAULTS, grid=False),
+        SCALED_NAME: analytic(SCALED, grid=False),
+        DEFAULTS_NAME: analytic(DEFAULTS, grid=False),
         "defaults, on the Celery beat grid": analytic(DEFAULTS, grid=True),
     }
     for name, profile in profiles.items():
         console.rule(f"profile of one pass: {name}")
         console.print(profile, markup=False, highlight=False)
-    console.print(pass_table(results))
+    if results:
+        console.print(pass_table(results))
     console.print(detection_table(measured, model))
+    save(options, results, measured, model, profiles)
+    return 0
+
+
+def save(
+    options: argparse.Namespace,
+    results: Sequence[PassResult],
+    measured: dict[str, dict[str, Any]],
+    model: dict[str, dict[str, float]],
+    profiles: dict[str, str],
+) -> None:
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     RESULTS.mkdir(parents=True, exist_ok=True)
     out = RESULTS / f"reconcile-{stamp}.json"
+    detection: dict[str, Any] = {
+        "analytic": model,
+        "model_bound_seconds": {"scaled": model_bound(SCALED), "defaults": model_bound(DEFAULTS)},
+    }
+    if "heartbeat stopped in-process" in measured:
+        detection["measured_scaled"] = measured["heartbeat stopped in-process"]
+    if "SIGKILL of surehand worker, beat" in measured:
+        detection["measured_real_kills_scaled"] = measured["SIGKILL of surehand worker, beat"]
     out.write_text(
         json.dumps(
             {
@@ -637,7 +914,7 @@ def main() -> int:
                 "options": vars(options),
                 "live_lease_share": LIVE_SHARE,
                 "pass_time": [asdict(r) for r in results],
-                "detection": {"measured_scaled": measured, "analytic": model},
+                "detection": detection,
                 "profiles": profiles,
             },
             indent=2,
@@ -646,7 +923,6 @@ def main() -> int:
         encoding="utf-8",
     )
     console.print(f"saved {out.relative_to(BENCH.parent)}")
-    return 0
 
 
 if __name__ == "__main__":

@@ -12,7 +12,9 @@ Where each number is counted:
   session's return value names its outcome), so any worker counts what it ran;
 * lost sessions, admissions and pass time: every reconciler pass
   (``Reconciler.run_once``), plus admissions decided by ``recover``/``review`` calls;
-* lease renew failures: each session's heartbeat, when the session ends.
+* lease renew failures: each session's heartbeat, when the session ends;
+* dispatch failures and undispatchable TASKs: the dispatcher (``dispatch.py``), when a publish
+  fails and on every sweep.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from celery.signals import task_postrun, worker_ready
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
     Counter,
+    Gauge,
     Histogram,
     generate_latest,
     start_http_server,
@@ -60,6 +63,16 @@ RECONCILE_SECONDS = Histogram(
     "Wall time of one reconciler pass.",
     buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0),
 )
+DISPATCH_FAILURES = Counter(
+    "surehand_dispatch_failures_total",
+    "Publishes of a TASK that failed, by reason: invalid_role and publish_error mark the TASK "
+    "undispatchable; publish_failed (broker unreachable) is retried by the next sweep.",
+    ["reason"],
+)
+UNDISPATCHABLE = Gauge(
+    "surehand_undispatchable_tasks",
+    "TASKs marked undispatchable, as the last dispatcher sweep of this process counted them.",
+)
 
 
 def observe_submission(disposition: str) -> None:
@@ -81,6 +94,16 @@ def observe_renew_failures(count: int) -> None:
     """A session ended after ``count`` refused or unreachable lease renewals."""
     if count > 0:
         LEASE_RENEW_FAILURES.inc(count)
+
+
+def observe_dispatch_failure(reason: str) -> None:
+    """One publish of a TASK failed for ``reason`` (invalid_role, publish_error, ...)."""
+    DISPATCH_FAILURES.labels(reason).inc()
+
+
+def observe_undispatchable(count: int) -> None:
+    """The dispatcher sweep counted ``count`` TASKs marked undispatchable."""
+    UNDISPATCHABLE.set(count)
 
 
 def observe_pass(seconds: float, lost: int, admissions: Mapping[str, int]) -> None:

@@ -167,6 +167,10 @@ class Task:
     published: bool
     created_at: datetime
     updated_at: datetime
+    # Why this TASK could not be dispatched (a role code the queue refuses, a publisher error),
+    # and when that was last seen; None when it was dispatched or never tried. See dispatch.py.
+    dispatch_error: str | None = None
+    dispatch_error_at: datetime | None = None
 
     @property
     def task_path(self) -> str:
@@ -189,6 +193,10 @@ class Task:
             "published": self.published,
             "created_at": self.created_at.isoformat(),
             "updated_at": self.updated_at.isoformat(),
+            "dispatch_error": self.dispatch_error,
+            "dispatch_error_at": (
+                self.dispatch_error_at.isoformat() if self.dispatch_error_at else None
+            ),
         }
 
 
