@@ -3,8 +3,10 @@ HTTP and MCP doors and returns the same records."""
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable, Mapping
 from functools import cached_property
+from types import TracebackType
 from typing import Any, Literal
 
 from celery import Celery
@@ -22,7 +24,7 @@ from surehand.dispatcher.reconciler import PassReport, Reconciler
 from surehand.dispatcher.recovery import Recovery, RecoveryOutcome
 from surehand.dispatcher.runner import SessionOutcome, SessionRunner
 from surehand.dispatcher.worker import register_tasks
-from surehand.errors import CaseNotFound, TaskNotFound
+from surehand.errors import CaseNotFound, ConfigError, TaskNotFound
 from surehand.model import (
     Action,
     Admission,
@@ -91,6 +93,10 @@ class Surehand:
             clock=clock or SystemClock(),
             publisher=publisher,
         )
+        # What close() releases; an instance dropped without close() is released by the
+        # finalizer, which must not refer to the instance (or it would never be collected).
+        self._closers: list[Callable[[], None]] = [self.store.dispose]
+        self._finalizer = weakref.finalize(self, _close_all, self._closers)
 
     @classmethod
     def from_env(cls) -> Surehand:
@@ -228,6 +234,7 @@ class Surehand:
     @cached_property
     def leases(self) -> LeaseStore:
         client = connect_redis(self.settings.redis_url)
+        self._closers.append(client.close)
         return LeaseStore(client, namespace=self.settings.redis_namespace)
 
     @cached_property
@@ -261,10 +268,14 @@ class Surehand:
     def celery(self) -> Celery:
         """The Celery app with surehand's session and reconcile tasks registered."""
         app = make_celery(self.settings)
+        self._closers.append(lambda: _close_celery(app))
+        # The app becomes the process default (held globally): its tasks reach this instance
+        # through a weak reference, so that the instance can still be dropped.
+        owner = weakref.ref(self)
         register_tasks(
             app,
-            lambda: self.runner,
-            lambda: self.reconciler,
+            lambda: _alive(owner).runner,
+            lambda: _alive(owner).reconciler,
             reconcile_every=self.settings.reconcile_interval_seconds,
         )
         register_hold_notice(app)
@@ -358,4 +369,36 @@ class Surehand:
         return self.store.upgrade()
 
     def close(self) -> None:
-        self.store.dispose()
+        """Release this instance's connections: its share of the store's pools, its Redis
+        client and its Celery app's broker connections. Idempotent."""
+        self._finalizer()
+
+    def __enter__(self) -> Surehand:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+def _close_all(closers: list[Callable[[], None]]) -> None:
+    for close in closers:
+        close()
+
+
+def _close_celery(app: Celery) -> None:
+    pool = getattr(app, "_pool", None)  # the broker connection pool, if a publish made one
+    if pool is not None:
+        pool.force_close_all()
+    app.close()
+
+
+def _alive(owner: weakref.ReferenceType[Surehand]) -> Surehand:
+    found = owner()
+    if found is None:
+        raise ConfigError("the Surehand that registered this Celery app was closed and dropped")
+    return found

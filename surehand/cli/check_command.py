@@ -16,6 +16,7 @@ from rich.table import Table
 
 from surehand.cli.app import app
 from surehand.cli.common import EXIT_ERROR, EXIT_OK, DatabaseUrl, JsonFlag, console, emit_json
+from surehand.cli.dispatch_check import check_dispatch
 from surehand.config import Settings
 from surehand.errors import SurehandError
 from surehand.queue.celery_app import MEMORY_BROKER
@@ -157,6 +158,8 @@ def check(
     overrides = {"database_url": database_url, "redis_url": redis_url, "broker_url": broker_url}
     settings = Settings().model_copy(update={k: v for k, v in overrides.items() if v is not None})
     checks = [*check_database(settings), *check_redis(settings), *check_broker(settings)]
+    # Undispatchable TASKs and roles nobody claims (dispatch_check.py): warnings, never fails.
+    checks += [Check(*finding) for finding in check_dispatch(settings)]
     ok = all(item.status != "fail" for item in checks)
     if as_json:
         emit_json({"ok": ok, "checks": [asdict(item) for item in checks]})

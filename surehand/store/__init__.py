@@ -8,7 +8,8 @@ into one atomic unit; none of them commits on its own.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+import weakref
+from collections.abc import Callable, Hashable, Iterator
 from contextlib import contextmanager
 from functools import cached_property
 
@@ -20,6 +21,7 @@ from surehand.model import Receipt
 from surehand.store import counters, creation, migrate, receipts
 from surehand.store.engine import (
     DEFAULT_POOL_SIZE,
+    EngineLeases,
     make_autocommit_engine,
     make_engine,
     one_statement,
@@ -31,7 +33,10 @@ __all__ = ["Store"]
 
 
 class Store:
-    """A handle on one database: transactions, snapshots and migrations."""
+    """A handle on one database: transactions, snapshots and migrations.
+
+    Stores on one URL in one process share their engines (and so their pools); :meth:`dispose`
+    gives this store's share back, and so does dropping the store without it."""
 
     def __init__(
         self, url: str, *, auto_upgrade: bool | None = None, pool_size: int = DEFAULT_POOL_SIZE
@@ -40,13 +45,22 @@ class Store:
         ``Settings.database_pool_size``)."""
         self.url = url
         self.pool_size = pool_size
-        self.engine: Engine = make_engine(url, pool_size=pool_size)
+        self._leases = EngineLeases()
+        # No reference to self in the finalizer: it runs when the store is garbage collected.
+        self._finalizer = weakref.finalize(self, self._leases.release_all)
+        self.engine: Engine = self._shared("engine", lambda: make_engine(url, pool_size=pool_size))
         is_sqlite = self.engine.dialect.name == "sqlite"
         # The embedded SQLite file migrates itself on first use; a shared Postgres is migrated
         # deliberately with `surehand db upgrade` (and checked here).
         self._auto_upgrade = is_sqlite if auto_upgrade is None else auto_upgrade
         self._ready = False
         self._schema_lock = threading.Lock()
+
+    def _shared(self, role: str, make: Callable[[], Engine]) -> Engine:
+        key: Hashable = (role, self.url, self.pool_size)
+        if ":memory:" in self.url:
+            key = (key, id(self))  # an in-memory database is private to its store
+        return self._leases.acquire(key, make)
 
     @property
     def dialect(self) -> str:
@@ -149,17 +163,20 @@ class Store:
         """Postgres: an engine whose connections stay in autocommit; SQLite: the store's."""
         if self.dialect != "postgresql":
             return self.engine
-        return make_autocommit_engine(self.engine, pool_size=self.pool_size)
+        return self._shared(
+            "autocommit", lambda: make_autocommit_engine(self.engine, pool_size=self.pool_size)
+        )
 
     @cached_property
     def _async_commit_engine(self) -> Engine:
-        return make_autocommit_engine(
-            self.engine, pool_size=self.pool_size, synchronous_commit=False
+        return self._shared(
+            "async_commit",
+            lambda: make_autocommit_engine(
+                self.engine, pool_size=self.pool_size, synchronous_commit=False
+            ),
         )
 
     def dispose(self) -> None:
-        self.engine.dispose()
-        for name in ("one_statement_engine", "_async_commit_engine"):
-            engine = self.__dict__.get(name)
-            if engine is not None and engine is not self.engine:
-                engine.dispose()
+        """Give back this store's share of its engines: the last store on the URL closes the
+        pooled connections. The store stays usable (its engines reconnect on demand)."""
+        self._leases.release_all()
