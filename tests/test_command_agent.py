@@ -6,21 +6,28 @@ or stops it; and ``surehand effect -- CMD`` inside it records CMD as an operatio
 
 from __future__ import annotations
 
+import dataclasses
 import shlex
 import sys
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import cast
 
 import pytest
 
 from surehand.agents.command import CommandAgent
-from surehand.errors import ConfigError
+from surehand.agents.context import SessionContext, SessionPort
+from surehand.dispatcher.sessions import Session
+from surehand.errors import AgentError, ConfigError
 from surehand.facade import Surehand
 from surehand.model import AttemptState, Bucket, OperationState, RetryPolicy
+from tests.agent_procs import TWO_ATTEMPTS_AGENT, group_of, is_gone, live_members, require_proc
 from tests.procs import wait_until
 from tests.session_helpers import (  # noqa: F401  (harness fixtures)
     Harness,
     attempts_of,
+    claimed,
     committed_task,
     harness,
     operations_of,
@@ -37,15 +44,6 @@ def command_surehand(harness: Harness, tmp_path: Path, script: str, **settings: 
     path = tmp_path / "agent.sh"
     path.write_text(script, encoding="utf-8")
     return harness.surehand(agents="DEV=command", command_agent=f"sh {path}", **settings)
-
-
-def is_gone(pid: int) -> bool:
-    """No such process, or only its zombie (dead, waiting to be reaped by whoever adopted it)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text(encoding="utf-8")
-    except FileNotFoundError:
-        return True
-    return stat.rsplit(")", 1)[1].split()[0] in {"Z", "X"}
 
 
 def test_the_output_of_a_command_that_exits_0_becomes_the_report(
@@ -90,7 +88,7 @@ def test_a_non_zero_exit_fails_the_attempt_with_the_error_and_writes_no_report(
 def test_a_timeout_kills_the_whole_process_group_and_fails_the_attempt(
     harness: Harness, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("surehand.agents.command.STOP_GRACE_SECONDS", 0.5)
+    monkeypatch.setattr("surehand.agents.groups.STOP_GRACE_SECONDS", 0.5)
     # The leader dies on SIGTERM; its child ignores SIGTERM and would outlive it.
     sh = command_surehand(
         harness,
@@ -170,10 +168,19 @@ def test_a_failing_surehand_effect_is_recorded_failed_and_fails_the_session(
     assert reports_of(sh.store, task_id) == []
 
 
-def test_a_lost_lease_stops_the_command_and_the_session_never_settles(
-    redis_harness: Harness, tmp_path: Path
+def test_a_lost_lease_kills_the_commands_whole_group_and_the_session_never_settles(
+    redis_harness: Harness, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    sh = command_surehand(redis_harness, tmp_path, "echo $$ > leader.pid\nsleep 60\necho done\n")
+    require_proc()
+    monkeypatch.setattr("surehand.agents.groups.STOP_GRACE_SECONDS", 0.5)
+    # The grandchild ignores SIGTERM: only SIGKILL of the group, after the grace, ends it.
+    sh = command_surehand(
+        redis_harness,
+        tmp_path,
+        "sh -c 'trap \"\" TERM; sleep 60' &\n"
+        'echo "$$ $!" > pids.tmp && mv pids.tmp leader.pid\n'
+        "sleep 60\necho done\n",
+    )
     task_id = committed_task(sh)
 
     with ThreadPoolExecutor(max_workers=1) as pool:
@@ -183,17 +190,76 @@ def test_a_lost_lease_stops_the_command_and_the_session_never_settles(
             timeout=30,
             what="the command to start",
         )
+        [pid_file] = redis_harness.work_dir.glob("*/leader.pid")
+        leader, grandchild = (int(pid) for pid in pid_file.read_text().split())
+        group = group_of(leader)
         sh.leases.client.delete(sh.leases.key(task_id))
         outcome = running.result(timeout=60)
 
     assert outcome.outcome == "lease_lost"
-    [pid_file] = redis_harness.work_dir.glob("*/leader.pid")
-    leader = int(pid_file.read_text())
-    wait_until(lambda: is_gone(leader), timeout=30, what="the command to be stopped")
+    assert is_gone(leader)
+    assert is_gone(grandchild)
+    assert live_members(group) == []
     task = read_task(sh.store, task_id)
     assert task.bucket is Bucket.ACTIVE
     assert attempts_of(sh.store, task_id)[0].state is AttemptState.RUNNING
     assert reports_of(sh.store, task_id) == []
+
+
+class _NoPort:
+    """The programs here declare no effects and write no reports."""
+
+    def operation(self, *args: object, **kwargs: object) -> None:
+        raise AssertionError("not expected")
+
+    report = operation
+
+
+def attempt_context(
+    harness: Harness, session: Session, number: int, cancelled: threading.Event
+) -> SessionContext:
+    """A context for attempt ``number`` of the claimed session's TASK (1 is the claimed one)."""
+    attempt = session.attempt
+    if number != attempt.number:
+        attempt = dataclasses.replace(attempt, attempt_id=f"{attempt.attempt_id}-{number}")
+        attempt = dataclasses.replace(attempt, number=number)
+    return SessionContext(
+        task=session.task,
+        attempt=attempt,
+        port=cast(SessionPort, _NoPort()),
+        cancelled=cancelled,
+        work_dir=harness.work_dir / attempt.attempt_id,
+    )
+
+
+def test_an_earlier_attempts_group_is_killed_before_a_successors_program_starts(
+    harness: Harness, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    require_proc()
+    monkeypatch.setenv("AGENT_TEST_DIR", str(tmp_path))
+    script = tmp_path / "agent.sh"
+    script.write_text(TWO_ATTEMPTS_AGENT, encoding="utf-8")
+    agent = CommandAgent(["sh", str(script)], settings=harness.settings(), timeout=600)
+    handle = harness.surehand()
+    session = claimed(handle.services, committed_task(handle))
+    stop_first = threading.Event()
+    first = attempt_context(harness, session, 1, stop_first)
+    second = attempt_context(harness, session, 2, threading.Event())
+    pids = tmp_path / "attempt1.pids"
+
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        earlier = pool.submit(agent, first)
+        try:
+            wait_until(pids.exists, timeout=30, what="attempt 1's command to start")
+            group = group_of(int(pids.read_text().split()[0]))
+            report = agent(second)  # as if attempt 1's worker were stuck or slow to stop it
+        finally:
+            stop_first.set()  # (without the fix: stop attempt 1 instead of waiting 5 minutes)
+        with pytest.raises(AgentError, match="a later attempt of this TASK started here"):
+            earlier.result(timeout=60)
+
+    assert report == "attempt 2; alive:"
+    assert live_members(group) == []
 
 
 def test_the_command_agent_needs_a_program(harness: Harness) -> None:

@@ -10,19 +10,19 @@ from __future__ import annotations
 
 import os
 import shlex
-import signal
-import subprocess
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import IO
 
 from surehand.agents.context import SessionContext
+from surehand.agents.group_records import GroupRecord, GroupRecords
+from surehand.agents.groups import AgentGroup
 from surehand.config import Settings
 from surehand.errors import AgentError, ConfigError
 from surehand.fcop import render_task
 
 _POLL = 0.1
-STOP_GRACE_SECONDS = 5.0  # from SIGTERM to SIGKILL for a command being stopped
 MAX_OUTPUT = 512 * 1024
 
 
@@ -35,6 +35,7 @@ class CommandAgent:
         self.argv = list(argv)
         self.settings = settings
         self.timeout = timeout
+        self.records = GroupRecords(settings.work_dir)
 
     @classmethod
     def from_settings(cls, settings: Settings) -> CommandAgent:
@@ -49,17 +50,15 @@ class CommandAgent:
         with (
             (work_dir / "stdout.txt").open("wb") as stdout,
             (work_dir / "stderr.txt").open("wb") as stderr,
-            subprocess.Popen(
-                self.argv,
-                cwd=work_dir,
-                env=self._environment(ctx, work_dir),
-                stdin=subprocess.DEVNULL,
-                stdout=stdout,
-                stderr=stderr,
-                start_new_session=True,
-            ) as process,
         ):
-            code = self._wait(process, ctx)
+            group = self._start(ctx, work_dir, stdout, stderr)
+            try:
+                code = self._wait(group, ctx)
+            finally:
+                group.stop()  # whatever the program left running dies with the session
+                superseded = not self.records.release(ctx.task.task_id, ctx.attempt.attempt_id)
+        if superseded:
+            raise AgentError("a later attempt of this TASK started here; this command was killed")
         output = _tail(work_dir / "stdout.txt")
         if code != 0:
             raise AgentError(
@@ -67,6 +66,22 @@ class CommandAgent:
                 exit_code=code,
             )
         return output or f"(command exited 0 with no output; see {work_dir})"
+
+    def _start(
+        self, ctx: SessionContext, work_dir: Path, stdout: IO[bytes], stderr: IO[bytes]
+    ) -> AgentGroup:
+        """Start the program once no earlier attempt's group of this TASK runs on this host."""
+        with self.records.slot(ctx.task.task_id) as slot:
+            slot.clear_for(ctx.attempt)
+            group = AgentGroup.start(
+                self.argv,
+                cwd=work_dir,
+                env=self._environment(ctx, work_dir),
+                stdout=stdout,
+                stderr=stderr,
+            )
+            slot.write(GroupRecord.of(group, ctx.attempt))
+        return group
 
     def _prepare(self, ctx: SessionContext) -> Path:
         work_dir = (ctx.work_dir or self.settings.work_dir / ctx.attempt.attempt_id).resolve()
@@ -95,43 +110,20 @@ class CommandAgent:
         )
         return env
 
-    def _wait(self, process: subprocess.Popen[bytes], ctx: SessionContext) -> int:
+    def _wait(self, group: AgentGroup, ctx: SessionContext) -> int:
         deadline = time.monotonic() + self.timeout
-        while process.poll() is None:
+        while (code := group.poll()) is None:
             if ctx.cancelled:
-                _stop(process)
+                group.stop()
                 raise AgentError("the session lost its lease; the command was stopped")
             if time.monotonic() > deadline:
-                _stop(process)
+                group.stop()
                 raise AgentError(f"command timed out after {self.timeout:g}s and was stopped")
             time.sleep(_POLL)
-        return int(process.returncode)
-
-
-def _stop(process: subprocess.Popen[bytes]) -> None:
-    """Terminate the command's whole process group, then kill whatever of it lingers.
-
-    The group, not just the leader: the leader may exit on SIGTERM while a child that ignores
-    it lives on, still able to make side effects for a session that has ended.
-    """
-    group = process.pid  # start_new_session: the leader's pid is the group id
-    _signal_group(group, signal.SIGTERM)
-    deadline = time.monotonic() + STOP_GRACE_SECONDS
-    while time.monotonic() < deadline:
-        if process.poll() is not None and not _signal_group(group, 0):
-            return  # the leader is reaped and no member of the group is left
-        time.sleep(_POLL)
-    _signal_group(group, signal.SIGKILL)
-    process.wait()
-
-
-def _signal_group(group: int, sig: int) -> bool:
-    """Send ``sig`` to a process group; False if the group has no member left."""
-    try:
-        os.killpg(group, sig)
-    except ProcessLookupError:
-        return False
-    return True
+        if group.interrupted:
+            ctx.interrupt()  # an interruption, not the agent's failure: the attempt is not failed
+            raise AgentError("the worker shut down; the command was stopped")
+        return code
 
 
 def _tail(path: Path) -> str:

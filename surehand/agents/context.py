@@ -70,6 +70,11 @@ class SessionContext:
         """True once the session lost its lease: stop work, do not settle anything."""
         return self._cancelled.is_set()
 
+    def interrupt(self) -> None:
+        """End the session as interrupted (its worker is shutting down): like a lost lease, it
+        stops and settles nothing; the reconciler takes the TASK over from its records."""
+        self._cancelled.set()
+
     def wait_cancelled(self, timeout: float) -> bool:
         """Sleep up to ``timeout`` seconds, waking early (returning True) if cancelled."""
         return self._cancelled.wait(timeout)

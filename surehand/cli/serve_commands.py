@@ -12,6 +12,7 @@ from typing import Annotated
 
 import typer
 
+from surehand.agents import groups
 from surehand.cli.app import app
 from surehand.cli.common import (
     EXIT_ERROR,
@@ -129,7 +130,9 @@ def _trap_signals(stop: threading.Event) -> None:
     def on_signal(signum: int, _frame: FrameType | None) -> None:
         if stop.is_set():
             # A second Ctrl-C: leave now. Sessions cut off here are found lost by the next
-            # run's reconciler and recovered from their recorded effects.
+            # run's reconciler and recovered from their recorded effects. Their command agents
+            # die first (their trampolines would also see this process go).
+            groups.kill_all()
             os._exit(EXIT_INTERRUPTED)
         stop.set()
 

@@ -10,11 +10,15 @@ would hand a second ``Surehand`` the first one's session task, bound to another 
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
-from celery import Celery, Task
+from celery import Celery, Task, signals
+from celery.worker import state as worker_state
 
+from surehand.agents import groups
 from surehand.dispatcher.reconciler import Reconciler
 from surehand.dispatcher.runner import SessionRunner
 from surehand.queue.celery_app import SESSION_TASK_NAME
@@ -59,8 +63,52 @@ def register_tasks(
     reconcile_every: float,
 ) -> None:
     """Register the session and reconcile tasks on ``app`` and schedule the reconciler."""
+    connect_shutdown_hooks()
     app.register_task(SessionTask(runner))
     app.register_task(ReconcileTask(reconciler))
     app.conf.beat_schedule = {
         "surehand-reconcile": {"task": RECONCILE_TASK_NAME, "schedule": reconcile_every}
     }
+
+
+def connect_shutdown_hooks() -> None:
+    """Stop command agents' process groups when a worker shuts down cold (idempotent).
+
+    A warm shutdown lets running sessions finish, command agents included. A cold one cancels
+    them: their groups get SIGTERM, then SIGKILL after the stop grace, and each session ends
+    interrupted (the reconciler takes it over), so the pool's threads can end. Whatever is left
+    when the worker has stopped is stopped the same way; SIGKILL of the worker is the
+    trampoline's job (``surehand.agents.reaper``).
+    """
+    signals.worker_ready.connect(_watch_cold_shutdown, weak=False, dispatch_uid=_WATCH)
+    signals.worker_shutdown.connect(_on_shutdown, weak=False, dispatch_uid=_STOP)
+
+
+_WATCH = "surehand.agent-groups.watch"
+_STOP = "surehand.agent-groups.stop"
+_COLD_POLL_SECONDS = 0.2
+_watch_lock = threading.Lock()
+_watching = False
+
+
+def _watch_cold_shutdown(**_: Any) -> None:
+    # Celery's cold-shutdown handler cancels running tasks through the pool, which the threads
+    # pool cannot do (it raises before Celery's worker_shutting_down signal is even sent): the
+    # flag it sets, worker.state.should_terminate, is the one reliable sign. Polled, because
+    # stopping takes up to the grace and must not run inside Celery's signal handler.
+    global _watching
+    with _watch_lock:
+        if _watching:  # one watcher per process, however many workers it starts
+            return
+        _watching = True
+    threading.Thread(target=_stop_when_cold, name="surehand-cold-shutdown", daemon=True).start()
+
+
+def _stop_when_cold() -> None:
+    while not worker_state.should_terminate:
+        time.sleep(_COLD_POLL_SECONDS)
+    groups.stop_all()
+
+
+def _on_shutdown(**_: Any) -> None:
+    groups.stop_all()
