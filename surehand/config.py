@@ -88,6 +88,18 @@ class Settings(BaseSettings):
         description="Largest request body the API reads (a 1 MiB TASK body plus its JSON "
         "envelope); larger requests get 413 before anything is parsed or written.",
     )
+    api_allowed_hosts: str = Field(
+        "",
+        description="Comma list of Host names (name, or name:port) the HTTP API and MCP over HTTP "
+        "answer besides the loopback names 127.0.0.1, localhost and [::1]; any other Host gets "
+        "421 (protection against DNS rebinding). Add the names clients use behind a proxy.",
+    )
+    metrics_token: str = Field(
+        "",
+        description="Bearer token for /metrics (the API's and a worker's metrics port). With "
+        "SUREHAND_API_TOKENS set, /metrics needs this token or an ADMIN principal's token; "
+        "without API tokens (loopback only) it is open unless this is set.",
+    )
     mcp_transport: str = Field(
         "stdio", description="`surehand mcp` transport: stdio (agent hosts) or http."
     )

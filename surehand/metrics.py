@@ -14,25 +14,42 @@ Where each number is counted:
   (``Reconciler.run_once``), plus admissions decided by ``recover``/``review`` calls;
 * lease renew failures: each session's heartbeat, when the session ends;
 * dispatch failures and undispatchable TASKs: the dispatcher (``dispatch.py``), when a publish
-  fails and on every sweep.
+  fails and on every sweep;
+* TASKs by tenant and bucket: read from the database when the API is scraped
+  (:class:`TaskCounts`), so it is the same number in every API process (a gauge, not a sum).
+
+Tenant labels appear only on ``surehand_tasks``; since they show each tenant's volume, the API
+serves ``/metrics`` to the operator only (``SUREHAND_METRICS_TOKEN`` or an ADMIN token) once it
+has API tokens. A worker's metrics port asks for ``SUREHAND_METRICS_TOKEN`` when it is set.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import hmac
+import threading
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from socketserver import ThreadingMixIn
 from typing import Any
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from celery.signals import task_postrun, worker_ready
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
+    REGISTRY,
+    CollectorRegistry,
     Counter,
     Gauge,
     Histogram,
     generate_latest,
-    start_http_server,
+    make_wsgi_app,
 )
+from prometheus_client.core import GaugeMetricFamily, Metric
+from sqlalchemy import func, select
 
 from surehand.config import Settings
+from surehand.errors import SurehandError
+from surehand.store import Store
+from surehand.store.schema import tasks as tasks_table
 
 SESSION_TASK = "surehand.run_session"
 
@@ -115,9 +132,107 @@ def observe_pass(seconds: float, lost: int, admissions: Mapping[str, int]) -> No
         ADMISSIONS.labels(disposition).inc(count)
 
 
-def exposition() -> tuple[bytes, str]:
-    """The text exposition of this process's metrics and its content type."""
-    return generate_latest(), CONTENT_TYPE_LATEST
+MAX_TENANT_LABELS = 100  # tenants beyond the largest 100 are summed under OTHER_TENANTS
+OTHER_TENANTS = "_other"
+
+
+class TaskCounts:
+    """A collector: ``surehand_tasks{tenant, bucket}``, counted in the database per scrape."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    def collect(self) -> Iterator[Metric]:
+        """One gauge family; empty if the database cannot be read right now."""
+        family = GaugeMetricFamily(
+            "surehand_tasks",
+            "TASKs by tenant and bucket, from the database (the same in every API process).",
+            labels=["tenant", "bucket"],
+        )
+        try:
+            rows = self._rows()
+        except SurehandError:
+            return
+        for (tenant, bucket), count in _cap_tenants(rows).items():
+            family.add_metric([tenant, bucket], count)
+        yield family
+
+    def _rows(self) -> list[tuple[str, str, int]]:
+        query = select(tasks_table.c.tenant, tasks_table.c.bucket, func.count()).group_by(
+            tasks_table.c.tenant, tasks_table.c.bucket
+        )
+        with self.store.snapshot() as connection:
+            return [(str(t), str(b), int(n)) for t, b, n in connection.execute(query)]
+
+
+def _cap_tenants(rows: Iterable[tuple[str, str, int]]) -> dict[tuple[str, str], int]:
+    """Counts by (tenant, bucket), the smaller tenants past MAX_TENANT_LABELS summed."""
+    rows = list(rows)
+    totals: dict[str, int] = {}
+    for tenant, _bucket, count in rows:
+        totals[tenant] = totals.get(tenant, 0) + count
+    kept = set(sorted(totals, key=lambda t: (-totals[t], t))[:MAX_TENANT_LABELS])
+    counts: dict[tuple[str, str], int] = {}
+    for tenant, bucket, count in rows:
+        key = (tenant if tenant in kept else OTHER_TENANTS, bucket)
+        counts[key] = counts.get(key, 0) + count
+    return counts
+
+
+def store_registry(store: Store) -> CollectorRegistry:
+    """A registry holding the database-backed metrics of ``store`` (one per API app)."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(TaskCounts(store))
+    return registry
+
+
+def exposition(*extra: CollectorRegistry) -> tuple[bytes, str]:
+    """The text exposition of this process's metrics (and ``extra``) and its content type."""
+    payload = generate_latest(REGISTRY) + b"".join(generate_latest(r) for r in extra)
+    return payload, CONTENT_TYPE_LATEST
+
+
+def token_matches(expected: str, authorization: str | None) -> bool:
+    """True if ``authorization`` is ``Bearer <expected>`` (constant-time comparison)."""
+    scheme, _, presented = (authorization or "").partition(" ")
+    if not expected or scheme.lower() != "bearer":
+        return False
+    return hmac.compare_digest(expected.encode(), presented.strip().encode())
+
+
+WSGIApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
+
+
+def guarded(app: WSGIApp, token: str) -> WSGIApp:
+    """``app`` behind ``Authorization: Bearer <token>`` (401 otherwise)."""
+
+    def check(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        if token_matches(token, environ.get("HTTP_AUTHORIZATION")):
+            return app(environ, start_response)
+        headers = [("Content-Type", "text/plain"), ("WWW-Authenticate", 'Bearer realm="surehand"')]
+        start_response("401 Unauthorized", headers)
+        return [b"send Authorization: Bearer <SUREHAND_METRICS_TOKEN>\n"]
+
+    return check
+
+
+class _Server(ThreadingMixIn, WSGIServer):
+    daemon_threads = True
+
+
+class _QuietHandler(WSGIRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (the base's name)
+        return None
+
+
+def serve_metrics(host: str, port: int, token: str = "") -> WSGIServer:
+    """Serve this process's metrics on ``host:port`` in a daemon thread (token if given)."""
+    app: WSGIApp = make_wsgi_app(REGISTRY)
+    if token:
+        app = guarded(app, token)
+    server = make_server(host, port, app, _Server, handler_class=_QuietHandler)
+    threading.Thread(target=server.serve_forever, name="surehand-metrics", daemon=True).start()
+    return server
 
 
 @task_postrun.connect(weak=False)
@@ -134,4 +249,4 @@ def _serve_worker_metrics(**_: Any) -> None:
     """A ``surehand worker`` has no API: serve its counters on SUREHAND_METRICS_PORT if set."""
     settings = Settings()
     if settings.metrics_port:
-        start_http_server(settings.metrics_port, addr=settings.metrics_host)
+        serve_metrics(settings.metrics_host, settings.metrics_port, settings.metrics_token)

@@ -1,8 +1,10 @@
-"""The FastAPI application: routes, auth, problem+json errors, body limit, health and metrics."""
+"""The FastAPI application: routes, auth, problem+json errors, host check, body limit, health
+and metrics."""
 
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -11,11 +13,13 @@ from sqlalchemy import text
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from surehand import __version__, metrics
-from surehand.api import problems
+from surehand.api import openapi, problems
+from surehand.api.deps import AdminDep, check_metrics_reader
 from surehand.api.limits import BodyLimit
 from surehand.api.routes import router
 from surehand.errors import SurehandError
 from surehand.facade import Surehand
+from surehand.hosts import HostAllowlist, HostRule
 from surehand.principals import Authenticator, TenantViews
 from surehand.store import migrate
 
@@ -28,6 +32,7 @@ Create each TASK once, take it over only on evidence.
   created, **200** reused (a retry), **422** same id with a different request, **409**
   in progress (see `Retry-After`). Errors are `application/problem+json` with a `code`.
 * Authenticate with `Authorization: Bearer <token>` (tokens map to name, role and tenant).
+* Only loopback `Host` names and those in `SUREHAND_API_ALLOWED_HOSTS` are answered (421).
 """
 
 
@@ -42,7 +47,7 @@ def create_app(sh: Surehand | None = None) -> FastAPI:
     # Migrate (SQLite) or verify (Postgres) now, in one thread: concurrent first requests
     # would otherwise race into the migration.
     surehand.store.ensure_schema()
-    auth = Authenticator(surehand.settings)
+    hosts = HostRule.from_settings(surehand.settings)
     views = TenantViews(surehand)
     views.warm()
     app = FastAPI(
@@ -53,23 +58,62 @@ def create_app(sh: Surehand | None = None) -> FastAPI:
         openapi_url="/openapi.json",
     )
     app.state.surehand = surehand
-    app.state.auth = auth
+    app.state.auth = Authenticator(surehand.settings)
     app.state.views = views
+    app.state.store_metrics = metrics.store_registry(surehand.store)
+    app.openapi = lambda: openapi.document(app)  # type: ignore[method-assign]
     app.include_router(router)
+    _add_operations(app)
+    _add_error_handlers(app)
+    app.add_middleware(BodyLimit, max_bytes=surehand.settings.api_max_body_bytes)
+    # Outermost: a request for a name this server does not answer goes no further.
+    app.add_middleware(HostAllowlist, rule=hosts)
+    return app
+
+
+def _add_operations(app: FastAPI) -> None:
+    app.add_api_route(
+        "/healthz",
+        healthz,
+        methods=["GET"],
+        tags=["operations"],
+        responses={**openapi.problems(503, 403, 421), 200: {"description": "Live and ready."}},
+    )
+    app.add_api_route(
+        "/v1/admin/health",
+        health_details,
+        methods=["GET"],
+        tags=["operations"],
+        responses=openapi.problems(401, 403, 421, 503),
+    )
+    app.add_api_route(
+        "/metrics",
+        metrics_endpoint,
+        methods=["GET"],
+        tags=["operations"],
+        response_class=Response,
+        responses={
+            200: {"description": "Prometheus text.", "content": {"text/plain": {}}},
+            **openapi.problems(
+                401,
+                403,
+                421,
+                s401="With API tokens: send SUREHAND_METRICS_TOKEN or an ADMIN token.",
+                s403="The token is not an ADMIN's (or the Origin is refused).",
+            ),
+        },
+    )
+
+
+def _add_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(SurehandError, problems.on_surehand_error)
     app.add_exception_handler(RequestValidationError, problems.on_validation_error)
     app.add_exception_handler(StarletteHTTPException, problems.on_http_error)
     app.add_exception_handler(Exception, _on_unexpected)
-    app.add_api_route("/healthz", healthz, methods=["GET"], tags=["operations"])
-    app.add_api_route("/metrics", metrics_endpoint, methods=["GET"], tags=["operations"])
-    # Outermost, so an oversized body is refused before routing, auth or parsing.
-    app.add_middleware(BodyLimit, max_bytes=surehand.settings.api_max_body_bytes)
-    return app
 
 
-def healthz(request: Request) -> JSONResponse:
-    """Liveness and readiness: the database answers and its schema is current."""
-    sh: Surehand = request.app.state.surehand
+def _readiness(sh: Surehand) -> JSONResponse | None:
+    """None when the database answers and its schema is current, else the 503 problem."""
     try:
         with sh.store.snapshot() as connection:
             connection.execute(text("SELECT 1"))
@@ -80,12 +124,34 @@ def healthz(request: Request) -> JSONResponse:
         return problems.problem(
             503, "schema_not_ready", "run `surehand db upgrade`", retryable=True
         )
-    return JSONResponse({"status": "ok", "database": sh.store.describe(), "version": __version__})
+    return None
 
 
-def metrics_endpoint() -> Response:
-    """Prometheus metrics of this process (each API and worker process exposes its own)."""
-    payload, content_type = metrics.exposition()
+def healthz(request: Request) -> JSONResponse:
+    """Liveness and readiness: the database answers and its schema is current.
+
+    Public, so it says nothing about the configuration; ``/v1/admin/health`` does, to ADMINs.
+    """
+    return _readiness(request.app.state.surehand) or JSONResponse({"status": "ok"})
+
+
+def health_details(request: Request, _admin: AdminDep) -> JSONResponse:
+    """Readiness with the details an operator wants: database (no password) and version."""
+    sh: Surehand = request.app.state.surehand
+    details: dict[str, Any] = {"database": sh.store.describe(), "version": __version__}
+    refused = _readiness(sh)
+    if refused is not None:
+        return refused
+    return JSONResponse({"status": "ok", **details})
+
+
+def metrics_endpoint(request: Request) -> Response:
+    """Prometheus metrics of this process, and TASKs by tenant and bucket from the database.
+
+    Open on a loopback API without tokens; otherwise SUREHAND_METRICS_TOKEN or an ADMIN's token.
+    """
+    check_metrics_reader(request)
+    payload, content_type = metrics.exposition(request.app.state.store_metrics)
     return Response(payload, media_type=content_type)
 
 

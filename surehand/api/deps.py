@@ -8,8 +8,10 @@ from typing import Annotated
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from surehand.errors import ValidationFailed
+from surehand import metrics
+from surehand.errors import AuthError, Forbidden, ValidationFailed
 from surehand.facade import Surehand
+from surehand.model import ADMIN
 from surehand.principals import Authenticator, Principal, TenantViews
 from surehand.requests import check_submission_id
 
@@ -34,7 +36,7 @@ def get_caller(
     request: Request,
     _credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)],
 ) -> Caller:
-    """Authenticate the request (AuthError → 401) and pick its tenant's facade."""
+    """Authenticate the request (AuthError → 401) and bind its principal to its tenant's facade."""
     auth: Authenticator = request.app.state.auth
     views: TenantViews = request.app.state.views
     principal = auth.authenticate(request.headers.get("authorization"))
@@ -42,6 +44,38 @@ def get_caller(
 
 
 CallerDep = Annotated[Caller, Depends(get_caller)]
+
+
+def get_admin(
+    request: Request,
+    _credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)],
+) -> Principal:
+    """The caller, who must be an ADMIN principal (401 without a token, 403 for other roles)."""
+    auth: Authenticator = request.app.state.auth
+    principal = auth.authenticate(request.headers.get("authorization"))
+    if principal.role != ADMIN:
+        raise Forbidden(f"only an ADMIN principal may read this, not {principal.role}")
+    return principal
+
+
+AdminDep = Annotated[Principal, Depends(get_admin)]
+
+
+def check_metrics_reader(request: Request) -> None:
+    """Let the caller read /metrics, or raise AuthError (401) / Forbidden (403).
+
+    Open on a loopback API without tokens (every caller is the local ADMIN there) unless
+    SUREHAND_METRICS_TOKEN is set; otherwise that token or an ADMIN principal's token.
+    """
+    auth: Authenticator = request.app.state.auth
+    token: str = request.app.state.surehand.settings.metrics_token
+    header = request.headers.get("authorization")
+    if metrics.token_matches(token, header) or (auth.open and not token):
+        return
+    if auth.open:
+        raise AuthError("send Authorization: Bearer <SUREHAND_METRICS_TOKEN> for /metrics")
+    if auth.authenticate(header).role != ADMIN:
+        raise Forbidden("/metrics shows every tenant's volume: SUREHAND_METRICS_TOKEN or ADMIN")
 
 
 def submission_id(header: str | None, in_body: str | None) -> str | None:

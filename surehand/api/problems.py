@@ -1,5 +1,5 @@
-"""Errors as ``application/problem+json`` (RFC 9457): one mapping from surehand's typed errors
-to HTTP status codes, used by every handler so a client sees one shape for every failure.
+"""Errors as ``application/problem+json`` (RFC 9457), built by :mod:`surehand.problem` so the
+HTTP API and the MCP tools share one shape and one mapping from typed errors to statuses.
 
 Each problem carries the error's machine-readable ``code``, ``retryable`` and, for bad input,
 the ``field`` at fault; retryable problems also get a ``Retry-After`` header. No stack trace and
@@ -16,25 +16,15 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from surehand.errors import (
-    AuthError,
-    ConfigError,
-    Conflict,
-    Forbidden,
-    LifecycleError,
-    NotAuthorized,
-    NotFound,
-    RecoveryError,
-    SessionError,
-    SurehandError,
-    ValidationFailed,
-)
+from surehand import problem as shape
+from surehand.errors import SurehandError
 from surehand.model import ConflictCode, WriteTaskResult
 
 PROBLEM_JSON = "application/problem+json"
-TYPE_PREFIX = "urn:surehand:problem:"
+TYPE_PREFIX = shape.TYPE_PREFIX
 RETRY_AFTER_SECONDS = 1
 WWW_AUTHENTICATE = 'Bearer realm="surehand"'
+status_for = shape.status_for
 
 # write_task conflicts: the request contradicts the recorded submission (422), or the
 # submission is in a state this request cannot proceed from (409).
@@ -45,25 +35,27 @@ CONFLICT_STATUS = {
     ConflictCode.TASK_MISSING: 409,
     ConflictCode.TARGET_MISMATCH: 409,
 }
+# Statuses FastAPI or Starlette raise themselves, by the code the problem gets. A 400 from
+# FastAPI is always a body it could not parse (JSON that is not UTF-8, say).
+HTTP_CODES = {
+    400: "malformed_json",
+    404: "not_found",
+    405: "method_not_allowed",
+    415: "unsupported_media_type",
+}
 
 
-def status_for(error: SurehandError) -> int:
-    """The HTTP status of a typed error (most specific class first)."""
-    if isinstance(error, Forbidden | NotAuthorized):
-        return 403
-    if isinstance(error, AuthError):
-        return 401
-    if isinstance(error, ValidationFailed):
-        return 400
-    if isinstance(error, NotFound):
-        return 404
-    if error.retryable and not isinstance(error, Conflict | RecoveryError):
-        return 503  # the store, Redis or the broker is down: the same call may succeed later
-    if isinstance(error, Conflict | LifecycleError | RecoveryError | SessionError):
-        return 409
-    if isinstance(error, ConfigError):
-        return 500
-    return 400
+def send(document: dict[str, Any], headers: dict[str, str] | None = None) -> JSONResponse:
+    """A problem document as the response (``Retry-After`` added when retryable)."""
+    all_headers = dict(headers or {})
+    if document.get("retryable"):
+        all_headers.setdefault("Retry-After", str(RETRY_AFTER_SECONDS))
+    return JSONResponse(
+        jsonable_encoder(document),
+        status_code=document["status"],
+        headers=all_headers,
+        media_type=PROBLEM_JSON,
+    )
 
 
 def problem(
@@ -76,31 +68,14 @@ def problem(
     **extra: Any,
 ) -> JSONResponse:
     """A problem+json response; ``extra`` adds members (``field``, ``result`` ...)."""
-    body = {
-        "type": f"{TYPE_PREFIX}{code}",
-        "title": code.replace("_", " "),
-        "status": status,
-        "detail": detail,
-        "code": code,
-        "retryable": retryable,
-        **extra,
-    }
-    all_headers = dict(headers or {})
-    if retryable:
-        all_headers.setdefault("Retry-After", str(RETRY_AFTER_SECONDS))
-    return JSONResponse(
-        jsonable_encoder(body), status_code=status, headers=all_headers, media_type=PROBLEM_JSON
-    )
+    return send(shape.body(status, code, detail, retryable=retryable, **extra), headers)
 
 
 def error_response(error: SurehandError) -> JSONResponse:
     """A typed error as problem+json (401s also carry ``WWW-Authenticate``)."""
-    status = status_for(error)
-    headers = {"WWW-Authenticate": WWW_AUTHENTICATE} if status == 401 else None
-    details = {k: v for k, v in error.details.items() if k not in ("code", "message")}
-    return problem(
-        status, error.code, error.message, retryable=error.retryable, headers=headers, **details
-    )
+    document = shape.for_error(error)
+    headers = {"WWW-Authenticate": WWW_AUTHENTICATE} if document["status"] == 401 else None
+    return send(document, headers)
 
 
 def conflict_response(result: WriteTaskResult) -> JSONResponse:
@@ -118,14 +93,10 @@ def conflict_response(result: WriteTaskResult) -> JSONResponse:
 
 def validation_response(error: RequestValidationError) -> JSONResponse:
     """FastAPI's request validation failure as one problem naming the first bad field."""
-    first: dict[str, Any] = dict(error.errors()[0]) if error.errors() else {}
-    location = [str(part) for part in first.get("loc", ())]
-    if first.get("type") == "json_invalid":
+    errors = list(error.errors())
+    if any(item.get("type") == "json_invalid" for item in errors):
         return problem(400, "malformed_json", "the request body is not valid JSON", field="body")
-    field = ".".join(location[1:]) if len(location) > 1 else (location[0] if location else "")
-    message = str(first.get("msg", "is invalid")).removeprefix("Value error, ")
-    field = field or "body"
-    return problem(400, ValidationFailed.code, f"{field}: {message}", field=field)
+    return send(shape.for_validation(errors, skip=1))
 
 
 async def on_surehand_error(_request: Request, error: Exception) -> JSONResponse:
@@ -141,7 +112,10 @@ async def on_validation_error(_request: Request, error: Exception) -> JSONRespon
 
 
 async def on_http_error(_request: Request, error: Exception) -> JSONResponse:
-    """Exception handler: unknown routes and methods, in the same problem shape."""
+    """Exception handler: unknown routes and methods, unparsable bodies, in the same shape."""
     assert isinstance(error, StarletteHTTPException)
-    code = {404: "not_found", 405: "method_not_allowed"}.get(error.status_code, "http_error")
-    return problem(error.status_code, code, str(error.detail))
+    code = HTTP_CODES.get(error.status_code, "http_error")
+    if code == "malformed_json":
+        return problem(400, code, "the request body is not valid JSON", field="body")
+    headers = dict(error.headers) if error.headers else None
+    return problem(error.status_code, code, str(error.detail), headers=headers)

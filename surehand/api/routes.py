@@ -5,33 +5,53 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Header, Query
+from fastapi import APIRouter, Header, Path, Query
 from fastapi.responses import JSONResponse
 
 from surehand.api.deps import CallerDep, submission_id
+from surehand.api.openapi import ONE, READ, WRITE, problems
 from surehand.api.problems import conflict_response
-from surehand.api.schemas import RecoverBody, ReportBody, ReviewBody, TransitionBody
+from surehand.api.schemas import (
+    ID_PATTERN,
+    ROLE_PATTERN,
+    RecoverBody,
+    ReportBody,
+    ReviewBody,
+    TaskRequest,
+    TransitionBody,
+)
 from surehand.model import Bucket, CaseState, Disposition
-from surehand.requests import TaskRequest
 
 router = APIRouter(prefix="/v1")
+
+MAX_LIMIT = 1000
+MAX_OFFSET = 2**31 - 1
 
 IdempotencyKey = Annotated[
     str | None,
     Header(
         alias="Idempotency-Key",
         description="The submission id (client_submission_id): reuse it on every retry.",
+        pattern=ID_PATTERN,
     ),
 ]
+Limit = Annotated[int, Query(ge=1, le=MAX_LIMIT)]
+Offset = Annotated[int, Query(ge=0, le=MAX_OFFSET)]
+Recipient = Annotated[str | None, Query(pattern=ROLE_PATTERN, max_length=32)]
+TaskIdPath = Annotated[str, Path(pattern=ID_PATTERN, description="A TASK id.")]
+CaseIdPath = Annotated[str, Path(pattern=ID_PATTERN, description="An interruption case id.")]
+SubmissionPath = Annotated[str, Path(pattern=ID_PATTERN, description="A client_submission_id.")]
 
 _CREATE_RESPONSES: dict[int | str, dict[str, Any]] = {
     201: {"description": "Created: this call created the TASK."},
     200: {"description": "Reused: an earlier call with this id created it; nothing new."},
-    400: {"description": "Bad input (problem+json naming the field); nothing written."},
-    401: {"description": "Missing or unknown bearer token."},
-    409: {"description": "in_progress (retry after Retry-After), task_missing, target_mismatch."},
-    413: {"description": "Body larger than the limit; nothing written."},
-    422: {"description": "digest_mismatch or schema_mismatch: same id, different request."},
+    **problems(
+        *WRITE,
+        422,
+        s403="sender names a role other than the caller's (only ADMIN may), or the Origin "
+        "header is not allowed.",
+        s409="in_progress (retry after Retry-After), task_missing, target_mismatch.",
+    ),
 }
 
 
@@ -60,40 +80,49 @@ def create_task(
     return _json(result.to_dict(), status, location)
 
 
-@router.get("/tasks", tags=["tasks"])
+@router.get("/tasks", tags=["tasks"], responses=problems(*READ))
 def list_tasks(
     caller: CallerDep,
     bucket: Bucket | None = None,
-    recipient: str | None = None,
-    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
-    offset: Annotated[int, Query(ge=0)] = 0,
+    recipient: Recipient = None,
+    limit: Limit = 100,
+    offset: Offset = 0,
 ) -> JSONResponse:
     """TASKs of the caller's tenant, newest first."""
     found = caller.sh.list_tasks(bucket=bucket, recipient=recipient, limit=limit, offset=offset)
     return _json({"tasks": [t.to_dict() for t in found], "limit": limit, "offset": offset})
 
 
-@router.get("/tasks/{task_id}", tags=["tasks"])
-def get_task(task_id: str, caller: CallerDep) -> JSONResponse:
+@router.get("/tasks/{task_id}", tags=["tasks"], responses=problems(*ONE))
+def get_task(task_id: TaskIdPath, caller: CallerDep) -> JSONResponse:
     """One TASK (another tenant's TASK is 404, like a missing one)."""
     return _json(caller.sh.get_task(task_id).to_dict())
 
 
-@router.get("/tasks/{task_id}/history", tags=["tasks"])
-def task_history(task_id: str, caller: CallerDep) -> JSONResponse:
+@router.get("/tasks/{task_id}/history", tags=["tasks"], responses=problems(*ONE))
+def task_history(task_id: TaskIdPath, caller: CallerDep) -> JSONResponse:
     """The TASK's append-only history, oldest first."""
     return _json({"history": [event.to_dict() for event in caller.sh.history(task_id)]})
 
 
-@router.get("/tasks/{task_id}/reports", tags=["reports"])
-def task_reports(task_id: str, caller: CallerDep) -> JSONResponse:
+@router.get("/tasks/{task_id}/reports", tags=["reports"], responses=problems(*ONE))
+def task_reports(task_id: TaskIdPath, caller: CallerDep) -> JSONResponse:
     """Every REPORT revision on the TASK."""
     return _json({"reports": [item.to_dict() for item in caller.sh.reports(task_id)]})
 
 
-@router.post("/tasks/{task_id}/reports", status_code=201, tags=["reports"])
+_REPORT_RESPONSES: dict[int | str, dict[str, Any]] = {
+    201: {"description": "A new REPORT revision."},
+    200: {"description": "Deduplicated: the same REPORT was written before; nothing new."},
+    **problems(*WRITE, s403="Only the TASK's recipient may report (or the Origin is refused)."),
+}
+
+
+@router.post(
+    "/tasks/{task_id}/reports", status_code=201, tags=["reports"], responses=_REPORT_RESPONSES
+)
 def create_report(
-    task_id: str, body: ReportBody, caller: CallerDep, idempotency_key: IdempotencyKey = None
+    task_id: TaskIdPath, body: ReportBody, caller: CallerDep, idempotency_key: IdempotencyKey = None
 ) -> JSONResponse:
     """Write a REPORT (``write_report``): 201 new revision, 200 deduplicated (nothing written)."""
     result = caller.sh.write_report(
@@ -107,8 +136,8 @@ def create_report(
     return _json(result.to_dict(), 200 if result.deduplicated else 201)
 
 
-@router.post("/tasks/{task_id}/transitions", tags=["tasks"])
-def transition(task_id: str, body: TransitionBody, caller: CallerDep) -> JSONResponse:
+@router.post("/tasks/{task_id}/transitions", tags=["tasks"], responses=problems(*WRITE))
+def transition(task_id: TaskIdPath, body: TransitionBody, caller: CallerDep) -> JSONResponse:
     """Move the TASK by a lifecycle action, acting as the caller's role."""
     task = caller.sh.transition(
         task_id,
@@ -120,31 +149,33 @@ def transition(task_id: str, body: TransitionBody, caller: CallerDep) -> JSONRes
     return _json(task.to_dict())
 
 
-@router.post("/tasks/{task_id}/recover", tags=["recovery"])
-def recover(task_id: str, caller: CallerDep, body: RecoverBody | None = None) -> JSONResponse:
+@router.post("/tasks/{task_id}/recover", tags=["recovery"], responses=problems(*WRITE))
+def recover(
+    task_id: TaskIdPath, caller: CallerDep, body: RecoverBody | None = None
+) -> JSONResponse:
     """Ask for a successor of an interrupted TASK; admission decides from the evidence."""
     outcome = caller.sh.recover(task_id, actor=caller.acting(body.actor if body else None))
     return _json(outcome.to_dict())
 
 
-@router.get("/cases", tags=["recovery"])
+@router.get("/cases", tags=["recovery"], responses=problems(*READ))
 def list_cases(
     caller: CallerDep,
     state: CaseState | None = None,
-    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    limit: Limit = 100,
 ) -> JSONResponse:
     """Interruption cases of the caller's tenant, newest first."""
     return _json({"cases": [c.to_dict() for c in caller.sh.cases(state=state, limit=limit)]})
 
 
-@router.get("/cases/{case_id}", tags=["recovery"])
-def get_case(case_id: str, caller: CallerDep) -> JSONResponse:
+@router.get("/cases/{case_id}", tags=["recovery"], responses=problems(*ONE))
+def get_case(case_id: CaseIdPath, caller: CallerDep) -> JSONResponse:
     """One interruption case of the caller's tenant."""
     return _json(caller.sh.case(case_id).to_dict())
 
 
-@router.post("/cases/{case_id}/review", tags=["recovery"])
-def review(case_id: str, body: ReviewBody, caller: CallerDep) -> JSONResponse:
+@router.post("/cases/{case_id}/review", tags=["recovery"], responses=problems(*WRITE))
+def review(case_id: CaseIdPath, body: ReviewBody, caller: CallerDep) -> JSONResponse:
     """Release a held TASK: the approver states whether the effect happened (403 otherwise)."""
     case = caller.sh.review(
         case_id, effect=body.effect, note=body.note, actor=caller.acting(body.actor)
@@ -152,7 +183,7 @@ def review(case_id: str, body: ReviewBody, caller: CallerDep) -> JSONResponse:
     return _json(case.to_dict())
 
 
-@router.get("/submissions/{client_submission_id}", tags=["tasks"])
-def diagnose(client_submission_id: str, caller: CallerDep) -> JSONResponse:
+@router.get("/submissions/{client_submission_id}", tags=["tasks"], responses=problems(*ONE))
+def diagnose(client_submission_id: SubmissionPath, caller: CallerDep) -> JSONResponse:
     """Read-only diagnostics of a submission's receipt; never repairs anything."""
     return _json(caller.sh.diagnose_submission(client_submission_id).to_dict())

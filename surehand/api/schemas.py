@@ -1,19 +1,76 @@
-"""Request bodies of the HTTP API beyond ``TaskRequest`` (which ``POST /v1/tasks`` takes as is).
+"""Request and problem schemas of the HTTP API beyond ``TaskRequest``.
 
 The TASK id comes from the path, so the REPORT body is ``ReportRequest`` without ``task_id``;
 the service layer validates the combined request again with ``ReportRequest`` itself.
 Acting-role fields (``reporter``, ``actor``) are optional: they default to the caller's role,
 and only an ADMIN principal may name another role.
+
+The OpenAPI document states the patterns the service layer enforces (role codes, ids), so a
+client or a fuzzer learns them from the schema; the service layer stays the one that checks.
 """
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema
 
+from surehand import requests
 from surehand.model import Action, ReportStatus
-from surehand.requests import MAX_BODY_BYTES, RoleCode
+from surehand.requests import MAX_BODY_BYTES, check_role
+
+ROLE_PATTERN = r"^[A-Z][A-Z0-9_]*(-[A-Z0-9_]+)*$"
+ID_PATTERN = r"^[A-Za-z0-9._:-]{1,255}$"
+TASK_ID_PATTERN = r"^TASK-[0-9]{8}-[0-9]{3,}$"
+ROLE_SCHEMA: dict[str, Any] = {
+    "type": "string",
+    "pattern": ROLE_PATTERN,
+    "maxLength": 32,
+    "description": "A role code such as PM, DEV or LEAD-QA (SYSTEM is reserved).",
+}
+ID_SCHEMA: dict[str, Any] = {"type": "string", "pattern": ID_PATTERN, "maxLength": 255}
+TASK_ID_SCHEMA: dict[str, Any] = {"type": "string", "pattern": TASK_ID_PATTERN, "maxLength": 32}
+
+RoleCode = Annotated[str, BeforeValidator(check_role), WithJsonSchema(ROLE_SCHEMA)]
+
+
+class Problem(BaseModel):
+    """An error (RFC 9457 ``application/problem+json``); extra members carry details."""
+
+    model_config = ConfigDict(extra="allow")
+
+    type: str = Field(description="urn:surehand:problem:<code>")
+    title: str
+    status: int
+    detail: str = Field(description="What went wrong and what to do next.")
+    code: str = Field(description="Machine-readable, stable, snake_case.")
+    retryable: bool = Field(description="Whether the same call may succeed later unchanged.")
+    field: str | None = Field(None, description="The request field at fault, for bad input.")
+
+
+def _with_patterns(schema: dict[str, Any]) -> None:
+    """Add the role and id patterns to a ``TaskRequest`` schema (where it lacks them)."""
+    properties = schema.get("properties", {})
+    for name in ("sender", "recipient"):
+        _merge(properties.get(name), ROLE_SCHEMA)
+    _merge(properties.get("client_submission_id"), ID_SCHEMA)
+    _merge(properties.get("parent"), {"pattern": f"^$|{TASK_ID_PATTERN}"})
+    _merge(properties.get("depends_on", {}).get("items"), TASK_ID_SCHEMA)
+
+
+def _merge(target: dict[str, Any] | None, extra: dict[str, Any]) -> None:
+    if target is None:
+        return
+    for variant in target.get("anyOf", [target]):
+        if variant.get("type") in (None, "string"):
+            for key, value in extra.items():
+                variant.setdefault(key, value)
+
+
+class TaskRequest(requests.TaskRequest):
+    """A request to create a TASK (``write_task``): the service's model, its patterns stated."""
+
+    model_config = ConfigDict(json_schema_extra=_with_patterns)
 
 
 class _Body(BaseModel):
@@ -29,7 +86,7 @@ class ReportBody(_Body):
         None, description="Reporting role; defaults to the caller's role (the TASK's recipient)."
     )
     recipient: RoleCode | None = Field(None, description="Defaults to the TASK's sender.")
-    client_submission_id: str | None = Field(
+    client_submission_id: Annotated[str, WithJsonSchema(ID_SCHEMA)] | None = Field(
         None, description="Dedupe key for this REPORT (or send an Idempotency-Key header)."
     )
 

@@ -1,9 +1,12 @@
 """The MCP tools: ``write_task``, ``write_report``, ``read_task``, ``list_tasks``, ``task_status``.
 
 Each tool calls the same facade as the other doors and returns the same records as structured
-content (and as JSON text for hosts that only read text). A typed surehand error comes back as
-a tool error whose structured content is ``{"error": {code, message, retryable, ...}}``, so an
-agent can tell "fix the field" from "retry later".
+content (and as JSON text for hosts that only read text). Every failure -- a typed surehand
+error, an argument of the wrong type, an argument the tool does not have -- comes back as a
+tool error whose structured content is ``{"error": problem}``, the problem document the HTTP API
+sends (``type``, ``code``, ``title``, ``detail``, ``status``, ``retryable``, ``field``), so an
+agent can tell "fix the field" from "retry later". Unknown arguments are refused, not dropped:
+``"tenant": "globex"`` must not quietly act in the caller's own tenant.
 """
 
 from __future__ import annotations
@@ -13,10 +16,12 @@ from collections.abc import Callable
 from typing import Annotated, Any, Literal
 
 from mcp.server.mcpserver import Context, MCPServer
-from mcp_types import CallToolResult, TextContent, ToolAnnotations
-from pydantic import Field
+from mcp.server.mcpserver.exceptions import ToolError
+from mcp.server.mcpserver.tools import Tool
+from mcp_types import CallToolResult, InputRequiredResult, TextContent, ToolAnnotations
+from pydantic import ConfigDict, Field, ValidationError
 
-from surehand import __version__
+from surehand import __version__, problem
 from surehand.errors import SurehandError
 from surehand.facade import Surehand
 from surehand.principals import Authenticator, Principal, TenantViews
@@ -51,6 +56,11 @@ def _result(data: dict[str, Any], *, error: bool = False) -> CallToolResult:
     )
 
 
+def error_result(document: dict[str, Any]) -> CallToolResult:
+    """A tool error carrying the problem document (the HTTP API's error shape)."""
+    return _result({"error": document}, error=True)
+
+
 class Tools:
     """The tool bodies, bound to a facade per tenant and an authenticator."""
 
@@ -73,7 +83,7 @@ class Tools:
             principal = self.principal(ctx)
             return _result(body(principal, self.views(principal.tenant)))
         except SurehandError as exc:
-            return _result({"error": {**exc.to_dict(), "retryable": exc.retryable}}, error=True)
+            return error_result(problem.for_error(exc))
 
     def write_task(
         self,
@@ -187,19 +197,49 @@ class Tools:
         return self.call(ctx, status)
 
 
-def build_server(sh: Surehand | None = None) -> MCPServer:
+class SurehandServer(MCPServer[Any]):
+    """``MCPServer`` whose refused arguments come back as a problem, not as free text."""
+
+    async def call_tool(
+        self, name: str, arguments: dict[str, Any], context: Context[Any, Any] | None = None
+    ) -> CallToolResult | InputRequiredResult:
+        """Run the tool; arguments its model refuses answer ``{"error": problem}``."""
+        try:
+            return await super().call_tool(name, arguments, context)
+        except ToolError as exc:
+            if isinstance(exc.__cause__, ValidationError):
+                return error_result(problem.for_validation(exc.__cause__.errors()))
+            if self._tool_manager.get_tool(name) is None:
+                return error_result(problem.body(404, "unknown_tool", f"no tool named {name!r}"))
+            raise
+
+
+def strict_tool(fn: Callable[..., Any], name: str, **options: Any) -> Tool:
+    """A tool for ``fn`` that refuses arguments it does not have (schema and validation)."""
+    tool = Tool.from_function(fn, name=name, **options)
+    loose = tool.fn_metadata.arg_model
+    namespace = {"model_config": ConfigDict(extra="forbid"), "__module__": loose.__module__}
+    tool.fn_metadata.arg_model = type(loose.__name__, (loose,), namespace)
+    tool.parameters["additionalProperties"] = False
+    return tool
+
+
+def build_server(sh: Surehand | None = None) -> MCPServer[Any]:
     """An MCP server exposing surehand's tools for ``sh`` (default ``Surehand.from_env()``)."""
     tools = Tools(sh or Surehand.from_env())
-    server: MCPServer = MCPServer(
-        "surehand", instructions=INSTRUCTIONS, version=__version__, log_level="WARNING"
-    )
     read_only = ToolAnnotations(read_only_hint=True, open_world_hint=False)
     idempotent = ToolAnnotations(idempotent_hint=True, destructive_hint=False)
-    server.add_tool(
-        tools.write_task, name="write_task", description=WRITE_TASK, annotations=idempotent
+    listed = [
+        strict_tool(tools.write_task, "write_task", description=WRITE_TASK, annotations=idempotent),
+        strict_tool(tools.write_report, "write_report", annotations=idempotent),
+        strict_tool(tools.read_task, "read_task", annotations=read_only),
+        strict_tool(tools.list_tasks, "list_tasks", annotations=read_only),
+        strict_tool(tools.task_status, "task_status", annotations=read_only),
+    ]
+    return SurehandServer(
+        "surehand",
+        instructions=INSTRUCTIONS,
+        version=__version__,
+        log_level="WARNING",
+        tools=listed,
     )
-    server.add_tool(tools.write_report, name="write_report", annotations=idempotent)
-    server.add_tool(tools.read_task, name="read_task", annotations=read_only)
-    server.add_tool(tools.list_tasks, name="list_tasks", annotations=read_only)
-    server.add_tool(tools.task_status, name="task_status", annotations=read_only)
-    return server

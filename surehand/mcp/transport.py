@@ -3,7 +3,9 @@
 Over stdio the caller is the local user (``SUREHAND_TENANT``), like the CLI. Over HTTP the same
 bearer tokens as the HTTP API apply (``SUREHAND_API_TOKENS``): every request without a known
 token gets 401 before it reaches the MCP session, and without tokens the server refuses to bind
-anything but loopback.
+anything but loopback. The ``Host`` rule is the HTTP API's (:mod:`surehand.hosts`): 421 for a
+name that is not loopback or listed in ``SUREHAND_API_ALLOWED_HOSTS``, whatever the bind address.
+Refusals are problem documents, as everywhere else.
 """
 
 from __future__ import annotations
@@ -14,9 +16,12 @@ from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
 from mcp.server.mcpserver import MCPServer
+from mcp.server.transport_security import TransportSecuritySettings
 
+from surehand import problem
 from surehand.errors import AuthError
 from surehand.facade import Surehand
+from surehand.hosts import HostAllowlist, HostRule
 from surehand.mcp.tools import build_server
 from surehand.principals import Authenticator
 from surehand.serving import serve
@@ -59,13 +64,13 @@ class RequireToken:
 
 
 async def _unauthorized(send: Callable[[Message], Awaitable[None]], error: AuthError) -> None:
-    body = json.dumps({"error": error.to_dict()}).encode()
+    body = json.dumps(problem.for_error(error)).encode()
     await send(
         {
             "type": "http.response.start",
             "status": 401,
             "headers": [
-                (b"content-type", b"application/json"),
+                (b"content-type", b"application/problem+json"),
                 (b"www-authenticate", b'Bearer realm="surehand"'),
                 (b"content-length", str(len(body)).encode()),
             ],
@@ -74,10 +79,12 @@ async def _unauthorized(send: Callable[[Message], Awaitable[None]], error: AuthE
     await send({"type": "http.response.body", "body": body})
 
 
-def http_app(server: MCPServer, auth: Authenticator, host: str) -> ASGIApp:
-    """The streamable HTTP app at ``/mcp``, behind the token check."""
-    app = server.streamable_http_app(streamable_http_path=MCP_PATH, host=host)
-    return RequireToken(app, auth)
+def http_app(server: MCPServer[Any], auth: Authenticator, hosts: HostRule) -> ASGIApp:
+    """The streamable HTTP app at ``/mcp``, behind the Host check, then the token check."""
+    # The SDK's own Host check is off: HostAllowlist applies surehand's one rule instead.
+    security = TransportSecuritySettings(enable_dns_rebinding_protection=False)
+    app = server.streamable_http_app(streamable_http_path=MCP_PATH, transport_security=security)
+    return HostAllowlist(RequireToken(app, auth), hosts)
 
 
 def run_http(host: str, port: int, sh: Surehand | None = None) -> None:
@@ -85,5 +92,5 @@ def run_http(host: str, port: int, sh: Surehand | None = None) -> None:
     surehand = sh or Surehand.from_env()
     auth = Authenticator(surehand.settings)
     auth.check_bind(host, "the MCP HTTP server")
-    app = http_app(build_server(surehand), auth, host)
+    app = http_app(build_server(surehand), auth, HostRule.from_settings(surehand.settings))
     serve(app, host, port, log_level="warning", setting="SUREHAND_MCP_PORT")

@@ -1,0 +1,148 @@
+"""Which ``Host`` names the network doors answer: the defence against DNS rebinding.
+
+A web page can rebind its own name to 127.0.0.1 and so reach a loopback server from the
+browser; its requests then carry the page's name in ``Host``. The HTTP API and MCP over HTTP
+answer only loopback names (``127.0.0.1``, ``localhost``, ``[::1]``, with any port or none) and
+the names listed in ``SUREHAND_API_ALLOWED_HOSTS`` (``name`` for any port, ``name:port`` for
+one). Any other ``Host`` gets 421 before routing, authentication or parsing. An ``Origin``
+header, when a browser sends one, must name an allowed host too (403 otherwise).
+
+Both doors wrap their ASGI app in :class:`HostAllowlist`, so there is one rule, not two.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable, Iterable, MutableMapping
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit
+
+from surehand import problem
+from surehand.config import Settings
+from surehand.errors import ConfigError
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]")
+SETTING = "SUREHAND_API_ALLOWED_HOSTS"
+
+
+def split_host(value: str) -> tuple[str, str | None]:
+    """``name[:port]`` → (lower-case name, port or None); IPv6 names keep their brackets."""
+    value = value.strip().lower()
+    if value.startswith("["):
+        name, _, rest = value.partition("]")
+        return f"{name}]", rest.removeprefix(":") if rest.startswith(":") else None
+    if value.count(":") == 1:
+        name, _, port = value.partition(":")
+        return name, port
+    return value, None
+
+
+@dataclass(frozen=True)
+class HostRule:
+    """The allowed names (any port) and ``name:port`` pairs (that port only)."""
+
+    names: frozenset[str]
+    pairs: frozenset[tuple[str, str]]
+
+    @classmethod
+    def of(cls, entries: Iterable[str]) -> HostRule:
+        """Loopback names plus ``entries`` (ConfigError naming the setting for a bad one)."""
+        names, pairs = set(LOOPBACK_NAMES), set()
+        for entry in entries:
+            name, port = split_host(entry)
+            if (
+                not name
+                or any(c in name for c in "/@ *")
+                or (port is not None and not port.isdigit())
+            ):
+                raise ConfigError(
+                    f"{SETTING} entries are host names or name:port, not {entry!r}",
+                    setting=SETTING,
+                )
+            if port is None:
+                names.add(name)
+            else:
+                pairs.add((name, port))
+        return cls(frozenset(names), frozenset(pairs))
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> HostRule:
+        """The rule ``SUREHAND_API_ALLOWED_HOSTS`` asks for (comma list, added to loopback)."""
+        return cls.of(
+            filter(None, (part.strip() for part in settings.api_allowed_hosts.split(",")))
+        )
+
+    def allows(self, host: str | None) -> bool:
+        """True if a ``Host`` header value names an allowed host."""
+        if not host:
+            return False
+        name, port = split_host(host)
+        if port is not None and not port.isdigit():
+            return False
+        return name in self.names or (port is not None and (name, port) in self.pairs)
+
+    def allows_origin(self, origin: str | None) -> bool:
+        """True if there is no ``Origin`` header, or it is ``http(s)://`` an allowed host."""
+        if origin is None:
+            return True
+        parts = urlsplit(origin.strip())
+        return parts.scheme in ("http", "https") and self.allows(parts.netloc)
+
+
+class HostAllowlist:
+    """ASGI wrapper: 421 for a ``Host`` the rule does not allow, 403 for such an ``Origin``."""
+
+    def __init__(self, app: ASGIApp, rule: HostRule) -> None:
+        self.app = app
+        self.rule = rule
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":  # neither door serves websockets
+            refusal = self.refusal(_header(scope, b"host"), _header(scope, b"origin"))
+            if refusal is not None:
+                await _send_problem(send, refusal)
+                return
+        await self.app(scope, receive, send)
+
+    def refusal(self, host: str | None, origin: str | None) -> dict[str, Any] | None:
+        """The problem to answer with, or None if the request may go on."""
+        if not self.rule.allows(host):
+            return problem.body(
+                421,
+                "host_not_allowed",
+                "this server does not answer to that Host name (DNS rebinding protection); "
+                f"use a loopback address, or add the name to {SETTING}",
+                field="Host",
+            )
+        if not self.rule.allows_origin(origin):
+            return problem.body(
+                403,
+                "origin_not_allowed",
+                f"requests from that Origin are refused; add its host to {SETTING}",
+                field="Origin",
+            )
+        return None
+
+
+def _header(scope: Scope, name: bytes) -> str | None:
+    for key, value in scope.get("headers", []):
+        if key == name:
+            return str(value.decode("latin-1"))
+    return None
+
+
+async def _send_problem(send: Send, document: dict[str, Any]) -> None:
+    payload = json.dumps(document).encode()
+    headers = [
+        (b"content-type", b"application/problem+json"),
+        (b"content-length", str(len(payload)).encode()),
+    ]
+    await send({"type": "http.response.start", "status": document["status"], "headers": headers})
+    await send({"type": "http.response.body", "body": payload})
