@@ -3,6 +3,8 @@ HTTP and MCP doors and returns the same records."""
 
 from __future__ import annotations
 
+import copy
+import threading
 import weakref
 from collections.abc import Callable, Mapping
 from functools import cached_property
@@ -41,15 +43,27 @@ from surehand.model import (
     WriteTaskResult,
 )
 from surehand.notices import register_hold_notice, send_hold_notices
+from surehand.principals import Principal, local_principal
 from surehand.queue.celery_app import SESSION_TASK_NAME, make_celery, publish_session
 from surehand.queue.leases import LeaseStore
 from surehand.queue.redis_client import connect_redis
-from surehand.requests import ReportRequest, TaskRequest
+from surehand.requests import (
+    CaseQuery,
+    ReportRequest,
+    TaskQuery,
+    TaskRequest,
+    case_id_arg,
+    parse,
+    submission_id_arg,
+    task_id_arg,
+)
 from surehand.store import Store, events, tasks
 from surehand.store import attempts as attempt_rows
 from surehand.store import cases as case_rows
 from surehand.store import operations as operation_rows
 from surehand.store import reports as report_rows
+
+_ACTING_LOCK = threading.Lock()
 
 
 class Surehand:
@@ -57,6 +71,11 @@ class Surehand:
 
     ``Surehand()`` uses a SQLite file under ``./.surehand/``; pass ``database_url`` (and
     ``redis_url``/``broker_url`` for sessions) or use :meth:`from_env` to read ``SUREHAND_*``.
+
+    Every argument is validated before it reaches the store (bad input is ValidationFailed
+    naming the field). The handle acts as ``principal``: by default the local ADMIN of its
+    tenant, since whoever holds the database URL is the operator; pass a narrower principal
+    (or use :meth:`acting_as`) to hold a caller to its own role (``surehand.principals``).
     """
 
     def __init__(
@@ -69,8 +88,10 @@ class Surehand:
         settings: Settings | None = None,
         clock: Clock | None = None,
         publisher: Publisher | None = None,
+        principal: Principal | None = None,
     ) -> None:
         base = settings or Settings()
+        tenant = tenant if tenant is not None or principal is None else principal.tenant
         overrides = {
             key: value
             for key, value in {
@@ -82,6 +103,8 @@ class Surehand:
             if value is not None
         }
         self.settings = base.model_copy(update=overrides)
+        self._principal = principal
+        self._acting: dict[Principal, Surehand] = {}  # shared by copies: views per principal
         self.store = Store(
             self.settings.resolved_database_url(), pool_size=self.settings.database_pool_size
         )
@@ -107,6 +130,26 @@ class Surehand:
     def tenant(self) -> str:
         return self.settings.tenant
 
+    @property
+    def principal(self) -> Principal:
+        """Who this handle acts as (the local ADMIN of its tenant unless configured)."""
+        if self._principal is not None and self._principal.tenant == self.tenant:
+            return self._principal
+        return local_principal(self.tenant)
+
+    def acting_as(self, principal: Principal) -> Surehand:
+        """A handle sharing this one's store, leases and broker that acts as ``principal`` in
+        its tenant (what the HTTP and MCP doors use for each caller); one per principal."""
+        with _ACTING_LOCK:
+            view = self._acting.get(principal)
+            if view is None:
+                view = copy.copy(self)
+                if principal.tenant != self.tenant:
+                    view.settings = self.settings.model_copy(update={"tenant": principal.tenant})
+                view._principal = principal
+                self._acting[principal] = view
+            return view
+
     # -- submissions ----------------------------------------------------------------------------
 
     def write_task(
@@ -118,13 +161,16 @@ class Surehand:
         ``conflict``. No id: a TASK with no retry guarantee (``idempotent: false``).
         """
         payload = request if request is not None else fields
-        result = submissions.write_task(self.services, payload, tenant=self.tenant)
+        result = submissions.write_task(
+            self.services, payload, tenant=self.tenant, principal=self.principal
+        )
         metrics.observe_submission(result.disposition.value)
         return result
 
     def diagnose_submission(self, client_submission_id: str) -> SubmissionDiagnosis:
         """Read-only facts about a submission's receipt (never repairs anything)."""
-        return diagnostics.diagnose_submission(self.services, self.tenant, client_submission_id)
+        submission_id = submission_id_arg(client_submission_id)
+        return diagnostics.diagnose_submission(self.services, self.tenant, submission_id)
 
     def stalled_submissions(self) -> list[SubmissionDiagnosis]:
         return diagnostics.stalled_submissions(self.services)
@@ -136,7 +182,9 @@ class Surehand:
     ) -> WriteReportResult:
         """Write a REPORT on a TASK; an identical one returns ``deduplicated: true``."""
         payload = request if request is not None else fields
-        return reports.write_report(self.services, payload, tenant=self.tenant)
+        return reports.write_report(
+            self.services, payload, tenant=self.tenant, principal=self.principal
+        )
 
     def transition(
         self,
@@ -154,19 +202,21 @@ class Surehand:
         moved = lifecycle.transition(
             self.services,
             task_id,
-            Action(action),
+            action,
             actor=actor,
             tenant=self.tenant,
             reason=reason,
             report_id=report_id,
+            principal=self.principal,
         )
-        if Action(action) in lifecycle.REWORK_ACTIONS:
+        if Action(action) in lifecycle.REWORK_ACTIONS:  # valid: transition parsed it
             publish_after_commit(self.services, task_id)
         return moved
 
     # -- reads ----------------------------------------------------------------------------------
 
     def get_task(self, task_id: str) -> Task:
+        task_id = task_id_arg(task_id)
         with self.store.snapshot() as connection:
             task = tasks.get(connection, task_id, tenant=self.tenant)
         if task is None:
@@ -183,24 +233,26 @@ class Surehand:
         limit: int = 100,
         offset: int = 0,
     ) -> list[Task]:
+        """TASKs of this tenant, newest first (``limit`` 1-1000, ``offset`` 0-2**31-1)."""
+        query = parse(TaskQuery, bucket=bucket, recipient=recipient, limit=limit, offset=offset)
         with self.store.snapshot() as connection:
             return tasks.list_tasks(
                 connection,
                 tenant=self.tenant,
-                bucket=Bucket(bucket) if bucket is not None else None,
-                recipient=recipient,
-                limit=limit,
-                offset=offset,
+                bucket=query.bucket,
+                recipient=query.recipient,
+                limit=query.limit,
+                offset=query.offset,
             )
 
     def history(self, task_id: str) -> list[TaskEvent]:
         """The TASK's append-only history, oldest first."""
-        self.get_task(task_id)
+        task_id = self.get_task(task_id).task_id
         with self.store.snapshot() as connection:
             return events.history(connection, task_id)
 
     def reports(self, task_id: str) -> list[Report]:
-        self.get_task(task_id)
+        task_id = self.get_task(task_id).task_id
         with self.store.snapshot() as connection:
             return report_rows.for_task(connection, task_id)
 
@@ -308,7 +360,9 @@ class Surehand:
 
     def recover(self, task_id: str, *, actor: str) -> RecoveryOutcome:
         """Ask for a successor for an interrupted TASK; admission decides from the evidence."""
-        outcome = self.recovery.recover(task_id, actor=actor, tenant=self.tenant)
+        outcome = self.recovery.recover(
+            task_id, actor=actor, tenant=self.tenant, principal=self.principal
+        )
         metrics.observe_admission(outcome.admission.value)
         if outcome.admission is Admission.REEXECUTE:
             publish_successor(self.services, task_id)
@@ -319,9 +373,17 @@ class Surehand:
     def review(
         self, case_id: str, *, effect: Literal["present", "absent"], note: str, actor: str
     ) -> InterruptionCase:
-        """An approver states whether a held case's effect happened; admission runs again."""
+        """An approver states whether a held case's effect happened; admission runs again.
+
+        ``effect`` is exactly ``"present"`` or ``"absent"``; anything else is ValidationFailed.
+        """
         case = self.recovery.review(
-            case_id, effect=effect, note=note, actor=actor, tenant=self.tenant
+            case_id,
+            effect=effect,
+            note=note,
+            actor=actor,
+            tenant=self.tenant,
+            principal=self.principal,
         )
         if case.admission is not None:
             metrics.observe_admission(case.admission.value)
@@ -336,17 +398,19 @@ class Surehand:
         task_id: str | None = None,
         limit: int = 100,
     ) -> list[InterruptionCase]:
-        """Interruption cases of this tenant's TASKs, newest first."""
+        """Interruption cases of this tenant's TASKs, newest first (``limit`` 1-1000)."""
+        query = parse(CaseQuery, state=state, task_id=task_id, limit=limit)
         with self.store.snapshot() as connection:
             return case_rows.listing(
                 connection,
-                state=CaseState(state) if state else None,
+                state=query.state,
                 tenant=self.tenant,
-                task_id=task_id,
-                limit=limit,
+                task_id=query.task_id,
+                limit=query.limit,
             )
 
     def case(self, case_id: str) -> InterruptionCase:
+        case_id = case_id_arg(case_id)
         with self.store.snapshot() as connection:
             found = case_rows.get(connection, case_id)
             task = tasks.get(connection, found.task_id, tenant=self.tenant) if found else None
@@ -355,12 +419,12 @@ class Surehand:
         return found
 
     def attempts(self, task_id: str) -> list[Attempt]:
-        self.get_task(task_id)
+        task_id = self.get_task(task_id).task_id
         with self.store.snapshot() as connection:
             return attempt_rows.for_task(connection, task_id)
 
     def operations(self, task_id: str) -> list[Operation]:
-        self.get_task(task_id)
+        task_id = self.get_task(task_id).task_id
         with self.store.snapshot() as connection:
             return operation_rows.for_task(connection, task_id)
 

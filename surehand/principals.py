@@ -6,8 +6,15 @@ With no tokens configured there is exactly one principal, a local ADMIN in
 unauthenticated API is never reachable from another machine.
 
 A principal's tenant scopes every read and every submission id; its role is the acting role of
-transitions, reports, recoveries and reviews. Only an ADMIN principal may act as another role
-(the operator's and the local default's way to, say, approve as PM).
+transitions, reports, recoveries and reviews, and the only ``sender`` its TASKs may name. Only an
+ADMIN principal may act as another role (the operator's and the local default's way to, say,
+approve as PM), and every such act records the principal in its event's data
+(:meth:`Principal.acting_for`). The service layer applies the rule, so every door gets it.
+
+The Python door and the CLI are trusted as their configured principal: whoever holds the
+database URL is the operator, so ``Surehand()`` acts as the local ADMIN of its tenant unless it
+is given another ``principal``. The network doors bind each request's principal to the facade
+(:meth:`surehand.facade.Surehand.acting_as`).
 """
 
 from __future__ import annotations
@@ -18,12 +25,15 @@ import ipaddress
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from surehand.config import Settings
 from surehand.errors import AuthError, ConfigError, Forbidden
-from surehand.facade import Surehand
 from surehand.model import ADMIN
 from surehand.requests import check_role, validate_tenant
+
+if TYPE_CHECKING:  # the facade imports this module
+    from surehand.facade import Surehand
 
 LOCAL_NAME = "local"
 
@@ -46,6 +56,33 @@ class Principal:
                 role=self.role,
             )
         return requested
+
+    def acting_for(self, role: str, field: str) -> dict[str, Any]:
+        """Check that this principal may name ``role`` in ``field`` (sender, actor, reporter).
+
+        Its own role: nothing to record (``{}``). Another role: ADMIN only (Forbidden
+        otherwise), and the returned event data records who acted for whom.
+        """
+        if role == self.role:
+            return {}
+        if self.role != ADMIN:
+            raise Forbidden(
+                f"{field} is {role}, but principal {self.name!r} acts as {self.role}; only "
+                f"ADMIN may act for another role. Send {field} {self.role}",
+                field=field,
+                role=self.role,
+            )
+        return {"on_behalf_of": role, "principal": self.name, "principal_role": self.role}
+
+
+def acting_for(principal: Principal | None, role: str, field: str) -> dict[str, Any]:
+    """:meth:`Principal.acting_for`; no principal (an in-process service call) is trusted."""
+    return principal.acting_for(role, field) if principal is not None else {}
+
+
+def local_principal(tenant: str) -> Principal:
+    """The principal of an open door, the Python API and the CLI: the local ADMIN."""
+    return Principal(LOCAL_NAME, ADMIN, tenant)
 
 
 def parse_tokens(spec: str) -> dict[str, Principal]:

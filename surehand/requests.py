@@ -10,13 +10,21 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator
 
 from surehand.digest import normalize_text
 from surehand.errors import ValidationFailed
-from surehand.model import Priority, ReportStatus, RiskLevel, TaskFields
+from surehand.model import (
+    Action,
+    Bucket,
+    CaseState,
+    Priority,
+    ReportStatus,
+    RiskLevel,
+    TaskFields,
+)
 
 # The one rule for role codes lives in roles.py; re-exported for the doors that import it here.
 from surehand.roles import check_role as check_role
@@ -28,7 +36,10 @@ MAX_ITEMS = 256
 # Anchored with \A...\Z, not ^...$: ``$`` also matches before a trailing newline, which let
 # "sub-1\n" through ``.match``.
 ID_RE = re.compile(r"\A[A-Za-z0-9._:-]{1,255}\Z")
-TASK_ID_RE = re.compile(r"\ATASK-[0-9]{8}-[0-9]{3,}\Z")
+# Every id pattern fits its column (store/schema.py): task_id String(32) holds "TASK-", eight
+# date digits, "-" and at most 18 digits; report_id String(32) and case_id String(64) likewise.
+MAX_TASK_ID = 32
+TASK_ID_RE = re.compile(r"\ATASK-[0-9]{8}-[0-9]{3,18}\Z")
 PRIORITY_ALIASES = {
     "urgent": "P0",
     "critical": "P0",
@@ -61,8 +72,15 @@ def _priority(value: object) -> object:
     return value
 
 
+def _at_most(value: str, limit: int) -> str:
+    """``value`` (already normalised) if it has at most ``limit`` characters."""
+    if len(value) > limit:
+        raise ValueError(f"must be at most {limit} characters (after NFC normalisation)")
+    return value
+
+
 def _task_ref(value: str) -> str:
-    if not TASK_ID_RE.match(value):
+    if not isinstance(value, str) or not TASK_ID_RE.match(value):
         raise ValueError("must be a task id like TASK-20260101-001")
     return value
 
@@ -79,10 +97,12 @@ class TaskRequest(_Edge):
 
     sender: RoleCode
     recipient: RoleCode
-    subject: str = Field(min_length=1, max_length=MAX_SUBJECT)
+    # Lengths are checked after NFC normalisation (which can lengthen text), in the
+    # validators below; the schema still tells clients the limit.
+    subject: str = Field(min_length=1, json_schema_extra={"maxLength": MAX_SUBJECT})
     body: str = ""
     priority: Annotated[Priority, BeforeValidator(_priority)] = Priority.P2
-    thread_key: str = Field(default="", max_length=MAX_ID)
+    thread_key: str = Field(default="", json_schema_extra={"maxLength": MAX_ID})
     parent: str = ""
     references: list[str] = Field(default_factory=list, max_length=MAX_ITEMS)
     depends_on: list[str] = Field(default_factory=list, max_length=MAX_ITEMS)
@@ -99,7 +119,12 @@ class TaskRequest(_Edge):
     def _subject(cls, value: str) -> str:
         if not value.strip():
             raise ValueError("must not be blank")
-        return value
+        return _at_most(value, MAX_SUBJECT)
+
+    @field_validator("thread_key")
+    @classmethod
+    def _thread_key(cls, value: str) -> str:
+        return _at_most(value, MAX_ID)
 
     @field_validator("body")
     @classmethod
@@ -116,10 +141,11 @@ class TaskRequest(_Edge):
     @field_validator("references")
     @classmethod
     def _references(cls, value: list[str]) -> list[str]:
-        for item in value:
+        items = [_valid_utf8(item) for item in value]
+        for item in items:
             if len(item) > MAX_ID or not item:
-                raise ValueError("items must be 1-255 characters")
-        return [_valid_utf8(item) for item in value]
+                raise ValueError("items must be 1-255 characters (after NFC normalisation)")
+        return items
 
     @field_validator("depends_on")
     @classmethod
@@ -182,12 +208,21 @@ def _first_error(exc: ValidationError) -> ValidationFailed:
     return ValidationFailed(where, message)
 
 
+def _fields(data: object) -> dict[str, Any]:
+    """The request's fields as a dict; ValidationFailed unless it is a mapping of names."""
+    if not isinstance(data, Mapping) or not all(isinstance(key, str) for key in data):
+        raise ValidationFailed(
+            "request", f"must be a mapping of field names to values, not {type(data).__name__}"
+        )
+    return dict(data)
+
+
 def parse_task_request(data: Mapping[str, Any] | TaskRequest) -> TaskRequest:
     """Validate a TASK request; raise ValidationFailed naming the first bad field."""
     if isinstance(data, TaskRequest):
         return data
     try:
-        return TaskRequest.model_validate(dict(data))
+        return TaskRequest.model_validate(_fields(data))
     except ValidationError as exc:
         raise _first_error(exc) from None
 
@@ -197,7 +232,7 @@ def parse_report_request(data: Mapping[str, Any] | ReportRequest) -> ReportReque
     if isinstance(data, ReportRequest):
         return data
     try:
-        return ReportRequest.model_validate(dict(data))
+        return ReportRequest.model_validate(_fields(data))
     except ValidationError as exc:
         raise _first_error(exc) from None
 
@@ -207,3 +242,135 @@ def validate_tenant(value: str) -> str:
         return check_submission_id(value)
     except ValueError as exc:
         raise ValidationFailed("tenant", str(exc)) from None
+
+
+# --- arguments of the other calls ---------------------------------------------------------
+#
+# Everything else a door hands to the service layer -- ids, filters, reasons, notes, review
+# effects, lifecycle actions, limit and offset -- is validated here, once, for every door.
+# The service functions parse their own arguments (so no door can skip it); the facade's reads
+# parse theirs before they reach the store.
+
+MAX_TEXT = 4096  # reason, note: characters after NFC normalisation
+MAX_LIMIT = 1000
+MAX_OFFSET = 2**31 - 1
+MAX_REPORT_ID = 32
+MAX_CASE_ID = 64
+REPORT_ID_RE = re.compile(r"\AREPORT-[0-9]{8}-[0-9]{3,16}\Z")  # fits String(32)
+CASE_ID_RE = re.compile(r"\ACASE-[0-9]{8}-[0-9]{3,18}-[0-9]{1,18}\Z")  # fits String(64)
+
+
+def _pattern(regex: re.Pattern[str], example: str) -> BeforeValidator:
+    def check(value: object) -> object:
+        if not isinstance(value, str) or not regex.match(value):
+            raise ValueError(f"must be an id like {example}")
+        return value
+
+    return BeforeValidator(check)
+
+
+def _text_arg(value: object) -> object:
+    """A free-text argument: a string without NUL or lone surrogates, NFC-normalised."""
+    if not isinstance(value, str):
+        raise ValueError(f"must be a string, not {type(value).__name__}")
+    return _at_most(_valid_utf8(value), MAX_TEXT)
+
+
+def _count(value: object) -> object:
+    """An integer argument (a bool is not one, though Python says it is)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"must be an integer, not {type(value).__name__}")
+    return value
+
+
+TaskId = Annotated[str, _pattern(TASK_ID_RE, "TASK-20260101-001")]
+ReportId = Annotated[str, _pattern(REPORT_ID_RE, "REPORT-20260101-001")]
+CaseId = Annotated[str, _pattern(CASE_ID_RE, "CASE-20260101-001-1")]
+Text = Annotated[str, BeforeValidator(_text_arg), Field(json_schema_extra={"maxLength": MAX_TEXT})]
+Limit = Annotated[int, BeforeValidator(_count), Field(ge=1, le=MAX_LIMIT)]
+Offset = Annotated[int, BeforeValidator(_count), Field(ge=0, le=MAX_OFFSET)]
+Effect = Literal["present", "absent"]
+
+
+class TransitionRequest(_Edge):
+    """A lifecycle move (``transition``): the TASK, the action and who acts."""
+
+    task_id: TaskId
+    action: Action
+    actor: RoleCode
+    reason: Text | None = None
+    report_id: ReportId | None = None
+
+
+class RecoverRequest(_Edge):
+    """A request for a successor of an interrupted TASK (``recover``)."""
+
+    task_id: TaskId
+    actor: RoleCode
+
+
+class ReviewRequest(_Edge):
+    """An approver's statement about a held case (``review``): exactly present or absent."""
+
+    case_id: CaseId
+    effect: Effect
+    note: Text
+    actor: RoleCode
+
+    @field_validator("note")
+    @classmethod
+    def _note(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("must say how the effect was checked (it is blank)")
+        return value
+
+
+class TaskQuery(_Edge):
+    """The filters and page of ``list_tasks``."""
+
+    bucket: Bucket | None = None
+    recipient: RoleCode | None = None
+    limit: Limit = 100
+    offset: Offset = 0
+
+
+class CaseQuery(_Edge):
+    """The filters and page of ``cases``."""
+
+    state: CaseState | None = None
+    task_id: TaskId | None = None
+    limit: Limit = 100
+
+
+class _One(_Edge):
+    """One id argument of a read (``get_task``, ``history``, ``case``, ...)."""
+
+    task_id: TaskId | None = None
+    case_id: CaseId | None = None
+    client_submission_id: Annotated[str, BeforeValidator(check_submission_id)] | None = None
+
+
+_M = TypeVar("_M", bound=BaseModel)
+
+
+def parse(model: type[_M], **arguments: Any) -> _M:
+    """Validate a call's arguments with ``model``; ValidationFailed names the first bad one."""
+    try:
+        return model.model_validate(arguments)
+    except ValidationError as exc:
+        raise _first_error(exc) from None
+
+
+def task_id_arg(value: object) -> str:
+    """A TASK id argument, or ValidationFailed naming ``task_id``."""
+    return str(parse(_One, task_id=value).task_id)
+
+
+def case_id_arg(value: object) -> str:
+    """A case id argument, or ValidationFailed naming ``case_id``."""
+    return str(parse(_One, case_id=value).case_id)
+
+
+def submission_id_arg(value: object) -> str:
+    """A client_submission_id argument, or ValidationFailed naming it."""
+    return str(parse(_One, client_submission_id=value).client_submission_id)

@@ -408,7 +408,7 @@ def test_review_needs_a_held_case_and_a_note(rig: Rig) -> None:
     with pytest.raises(RecoveryError, match="not held for review"):
         rig.sh.review(case.case_id, effect="absent", note="x", actor="PM")
     held_id, _ = held_task(rig)
-    with pytest.raises(RecoveryError, match="needs a note"):
+    with pytest.raises(ValidationFailed, match="note"):
         rig.sh.review(rig.case_of(held_id).case_id, effect="absent", note="  ", actor="PM")
     with pytest.raises(CaseNotFound):
         rig.sh.review("CASE-19990101-001-1", effect="absent", note="x", actor="PM")

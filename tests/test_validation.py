@@ -7,14 +7,20 @@ are accepted.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from surehand.dispatcher.context import Services
 from surehand.dispatcher.submissions import write_task
-from surehand.errors import ValidationFailed
+from surehand.errors import SurehandError, ValidationFailed
+from surehand.facade import Surehand
 from surehand.model import Disposition
+from surehand.store import Store
 from tests.submission_helpers import TENANT, counter_rows, counts, request
 
 MIB = 1024 * 1024
@@ -107,3 +113,130 @@ def test_256_references_are_accepted(services: Services) -> None:
     result = write_task(services, request(references=references), tenant=TENANT)
     assert result.disposition is Disposition.CREATED
     assert counts(services.store) == (1, 0)
+
+
+# -- every string argument of the Python door, on both databases (issue 11) ----------------
+
+GROWS = "\u0344"  # NFC turns it into two characters
+HOSTILE = [
+    "",
+    " ",
+    "\x00",
+    "DEV\x00",
+    "\ud800",
+    "TASK-20260101-001\udfff",
+    GROWS * 600,
+    "é" * 300,
+    "a" * 5000,
+    "TASK-20260101-" + "1" * 19,
+    "TASK-20260101-001",
+    "REPORT-20260101-001",
+    "CASE-20260101-001-1",
+    "PM",
+    "DEV",
+    "SYSTEM",
+    "Present",
+    "present",
+    "inbox",
+    "claim",
+    "P1",
+]
+TASK_FIELDS = {"sender": "PM", "recipient": "DEV", "subject": "Fix login"}
+ANY_ID = "TASK-20260101-001"
+
+
+def _write_task_with(name: str) -> Any:
+    return lambda sh, s: sh.write_task({**TASK_FIELDS, name: s})
+
+
+CALLS: dict[str, Any] = {
+    **{
+        f"write_task.{name}": _write_task_with(name)
+        for name in [
+            "sender",
+            "recipient",
+            "subject",
+            "body",
+            "priority",
+            "thread_key",
+            "parent",
+            "risk_level",
+            "client_submission_id",
+        ]
+    },
+    "write_task.references": lambda sh, s: sh.write_task({**TASK_FIELDS, "references": [s]}),
+    "write_task.depends_on": lambda sh, s: sh.write_task({**TASK_FIELDS, "depends_on": [s]}),
+    "write_report.task_id": lambda sh, s: sh.write_report(task_id=s, reporter="DEV", body="x"),
+    "write_report.reporter": lambda sh, s: sh.write_report(task_id=ANY_ID, reporter=s, body="x"),
+    "write_report.body": lambda sh, s: sh.write_report(task_id=ANY_ID, reporter="DEV", body=s),
+    "write_report.status": lambda sh, s: sh.write_report(
+        task_id=ANY_ID, reporter="DEV", body="x", status=s
+    ),
+    "transition.task_id": lambda sh, s: sh.transition(s, "claim", actor="DEV"),
+    "transition.action": lambda sh, s: sh.transition(ANY_ID, s, actor="DEV"),
+    "transition.actor": lambda sh, s: sh.transition(ANY_ID, "claim", actor=s),
+    "transition.reason": lambda sh, s: sh.transition(ANY_ID, "reject", actor="PM", reason=s),
+    "transition.report_id": lambda sh, s: sh.transition(ANY_ID, "submit", actor="DEV", report_id=s),
+    "get_task": lambda sh, s: sh.get_task(s),
+    "history": lambda sh, s: sh.history(s),
+    "reports": lambda sh, s: sh.reports(s),
+    "list_tasks.bucket": lambda sh, s: sh.list_tasks(bucket=s),
+    "list_tasks.recipient": lambda sh, s: sh.list_tasks(recipient=s),
+    "cases.state": lambda sh, s: sh.cases(state=s),
+    "cases.task_id": lambda sh, s: sh.cases(task_id=s),
+    "case": lambda sh, s: sh.case(s),
+    "diagnose_submission": lambda sh, s: sh.diagnose_submission(s),
+    "recover.task_id": lambda sh, s: sh.recover(s, actor="PM"),
+    "recover.actor": lambda sh, s: sh.recover(ANY_ID, actor=s),
+    "review.case_id": lambda sh, s: sh.review(s, effect="absent", note="x", actor="PM"),
+    "review.effect": lambda sh, s: sh.review("CASE-20260101-001-1", effect=s, note="x", actor="PM"),
+    "review.note": lambda sh, s: sh.review(
+        "CASE-20260101-001-1", effect="absent", note=s, actor="PM"
+    ),
+    "review.actor": lambda sh, s: sh.review(
+        "CASE-20260101-001-1", effect="absent", note="x", actor=s
+    ),
+}
+
+
+def _answer(sh: Surehand, call: str, value: str) -> tuple[str, str | None]:
+    """``ok``, or the typed error's code and field; any other exception fails the test."""
+    try:
+        CALLS[call](sh, value)
+    except SurehandError as error:
+        return error.code, error.details.get("field")
+    return "ok", None
+
+
+@pytest.fixture
+def both_doors(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[list[Surehand]]:
+    """The Python door on SQLite and on Postgres, side by side."""
+    pg_store: Store = request.getfixturevalue("_pg_store")
+    handles = [
+        Surehand(database_url=f"sqlite:///{tmp_path / 'fuzz.sqlite3'}", tenant="fuzz"),
+        Surehand(database_url=pg_store.url, tenant="fuzz"),
+    ]
+    yield handles
+    for handle in handles:
+        handle.close()
+
+
+@settings(
+    max_examples=150,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(
+    call=st.sampled_from(sorted(CALLS)),
+    value=st.one_of(
+        st.sampled_from(HOSTILE), st.text(st.characters(exclude_categories=()), max_size=40)
+    ),
+)
+def test_any_text_for_any_string_argument_is_success_or_a_typed_error_alike_on_both_databases(
+    both_doors: list[Surehand], call: str, value: str
+) -> None:
+    sqlite, postgres = (_answer(sh, call, value) for sh in both_doors)
+    assert sqlite == postgres
+    code, field = sqlite
+    if code == "invalid_request":
+        assert field, f"{call}({value!r}) refused without naming a field"

@@ -40,7 +40,7 @@ def get_caller(
     auth: Authenticator = request.app.state.auth
     views: TenantViews = request.app.state.views
     principal = auth.authenticate(request.headers.get("authorization"))
-    return Caller(principal, views(principal.tenant))
+    return Caller(principal, views(principal.tenant).acting_as(principal))
 
 
 CallerDep = Annotated[Caller, Depends(get_caller)]

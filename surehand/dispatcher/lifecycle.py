@@ -8,6 +8,8 @@ Authority follows DESIGN.md section 4: approve/reject/archive/reopen belong to t
 approvers (ADMIN on tasks ADMIN sent, PM or ADMIN otherwise); submit/finish to the task's
 recipient (its driver); claim to the recipient or the runtime; rollback to the runtime alone.
 The runtime acts as :data:`surehand.model.SYSTEM`, which no external caller may claim to be.
+A refused move raises before anything is written: it appends no event, so no caller can grow
+a TASK's history by asking again and again.
 """
 
 from __future__ import annotations
@@ -28,7 +30,8 @@ from surehand.errors import (
     ValidationFailed,
 )
 from surehand.model import ADMIN, PM, SYSTEM, Action, Bucket, EventKind, Task
-from surehand.requests import check_role, validate_tenant
+from surehand.principals import Principal, acting_for
+from surehand.requests import TransitionRequest, parse, validate_tenant
 from surehand.store import events, session_writes, tasks
 from surehand.store import reports as report_rows
 
@@ -164,6 +167,7 @@ def apply(
     attempt_id: str | None = None,
     epoch: int | None = None,
     report_written: bool = False,
+    acting: Mapping[str, Any] | None = None,
 ) -> Task:
     """Move ``task`` by ``action`` inside the caller's transaction and return it as written.
 
@@ -171,7 +175,8 @@ def apply(
     compare-and-sets the row against the bucket and revision it was read at (plus
     ``extra_expect``, e.g. the session layer's epoch); Conflict if anything changed since.
     ``report_written``: the caller wrote or found ``report_id`` on this TASK in this same
-    transaction, so it is not looked up again.
+    transaction, so it is not looked up again. ``acting``: who acted for ``by`` (an ADMIN
+    principal acting as another role), recorded in the event's data.
     """
     target = check_edge(task, action)
     _check_hold(task, action)
@@ -180,7 +185,7 @@ def apply(
     cited = _check_report(connection, task, action, report_id, report_written)
     values = _values(task, action, target, extra_values)
     moved = _compare_and_set(connection, task, values, extra_expect, now)
-    data = _event_data(action, values, cited)
+    data = {**_event_data(action, values, cited), **(acting or {})}
     events.insert(
         connection,
         move_event(
@@ -296,33 +301,51 @@ def _compare_and_set(
 def transition(
     services: Services,
     task_id: str,
-    action: Action,
+    action: Action | str,
     *,
     actor: str,
     tenant: str | None,
     reason: str | None = None,
     report_id: str | None = None,
+    principal: Principal | None = None,
 ) -> Task:
-    """The public move: validate the actor, lock the TASK, apply the move and commit."""
-    actor = _check_actor(actor)
+    """The public move: validate every argument, hold ``actor`` to ``principal`` (only an
+    ADMIN acts for another role, and that is recorded), lock the TASK, apply the move, commit.
+
+    ``principal`` None is an in-process caller trusted as any role (tests, operator tools).
+    """
+    _refuse_system(actor)
+    request = parse(
+        TransitionRequest,
+        task_id=task_id,
+        action=action,
+        actor=actor,
+        reason=reason,
+        report_id=report_id,
+    )
+    acting = acting_for(principal, request.actor, "actor")
     scope = validate_tenant(tenant) if tenant is not None else None
     with services.store.transaction() as connection:
-        task = tasks.get_for_update(connection, task_id)
+        task = tasks.get_for_update(connection, request.task_id)
         if task is None or (scope is not None and task.tenant != scope):
-            raise TaskNotFound(f"no {task_id} in tenant {scope!r}; `surehand tasks` lists them")
-        now = services.clock.now()
+            raise TaskNotFound(
+                f"no {request.task_id} in tenant {scope!r}; `surehand tasks` lists them"
+            )
         return apply(
-            connection, task, action, by=actor, now=now, reason=reason, report_id=report_id
+            connection,
+            task,
+            request.action,
+            by=request.actor,
+            now=services.clock.now(),
+            reason=request.reason,
+            report_id=request.report_id,
+            acting=acting,
         )
 
 
-def _check_actor(actor: str) -> str:
-    """An external actor is a role code and never the runtime itself."""
+def _refuse_system(actor: object) -> None:
+    """An external actor is never the runtime itself."""
     if actor == SYSTEM:
         raise NotAuthorized(
             f"{SYSTEM} is the runtime's own actor; act under your role instead", actor=actor
         )
-    try:
-        return check_role(actor)
-    except ValueError as error:
-        raise ValidationFailed("actor", str(error)) from None

@@ -5,13 +5,18 @@ by a unique key, so two reconcilers produce one case). ``recover`` is a caller's
 server-side classifier reads durable state to tell an interruption from normal rework, which
 keeps its own lifecycle paths. ``review`` records an approver's statement of the effect and runs
 admission again on it. All of them end in :meth:`Admitter.admit`.
+
+Who may ask: a recover request belongs to the TASK's approvers (the runtime recovers through
+the reconciler, which calls :meth:`Recovery.lose`), a review to its approvers alone. A caller
+who may not ask is refused with NotAuthorized and nothing is written; an approver's request that
+is not admitted is recorded once per caller and reason within :data:`REFUSAL_WINDOW`, so no
+caller can grow a TASK's history by asking again and again.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Literal
 
 from sqlalchemy import Connection
 
@@ -26,7 +31,6 @@ from surehand.errors import (
     NotAuthorized,
     RecoveryError,
     TaskNotFound,
-    ValidationFailed,
 )
 from surehand.model import (
     Admission,
@@ -38,10 +42,12 @@ from surehand.model import (
     InterruptionCase,
     Task,
 )
-from surehand.requests import check_role
+from surehand.principals import Principal, acting_for
+from surehand.requests import Effect, RecoverRequest, ReviewRequest, parse
 from surehand.store import attempts, cases, events, operations, tasks
 
 INTERRUPTED = (AttemptState.SESSION_LOST, AttemptState.FAILED, AttemptState.LEASE_LOST)
+REFUSAL_WINDOW = timedelta(hours=1)  # a repeated not_admitted request is recorded once per this
 
 
 def case_id_for(attempt: Attempt) -> str:
@@ -135,10 +141,19 @@ class Recovery:
 
     # -- recover ------------------------------------------------------------------------------
 
-    def recover(self, task_id: str, *, actor: str, tenant: str | None) -> RecoveryOutcome:
-        """A request to start a successor for ``task_id``; classified from durable state."""
-        actor = _actor(actor)
+    def recover(
+        self, task_id: str, *, actor: str, tenant: str | None, principal: Principal | None = None
+    ) -> RecoveryOutcome:
+        """A request to start a successor for ``task_id``; classified from durable state.
+
+        Only the TASK's approvers may ask (NotAuthorized otherwise, with nothing recorded);
+        ``actor`` is ``principal``'s role unless the principal is an ADMIN.
+        """
+        request = parse(RecoverRequest, task_id=task_id, actor=actor)
+        acting_for(principal, request.actor, "actor")
+        task_id, actor = request.task_id, request.actor
         task, current = self._read(task_id, tenant)
+        _check_approver(task, actor, "recover")
         if task.bucket is not Bucket.ACTIVE:
             return self._refuse(
                 task,
@@ -197,18 +212,18 @@ class Recovery:
             return cases.for_attempt(connection, attempt.attempt_id)
 
     def _refuse(self, task: Task, actor: str, reason: str) -> RecoveryOutcome:
-        """``not_admitted``: keep the owner, start nothing, and record that it was asked."""
+        """``not_admitted``: keep the owner, start nothing, and record that it was asked (once
+        per caller and reason within :data:`REFUSAL_WINDOW`)."""
+        now = self.services.clock.now()
+        data = {"admission": Admission.NOT_ADMITTED.value, "reason": reason}
         with self.services.store.transaction() as connection:
-            events.insert(
-                connection,
-                events.row(
-                    task_id=task.task_id,
-                    kind=EventKind.ADMISSION,
-                    by=actor,
-                    at=self.services.clock.now(),
-                    data={"admission": Admission.NOT_ADMITTED.value, "reason": reason},
-                ),
-            )
+            if not _asked_lately(connection, task.task_id, actor, data, now - REFUSAL_WINDOW):
+                events.insert(
+                    connection,
+                    events.row(
+                        task_id=task.task_id, kind=EventKind.ADMISSION, by=actor, at=now, data=data
+                    ),
+                )
         return RecoveryOutcome(task.task_id, Admission.NOT_ADMITTED, reason)
 
     # -- review -------------------------------------------------------------------------------
@@ -217,23 +232,23 @@ class Recovery:
         self,
         case_id: str,
         *,
-        effect: Literal["present", "absent"],
+        effect: Effect,
         note: str,
         actor: str,
         tenant: str | None,
+        principal: Principal | None = None,
     ) -> InterruptionCase:
-        """An approver states whether a held case's effect happened; admission runs again."""
-        actor = _actor(actor)
-        case, task = self._held_case(case_id, tenant)
-        if actor not in approvers(task):
-            raise NotAuthorized(
-                f"{actor} may not review {case_id}; the approvers of {task.task_id} are "
-                f"{', '.join(sorted(approvers(task)))}"
-            )
-        if not note.strip():
-            raise RecoveryError("a review needs a note saying how the effect was checked")
-        self._record_review(case, task, effect=effect, note=note, actor=actor)
-        return self.admitter.admit(case_id, decided_by=actor)
+        """An approver states whether a held case's effect happened; admission runs again.
+
+        ``effect`` is exactly ``"present"`` or ``"absent"`` and ``note`` says how it was
+        checked (ValidationFailed otherwise); a refused review writes nothing.
+        """
+        request = parse(ReviewRequest, case_id=case_id, effect=effect, note=note, actor=actor)
+        acting = acting_for(principal, request.actor, "actor")
+        case, task = self._held_case(request.case_id, tenant)
+        _check_approver(task, request.actor, f"review {request.case_id}")
+        self._record_review(case, task, request, acting)
+        return self.admitter.admit(request.case_id, decided_by=request.actor)
 
     def _held_case(self, case_id: str, tenant: str | None) -> tuple[InterruptionCase, Task]:
         with self.services.store.snapshot() as connection:
@@ -249,8 +264,13 @@ class Recovery:
         return case, task
 
     def _record_review(
-        self, case: InterruptionCase, task: Task, *, effect: str, note: str, actor: str
+        self,
+        case: InterruptionCase,
+        task: Task,
+        request: ReviewRequest,
+        acting: dict[str, object],
     ) -> None:
+        effect, note, actor = request.effect, request.note, request.actor
         now = self.services.clock.now()
         review = {"effect": effect, "note": note, "by": actor, "at": now.isoformat()}
         with self.services.store.transaction() as connection:
@@ -274,14 +294,28 @@ class Recovery:
                     by=actor,
                     at=now,
                     reason=note,
-                    data={"case_id": case.case_id, "effect": effect},
+                    data={"case_id": case.case_id, "effect": effect, **acting},
                 ),
             )
 
 
-def _actor(actor: str) -> str:
-    """A requesting role, validated at the edge (never the runtime's own SYSTEM)."""
-    try:
-        return check_role(actor)
-    except ValueError as error:
-        raise ValidationFailed("actor", str(error)) from None
+def _check_approver(task: Task, actor: str, what: str) -> None:
+    """NotAuthorized unless ``actor`` is one of the TASK's approvers."""
+    allowed = approvers(task)
+    if actor not in allowed:
+        raise NotAuthorized(
+            f"{actor} may not {what} on {task.task_id}; only its approvers "
+            f"({', '.join(sorted(allowed))}) may",
+            actor=actor,
+            allowed=sorted(allowed),
+        )
+
+
+def _asked_lately(
+    connection: Connection, task_id: str, actor: str, data: dict[str, str], since: datetime
+) -> bool:
+    """Whether ``actor`` was refused the same way on this TASK since ``since``."""
+    return any(
+        event.by == actor and event.data == data and event.at >= since
+        for event in events.history(connection, task_id, EventKind.ADMISSION)
+    )

@@ -26,6 +26,7 @@ from surehand.digest import sha256_hex
 from surehand.dispatcher.context import Services
 from surehand.errors import Conflict, DuplicateKey, ReportRejected, TaskNotFound, ValidationFailed
 from surehand.model import Bucket, EventKind, Report, Task, WriteReportResult
+from surehand.principals import Principal, acting_for
 from surehand.requests import ReportRequest, parse_report_request, validate_tenant
 from surehand.store import counters, events, tasks
 from surehand.store import reports as report_rows
@@ -41,16 +42,27 @@ def body_hash(body: str) -> str:
 
 
 def write_report(
-    services: Services, request: ReportRequest | Mapping[str, Any], *, tenant: str
+    services: Services,
+    request: ReportRequest | Mapping[str, Any],
+    *,
+    tenant: str,
+    principal: Principal | None = None,
 ) -> WriteReportResult:
-    """Write a REPORT, or return the one it duplicates; a bad request writes nothing."""
+    """Write a REPORT, or return the one it duplicates; a bad request writes nothing.
+
+    ``reporter`` is ``principal``'s role; only an ADMIN principal may report as another role,
+    and the REPORT's event records it. ``principal`` None: a trusted in-process caller.
+    """
     parsed = parse_report_request(request)
     tenant = validate_tenant(tenant)
+    acting = acting_for(principal, parsed.reporter, "reporter")
     for _ in range(MAX_TRIES):
         try:
             with services.store.transaction() as connection:
                 task = _load(connection, parsed.task_id, tenant)
-                return write_report_in(connection, services, task, parsed, attempt_id=None)
+                return write_report_in(
+                    connection, services, task, parsed, attempt_id=None, acting=acting
+                )
         except DuplicateKey as error:
             if error.table not in {"reports", "unknown"}:
                 raise
@@ -77,12 +89,14 @@ def write_report_in(
     *,
     attempt_id: str | None,
     locked: bool = False,
+    acting: Mapping[str, Any] | None = None,
 ) -> WriteReportResult:
     """The write_report decision inside the caller's transaction (which it never commits).
 
     The TASK row is re-read under a row lock so that concurrent REPORTs on one TASK take
     turns and every check below sees the TASK as it is now, not as the caller read it
     (``locked``: the caller read ``task`` under that lock in this transaction already).
+    ``acting``: who reported for ``reporter`` (an ADMIN principal), recorded in its event.
     """
     current = _locked_current(connection, task, request, locked)
     recipient = _check_route(current, request)
@@ -101,7 +115,7 @@ def write_report_in(
         return WriteReportResult(existing, deduplicated=True)
     _check_bucket(current)
     report = _new_revision(connection, services, current, request, recipient, digest, attempt_id)
-    _record(connection, current, report)
+    _record(connection, current, report, acting)
     return WriteReportResult(report, deduplicated=False)
 
 
@@ -219,13 +233,15 @@ def new_report(
     )
 
 
-def _record(connection: Connection, task: Task, report: Report) -> None:
+def _record(
+    connection: Connection, task: Task, report: Report, acting: Mapping[str, Any] | None
+) -> None:
     """The REPORT event in the TASK's history (not a move: no bucket, no revision bump)."""
-    events.insert(connection, report_event(report))
+    events.insert(connection, report_event(report, acting))
 
 
-def report_event(report: Report) -> dict[str, Any]:
-    """The row of a REPORT's event."""
+def report_event(report: Report, acting: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The row of a REPORT's event (``acting``: an ADMIN principal who wrote it)."""
     return events.row(
         task_id=report.task_id,
         kind=EventKind.REPORT,
@@ -238,5 +254,6 @@ def report_event(report: Report) -> dict[str, Any]:
             "revision": report.revision,
             "rework_round": report.rework_round,
             "supersedes": report.supersedes,
+            **(acting or {}),
         },
     )

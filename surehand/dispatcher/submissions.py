@@ -42,6 +42,7 @@ from surehand.model import (
     WriteTaskResult,
     task_path,
 )
+from surehand.principals import Principal, acting_for
 from surehand.requests import TaskRequest, parse_task_request, validate_tenant
 from surehand.store import counters, creation, receipts, tasks
 
@@ -49,16 +50,25 @@ _MAX_COLLISIONS = 3
 
 
 def write_task(
-    services: Services, request: TaskRequest | Mapping[str, Any], *, tenant: str
+    services: Services,
+    request: TaskRequest | Mapping[str, Any],
+    *,
+    tenant: str,
+    principal: Principal | None = None,
 ) -> WriteTaskResult:
-    """Create a TASK, or recover the result of the first call with the same submission id."""
+    """Create a TASK, or recover the result of the first call with the same submission id.
+
+    ``sender`` is ``principal``'s role; only an ADMIN principal may name another sender, and
+    the creation event records it. ``principal`` None: a trusted in-process caller.
+    """
     parsed = parse_task_request(request)
     tenant = validate_tenant(tenant)
+    acting = acting_for(principal, parsed.sender, "sender")
     fields = parsed.to_fields()
     digest = request_digest(fields)
     if parsed.client_submission_id is None:
-        return _create_legacy(services, fields, digest, tenant)
-    call = SubmissionCall(services, tenant, parsed.client_submission_id, fields, digest)
+        return _create_legacy(services, fields, digest, tenant, acting)
+    call = SubmissionCall(services, tenant, parsed.client_submission_id, fields, digest, acting)
     return _Submission(call).run()
 
 
@@ -72,7 +82,7 @@ def _new_task_id(connection: Any, now: datetime, ahead: int | None = None) -> st
 
 
 def _create_legacy(
-    services: Services, fields: TaskFields, digest: str, tenant: str
+    services: Services, fields: TaskFields, digest: str, tenant: str, acting: dict[str, Any]
 ) -> WriteTaskResult:
     """No submission id: create a TASK with no retry guarantee (``idempotent: false``)."""
     now = services.clock.now()
@@ -87,6 +97,7 @@ def _create_legacy(
             digest=digest,
             document=render(task_id, fields, None, now),
             now=now,
+            acting=acting,
         )
     publish_after_commit(services, task_id)
     return WriteTaskResult(
@@ -174,7 +185,7 @@ class _Submission:
                         document_digest=document_digest,
                         now=now,
                     ),
-                    event=creation_event(task_id, call.fields, now),
+                    event=creation_event(task_id, call.fields, now, call.acting),
                 )
         except DuplicateKey as error:
             if error.table not in ("receipts", "unknown"):

@@ -8,6 +8,7 @@ call's identity; this module holds those pieces so that neither of the two impor
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -37,6 +38,7 @@ class SubmissionCall:
     submission_id: str
     fields: TaskFields
     digest: str
+    acting: Mapping[str, Any] | None = None  # an ADMIN acting for the sender (principals.py)
 
     def result(
         self, task_id: str, path: str, disposition: Disposition, state: ReceiptState
@@ -73,6 +75,7 @@ def insert_task(
     digest: str,
     document: tuple[str, str],
     now: datetime,
+    acting: Mapping[str, Any] | None = None,
 ) -> str:
     """Insert the TASK row and its creation event; returns the document digest."""
     text, document_digest = document
@@ -87,12 +90,15 @@ def insert_task(
         now=now,
     )
     tasks.insert_row(connection, row)
-    events.insert(connection, creation_event(task_id, fields, now))
+    events.insert(connection, creation_event(task_id, fields, now, acting))
     return document_digest
 
 
-def creation_event(task_id: str, fields: TaskFields, now: datetime) -> dict[str, Any]:
-    """The history's first event: created into ``inbox`` by the sender."""
+def creation_event(
+    task_id: str, fields: TaskFields, now: datetime, acting: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """The history's first event: created into ``inbox`` by the sender; ``acting`` records
+    the ADMIN principal who created it on the sender's behalf, if one did."""
     return events.row(
         task_id=task_id,
         kind=EventKind.TRANSITION,
@@ -100,4 +106,5 @@ def creation_event(task_id: str, fields: TaskFields, now: datetime) -> dict[str,
         at=now,
         action=Action.CREATE.value,
         to_bucket=Bucket.INBOX,
+        data=acting,
     )

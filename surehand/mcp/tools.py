@@ -81,7 +81,7 @@ class Tools:
         """Run ``body`` for the caller's principal and tenant; typed errors become tool errors."""
         try:
             principal = self.principal(ctx)
-            return _result(body(principal, self.views(principal.tenant)))
+            return _result(body(principal, self.views(principal.tenant).acting_as(principal)))
         except SurehandError as exc:
             return error_result(problem.for_error(exc))
 
