@@ -29,9 +29,10 @@ from surehand.principals import Principal
 from surehand.store import Store, tasks
 from surehand.testing import ManualClock
 from tests.recovery_helpers import GRACE_SECONDS, Rig, open_rig, rig
+from tests.test_hostile_input import http
 from tests.test_recovery import held_task
 
-__all__ = ["rig"]  # fixture
+__all__ = ["http", "rig"]  # fixtures (http on this module's sh, which knows the tokens)
 
 TOKENS = "tok-pm=alice:PM:acme,tok-dev=dan:DEV:acme,tok-admin=root:ADMIN:acme"
 TASK = {"sender": "PM", "recipient": "DEV", "subject": "Fix login", "body": "It fails."}
@@ -48,12 +49,6 @@ def sh(store: Store) -> Iterator[Surehand]:
     handle = Surehand(settings=Settings(database_url=store.url, tenant="acme", api_tokens=TOKENS))
     yield handle
     handle.close()
-
-
-@pytest.fixture
-def http(sh: Surehand) -> Iterator[TestClient]:
-    with TestClient(create_app(sh), base_url="http://127.0.0.1") as client:
-        yield client
 
 
 @pytest.fixture
