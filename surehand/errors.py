@@ -62,7 +62,9 @@ class StoreError(SurehandError):
 
 
 class StoreUnavailable(StoreError):
-    """The database could not be reached or timed out; nothing was half-written. Retry later."""
+    """The database could not be reached or timed out. A transaction it cut off was rolled
+    back, unless its commit landed and only the reply was lost; retry later (surehand's own
+    writes are safe to repeat)."""
 
     code = "store_unavailable"
     retryable = True
@@ -171,6 +173,19 @@ class LeaseUnavailable(SessionError):
 
     code = "lease_unavailable"
     retryable = True
+
+
+class SessionInterrupted(SessionError):
+    """The runtime could not record or renew this session's work (store or Redis unavailable
+    past bounded retries): the session stops without settling, its attempt is interrupted, not
+    failed, and admission decides from the recorded effect facts what a successor may do. An
+    effect may have run without its outcome recorded; nothing is repeated blindly."""
+
+    code = "session_interrupted"
+
+    def __init__(self, message: str, *, cause: str, **details: Any) -> None:
+        super().__init__(message, cause=cause, **details)
+        self.cause = cause
 
 
 class OperationFailed(SessionError):

@@ -160,6 +160,8 @@ def test_recover_after_a_loss_returns_the_same_case_and_never_opens_a_second(rig
 
 
 def test_recover_of_an_attempt_whose_agent_raised_goes_through_admission(rig: Rig) -> None:
+    """An agent failure is held for its approver (never retried blindly, DESIGN.md section
+    5): a recover request finds the held case, and the approver's review releases it."""
     task_id = rig.new_task()
 
     def broken(ctx: SessionContext) -> str:
@@ -175,8 +177,10 @@ def test_recover_of_an_attempt_whose_agent_raised_goes_through_admission(rig: Ri
     assert outcome.case is not None
     assert (outcome.case.effect_fact, outcome.admission) == (
         EffectFact.NONE_VERIFIED,
-        Admission.REEXECUTE,
+        Admission.HOLD_FOR_REVIEW,
     )
+    reviewed = rig.sh.review(outcome.case.case_id, effect="absent", note="quota raised", actor="PM")
+    assert reviewed.admission is Admission.REEXECUTE
     assert rig.sh.run_session(task_id).outcome == "settled"
     assert len(rig.ledger.of(task_id)) == 1
 

@@ -18,6 +18,8 @@ from surehand.dispatcher.runner import SessionOutcome
 from surehand.errors import LeaseLost
 from surehand.facade import Surehand
 from surehand.model import (
+    Admission,
+    AttemptCause,
     AttemptState,
     Bucket,
     EventKind,
@@ -162,7 +164,9 @@ def test_a_duplicate_run_of_a_settled_task_does_not_run_the_agent(harness: Harne
 # -- failing ---------------------------------------------------------------------------------
 
 
-def test_an_agent_exception_fails_the_attempt_and_nothing_is_retried(harness: Harness) -> None:
+def test_an_agent_exception_fails_the_attempt_which_is_held_and_never_retried(
+    harness: Harness,
+) -> None:
     runs: list[int] = []
 
     def agent(ctx: SessionContext) -> str:
@@ -180,14 +184,22 @@ def test_an_agent_exception_fails_the_attempt_and_nothing_is_retried(harness: Ha
     assert again.outcome == "not_claimed"
     assert runs == [1]
     [attempt] = attempts_of(sh.store, task_id)
-    assert attempt.state is AttemptState.FAILED
+    assert (attempt.state, attempt.cause) == (AttemptState.FAILED, AttemptCause.AGENT_FAILED)
     assert attempt.error == "ValueError: the spec is contradictory"
     assert attempt.agent_returned is False
+    # Visible, and no TASK sits in active without a running attempt, an open case or a hold:
+    # the failure opened one case, and admission held it for the approver.
+    [case] = sh.cases()
+    assert (case.interrupted_attempt_id, case.admission) == (
+        attempt.attempt_id,
+        Admission.HOLD_FOR_REVIEW,
+    )
     task = read_task(sh.store, task_id)
-    assert (task.bucket, task.hold) == (Bucket.ACTIVE, None)
+    assert task.bucket is Bucket.ACTIVE
+    assert task.hold is not None
+    assert task.hold.case_id == case.case_id
     assert reports_of(sh.store, task_id) == []
     assert finished(sh, task_id) == ["failed"]
-    assert sh.cases() == []
     assert sh.leases.holder(task_id) is None
 
 

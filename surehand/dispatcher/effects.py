@@ -7,7 +7,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from surehand.model import Admission, Attempt, EffectFact, Operation, OperationState, RetryPolicy
+from surehand.model import (
+    Admission,
+    Attempt,
+    AttemptCause,
+    EffectFact,
+    Operation,
+    OperationState,
+    RetryPolicy,
+)
 
 
 @dataclass(frozen=True)
@@ -50,6 +58,19 @@ def raised_unknown(operation: Operation) -> bool:
 
 
 def evaluate(
+    attempt: Attempt, operations: Sequence[Operation], review: Mapping[str, Any] | None
+) -> Evidence:
+    """The admission for an ended attempt: :func:`by_effects`, except that an attempt whose
+    agent raised is held for its approver until a review states the effect (DESIGN.md section
+    5: an agent failure is recorded, its TASK visible, nothing retried blindly)."""
+    evidence = by_effects(attempt, operations, review)
+    if review is not None or attempt.cause is not AttemptCause.AGENT_FAILED:
+        return evidence
+    why = f"the agent raised ({attempt.error or 'no error recorded'}); an approver reviews it"
+    return Evidence(evidence.fact, Admission.HOLD_FOR_REVIEW, {**evidence.refs, "why": why})
+
+
+def by_effects(
     attempt: Attempt, operations: Sequence[Operation], review: Mapping[str, Any] | None
 ) -> Evidence:
     """The admission table, in order of precedence."""

@@ -10,11 +10,19 @@ What the TASK already recorded for the same fingerprint decides whether the effe
   under the ``keyed`` retry policy with an idempotency key and is repeated with that same key
   (so the far side can dedupe the two tries), else refuse;
 - nothing recorded: run.
+
+The intent and the outcome are each repeated while the store cannot confirm them
+(``Session.retrying``). A repeated intent whose earlier try committed finds its own open intent
+(this attempt's, same fingerprint) and adopts it instead of writing a second one; a repeated
+outcome is a compare-and-set on the open intent, so after a commit that landed it writes
+nothing. When the retries run out the session is interrupted (``SessionInterrupted``) and the
+open intent tells admission that the effect may have run.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from surehand.agents.context import EffectResult
@@ -40,31 +48,72 @@ def run_operation(
     probe: str | None,
 ) -> Any:
     """Declare, run and settle one operation for ``session``; returns the effect's value."""
-    fingerprint = operation_fingerprint(name, args)
-    with session.fenced(f"operation_intent:{name}") as connection:
+    declared = Declared(name, args, idempotency_key, retry_policy, probe)
+    recorded = session.retrying(
+        f"operation_intent:{name}", lambda repeat: _declare(session, declared, repeat)
+    )
+    if isinstance(recorded, _Recorded):
+        return recorded.value
+    crash_point("operation.after_intent")
+    return _perform(session, recorded, effect)
+
+
+@dataclass(frozen=True)
+class Declared:
+    """An operation as the agent declared it."""
+
+    name: str
+    args: Mapping[str, Any]
+    idempotency_key: str | None
+    retry_policy: RetryPolicy
+    probe: str | None
+
+
+@dataclass(frozen=True)
+class _Recorded:
+    """A success already recorded for this operation: its value, returned without running."""
+
+    value: Any
+
+
+def _declare(session: Session, declared: Declared, repeat: bool) -> int | _Recorded:
+    """Commit the intent (fenced); the operation id to settle, or a recorded success."""
+    fingerprint = operation_fingerprint(declared.name, declared.args)
+    with session.fenced(f"operation_intent:{declared.name}") as connection:
         prior = operations.latest_by_fingerprint(connection, session.task_id, fingerprint)
         if prior is not None and prior.state is OperationState.SUCCEEDED:
-            return (prior.outcome or {}).get("value")
-        _refuse_unsafe_repeat(session, prior, retry_policy, idempotency_key)
+            return _Recorded((prior.outcome or {}).get("value"))
+        if repeat and _own_open(session, prior):
+            assert prior is not None
+            return prior.operation_id  # the earlier try committed; only its reply was lost
+        _refuse_unsafe_repeat(session, prior, declared.retry_policy, declared.idempotency_key)
         if _bound_here(session, prior):
             assert prior is not None
-            operation_id = prior.operation_id
-        else:
-            operation_id = operations.insert_intent(
-                connection,
-                task_id=session.task_id,
-                attempt_id=session.attempt.attempt_id,
-                epoch=session.attempt.number,
-                name=name,
-                fingerprint=fingerprint,
-                args=args,
-                idempotency_key=idempotency_key,
-                retry_policy=retry_policy,
-                probe=probe,
-                now=session.services.clock.now(),
-            )
-    crash_point("operation.after_intent")
-    return _perform(session, operation_id, effect)
+            return prior.operation_id
+        return operations.insert_intent(
+            connection,
+            task_id=session.task_id,
+            attempt_id=session.attempt.attempt_id,
+            epoch=session.attempt.number,
+            name=declared.name,
+            fingerprint=fingerprint,
+            args=declared.args,
+            idempotency_key=declared.idempotency_key,
+            retry_policy=declared.retry_policy,
+            probe=declared.probe,
+            now=session.services.clock.now(),
+        )
+
+
+def _own_open(session: Session, prior: Operation | None) -> bool:
+    """An open intent this very attempt wrote: on a repeat, the earlier try's own intent.
+    (Not the operation admission bound to this attempt: that one keeps its key check.)"""
+    return (
+        prior is not None
+        and prior.state is OperationState.INTENT
+        and prior.attempt_id == session.attempt.attempt_id
+        and prior.operation_id != session.attempt.bound_operation_id
+    )
 
 
 def _bound_here(session: Session, prior: Operation | None) -> bool:
@@ -131,13 +180,18 @@ def _settle(
 ) -> None:
     receipt = produced.external_receipt if isinstance(produced, EffectResult) else None
     value = produced.value if isinstance(produced, EffectResult) else produced
-    with session.fenced("operation_outcome") as connection:
-        operations.settle(
-            connection,
-            operation_id,
-            state=OperationState.FAILED if error else OperationState.SUCCEEDED,
-            outcome=None if error else {"value": _jsonable(value)},
-            external_receipt=receipt,
-            error=f"{type(error).__name__}: {error}" if error else None,
-            now=session.services.clock.now(),
-        )
+
+    def write(_repeat: bool) -> None:
+        # A compare-and-set on the open intent: a repeat after a commit that landed is a no-op.
+        with session.fenced("operation_outcome") as connection:
+            operations.settle(
+                connection,
+                operation_id,
+                state=OperationState.FAILED if error else OperationState.SUCCEEDED,
+                outcome=None if error else {"value": _jsonable(value)},
+                external_receipt=receipt,
+                error=f"{type(error).__name__}: {error}" if error else None,
+                now=session.services.clock.now(),
+            )
+
+    session.retrying("operation_outcome", write)

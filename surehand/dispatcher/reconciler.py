@@ -6,6 +6,13 @@ first only *suspected* (``lease_missing_since``); the attempt is marked ``SESSIO
 lease has stayed missing for the grace window, which is kept above the heartbeat interval so a
 Redis restart (which heartbeats repair) never produces a false loss. If Redis cannot be reached,
 no lease is judged at all. Two reconcilers at once converge: every step is a compare-and-set.
+
+Every pass also checks the invariant of DESIGN.md section 5 -- no TASK sits in ``active``
+without a running attempt, an open case or a hold -- as a safety net under the paths that keep
+it (a session that fails or is interrupted opens its case with its end): a TASK found without
+any of the three gets a case for its last attempt, admitted like any other. The check reads a
+partial index of active, unheld TASKs, so it costs O(TASKs in flight). A TASK waiting for rework
+(its last attempt settled) or taken by hand (no attempt) is not stranded: it has its own path.
 """
 
 from __future__ import annotations
@@ -30,6 +37,7 @@ from surehand.store.attempts import RunningLease
 log = logging.getLogger(__name__)
 
 PAGE = 1000
+STRANDED_PER_PASS = 100  # stranded TASKs rescued per pass; the rest in the next passes
 STALLED_COUNT_EVERY = 30.0  # seconds between counts of stalled receipts
 RECONCILER = "reconciler"
 _UNSEEN = "\0unseen"  # no generation read yet by this reconciler
@@ -45,6 +53,7 @@ class PassReport:
     lost: int = 0
     admissions: dict[str, int] = field(default_factory=dict)
     reported_live: int = 0  # lease gone past grace, but a worker reports the job running
+    stranded: int = 0  # TASKs found in active without a running attempt, open case or hold
     republished: int = 0
     stalled_receipts: int = 0
     redis_ok: bool = True
@@ -82,6 +91,7 @@ class Reconciler:
         started = time.perf_counter()
         report = PassReport()
         self._scan_running(report)
+        self._rescue_stranded(report)
         self._advance_cases(report)
         report.republished += dispatch.sweep(self.services)
         report.stalled_receipts = self._stalled_receipts()
@@ -204,6 +214,28 @@ class Reconciler:
             return
         if case is not None:
             report.lost += 1
+            self._count(case, report)
+
+    # -- the safety net ------------------------------------------------------------------------
+
+    def _rescue_stranded(self, report: PassReport) -> None:
+        """Open a case for the last attempt of every TASK stranded in ``active`` and admit it
+        (by its effect facts; an agent failure is held for its approver)."""
+        with self.services.store.snapshot() as connection:
+            found = attempts.stranded(connection, limit=STRANDED_PER_PASS)
+        for attempt in found:
+            log.error(
+                "%s sat in active without a running attempt, an open case or a hold (attempt "
+                "%s ended %s); opening its case",
+                attempt.task_id,
+                attempt.number,
+                attempt.state.value,
+            )
+            report.stranded += 1
+            try:
+                case = self.recovery.open_case(attempt, by=RECONCILER)
+            except StaleDecision:
+                continue  # the case is open; the TASK moved meanwhile: the next pass decides
             self._count(case, report)
 
     # -- open cases ---------------------------------------------------------------------------

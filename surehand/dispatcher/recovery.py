@@ -46,7 +46,12 @@ from surehand.principals import Principal, acting_for
 from surehand.requests import Effect, RecoverRequest, ReviewRequest, parse
 from surehand.store import attempts, cases, events, operations, tasks
 
-INTERRUPTED = (AttemptState.SESSION_LOST, AttemptState.FAILED, AttemptState.LEASE_LOST)
+INTERRUPTED = (
+    AttemptState.SESSION_LOST,
+    AttemptState.FAILED,
+    AttemptState.LEASE_LOST,
+    AttemptState.INTERRUPTED,
+)
 REFUSAL_WINDOW = timedelta(hours=1)  # a repeated not_admitted request is recorded once per this
 
 

@@ -3,6 +3,14 @@
 Order matters. The claim (store) comes first so that a duplicate message does nothing; the
 lease (Redis) second, as the liveness signal the reconciler watches; the agent's return is
 recorded before the REPORT so that a crash in between is reconciled from records, never re-run.
+
+An attempt ends by one of two kinds of cause (DESIGN.md section 5). The agent's own: it
+returned (settle) or raised (``failed``, held for its approver). Or the runtime's: the session
+could not record or renew its work (the store unavailable past the writes' bounded retries, the
+lease lost). Those are *interruptions*: they never settle the TASK, and they are told from an
+agent failure by the exception itself (a ``SessionInterrupted`` the port raised, or a store or
+Redis error, anywhere in the exception's cause chain) and by the mark the port leaves on the
+session, which holds even when the agent caught the error and carried on.
 """
 
 from __future__ import annotations
@@ -28,10 +36,11 @@ from surehand.errors import (
     LeaseLost,
     LeaseUnavailable,
     NoAgentForRole,
+    SessionInterrupted,
     StaleOwner,
     StoreUnavailable,
 )
-from surehand.model import ReportStatus, RetryPolicy, WriteReportResult
+from surehand.model import AttemptCause, ReportStatus, RetryPolicy, WriteReportResult
 from surehand.queue.heartbeat import Heartbeat
 from surehand.queue.leases import LeaseStore
 
@@ -47,7 +56,7 @@ class SessionOutcome:
     """What a session run ended with (also the Celery task's return value, seen in Flower)."""
 
     task_id: str
-    outcome: str  # not_claimed | settled | failed | lease_lost | stale | lease_busy
+    outcome: str  # not_claimed | settled | failed | interrupted | lease_lost | stale | lease_busy
     attempt: int | None = None
     bucket: str | None = None
     error: str | None = None
@@ -213,9 +222,13 @@ class SessionRunner:
         except StaleOwner as error:
             return self._outcome(session, "stale", error)
         except Exception as error:
-            return self._fail(session, error)
+            return self._raised(session, error)
         if session.cancelled.is_set():
             return self._outcome(session, "lease_lost", LeaseLost("lease lost; not settling"))
+        if session.interruption is not None:
+            # The agent caught the port's error and returned anyway: what it could not record
+            # is unknown, so the return is not settled.
+            return self._interrupt(session, session.interruption)
         return self._settle(session, result, review=spec.review)
 
     def _settle(self, session: Session, result: Any, *, review: bool) -> SessionOutcome:
@@ -223,17 +236,55 @@ class SessionRunner:
             task = session.settle_returned(result, review=review)  # crash point after_return
         except StaleOwner as error:
             return self._outcome(session, "stale", error)
+        except SessionInterrupted as interrupted:
+            return self._interrupt(session, interrupted, returned=result)
         return SessionOutcome(session.task_id, "settled", session.attempt.number, task.bucket.value)
+
+    def _raised(self, session: Session, error: Exception) -> SessionOutcome:
+        """The handler raised: a lost lease, an interruption, or the agent's own failure."""
+        if session.cancelled.is_set():
+            log.warning("agent for %s stopped after its lease was lost: %s", session.task_id, error)
+            return self._outcome(session, "lease_lost", error)
+        interrupted = session.interruption or interruption_in(error)
+        if interrupted is not None:
+            return self._interrupt(session, interrupted)
+        return self._fail(session, error)
 
     def _fail(self, session: Session, error: Exception) -> SessionOutcome:
         log.exception("agent for %s raised", session.task_id)
-        if session.cancelled.is_set():
-            return self._outcome(session, "lease_lost", error)
         try:
             session.fail(error)
         except StaleOwner as stale:
             return self._outcome(session, "stale", stale)
+        except SessionInterrupted as interrupted:
+            return self._left_running(session, interrupted)
         return self._outcome(session, "failed", error)
+
+    def _interrupt(
+        self, session: Session, interrupted: SessionInterrupted, **returned: Any
+    ) -> SessionOutcome:
+        """End the attempt ``interrupted`` with its cause (and the agent's result if it
+        ``returned``) and open its case; admission (the reconciler's next pass) decides from
+        the effect facts. Never settles the TASK."""
+        log.error("session of %s interrupted: %s", session.task_id, interrupted)
+        try:
+            session.interrupt(interrupted, **returned)
+        except StaleOwner as stale:
+            return self._outcome(session, "stale", stale)
+        except StoreUnavailable:
+            return self._left_running(session, interrupted)
+        return self._outcome(session, "interrupted", interrupted)
+
+    def _left_running(self, session: Session, interrupted: SessionInterrupted) -> SessionOutcome:
+        # The store cannot take the end either. The attempt stays running and its lease is
+        # released as the session ends (the session is over: nothing of it runs any more), so
+        # the reconciler marks it SESSION_LOST after its grace and opens its one case.
+        log.error(
+            "could not record the end of attempt %s of %s; the reconciler will find it",
+            session.attempt.number,
+            session.task_id,
+        )
+        return self._outcome(session, "interrupted", interrupted)
 
     @staticmethod
     def _outcome(
@@ -245,3 +296,41 @@ class SessionRunner:
             session.attempt.number,
             error=f"{type(error).__name__}: {error}" if error else None,
         )
+
+
+# Runtime errors that interrupt a session when they reach the runner (through the agent or
+# not), with the cause each one records.
+_RUNTIME_ERRORS: tuple[tuple[type[Exception], AttemptCause], ...] = (
+    (StoreUnavailable, AttemptCause.STORE_UNAVAILABLE),
+    (LeaseUnavailable, AttemptCause.REDIS_UNAVAILABLE),
+    (LeaseLost, AttemptCause.LEASE_LOST),
+)
+
+
+def interruption_in(error: BaseException) -> SessionInterrupted | None:
+    """The interruption an exception carries, if the runtime (not the agent) caused it: a
+    ``SessionInterrupted`` from the port, or a store/Redis/lease error, found anywhere in its
+    cause or context chain (an agent that wrapped the port's error in its own still ends
+    interrupted, not failed)."""
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, SessionInterrupted):
+            return current
+        for kind, cause in _RUNTIME_ERRORS:
+            if isinstance(current, kind):
+                return SessionInterrupted(
+                    f"the session could not record or renew its work: {current}",
+                    cause=cause.value,
+                )
+        current = _next_in_chain(current)
+    return None
+
+
+def _next_in_chain(error: BaseException) -> BaseException | None:
+    # As tracebacks show it: the explicit cause, else the implicit context unless the agent
+    # hid it on purpose (``raise ... from None``).
+    if error.__cause__ is not None:
+        return error.__cause__
+    return None if error.__suppress_context__ else error.__context__

@@ -1,8 +1,14 @@
-"""Session writes, every one fenced by epoch: claim, record return, settle, fail.
+"""Session writes, every one fenced by epoch: claim, record return, settle, fail, interrupt.
 
 A write is applied only while its attempt is the TASK's current running attempt. A write that
 matches nothing is rolled back, leaves a ``stale_owner_fenced`` event naming the stale attempt
 (in a transaction of its own, so that it survives the rollback) and raises ``StaleOwner``.
+
+A write the store could not confirm (``StoreUnavailable``: a killed connection, a failover) is
+repeated a bounded number of times with backoff (:func:`retrying`); every write repeated that
+way is safe to repeat, because its earlier try either rolled back or committed exactly what the
+repeat would (the repeat recognises that and writes nothing). When the retries run out the
+session is *interrupted*, never failed: :class:`SessionInterrupted`.
 """
 
 from __future__ import annotations
@@ -10,11 +16,11 @@ from __future__ import annotations
 import json
 import logging
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlalchemy import Connection
 
@@ -29,11 +35,12 @@ from surehand.dispatcher.reports import (
     report_id,
     write_report_in,
 )
-from surehand.errors import DuplicateKey, StaleOwner
+from surehand.errors import DuplicateKey, SessionInterrupted, StaleOwner, StoreUnavailable
 from surehand.model import (
     SYSTEM,
     Action,
     Attempt,
+    AttemptCause,
     AttemptState,
     EventKind,
     ReportStatus,
@@ -41,10 +48,17 @@ from surehand.model import (
     WriteReportResult,
 )
 from surehand.requests import ReportRequest
-from surehand.store import attempts, counters, events, session_writes, tasks
+from surehand.store import attempts, cases, counters, events, session_writes, tasks
 from surehand.store import reports as report_rows
 
 log = logging.getLogger(__name__)
+_T = TypeVar("_T")
+_NOT_RETURNED: Any = object()  # the agent did not return (None is a result it may return)
+
+# Waits before each repeat of a write the store could not confirm: about 7 s in all, enough
+# for a killed connection (the pool reconnects at once) or a quick failover; a longer outage
+# interrupts the session (tests set these to zero).
+STORE_RETRY_DELAYS: tuple[float, ...] = (0.05, 0.25, 1.0, 2.0, 4.0)
 
 
 @dataclass
@@ -55,10 +69,42 @@ class Session:
     task: Task
     attempt: Attempt
     cancelled: threading.Event = field(default_factory=threading.Event)
+    # Set when the runtime could not record this session's work past its retries: the session
+    # ends interrupted even if the agent caught the error and went on (or returned).
+    interruption: SessionInterrupted | None = None
 
     @property
     def task_id(self) -> str:
         return self.task.task_id
+
+    def retrying(self, write: str, call: Callable[[bool], _T]) -> _T:
+        """``call(repeat)``, repeated after ``StoreUnavailable`` with the backoff of
+        :data:`STORE_RETRY_DELAYS` (``repeat`` is True from the second try on, so the write can
+        first look whether its earlier try committed). Raises :class:`SessionInterrupted` (and
+        marks the session) when the retries run out or the session loses its lease meanwhile."""
+        repeat = False
+        for delay in (*STORE_RETRY_DELAYS, None):
+            try:
+                return call(repeat)
+            except StoreUnavailable as error:
+                if delay is None or self.cancelled.wait(delay):
+                    raise self._interrupted(write, error) from error
+                log.warning("%s of %s not confirmed (%s); repeating it", write, self.task_id, error)
+                repeat = True
+        raise AssertionError("unreachable: the last try returns or raises")
+
+    def _interrupted(self, write: str, error: StoreUnavailable) -> SessionInterrupted:
+        self.interruption = SessionInterrupted(
+            f"{write} of {self.task_id} could not be recorded ({error}); the session stops and "
+            f"attempt {self.attempt.number} is interrupted: admission decides from the "
+            "recorded effect facts, and an effect whose outcome was not recorded is held for "
+            "review, never repeated blindly",
+            cause=AttemptCause.STORE_UNAVAILABLE.value,
+            task_id=self.task_id,
+            attempt_id=self.attempt.attempt_id,
+            write=write,
+        )
+        return self.interruption
 
     @contextmanager
     def fenced(self, write: str) -> Iterator[Connection]:
@@ -103,7 +149,11 @@ class Session:
     # -- settling -----------------------------------------------------------------------------
 
     def record_return(self, result: Any) -> None:
-        """The agent returned: record it (with its result) before anything else settles."""
+        """The agent returned: record it (with its result) before anything else settles.
+        (Repeated after an unconfirmed commit, it writes the same values again.)"""
+        self.retrying("record_return", lambda _repeat: self._record_return(result))
+
+    def _record_return(self, result: Any) -> None:
         with self.fenced("record_return") as connection:
             attempts.record_return(connection, self.attempt.attempt_id, _jsonable(result))
 
@@ -113,6 +163,25 @@ class Session:
             return self._settle_in(connection, result, review)
 
     def settle_returned(self, result: Any, *, review: bool) -> Task:
+        """:meth:`settle_once`, repeated while the store cannot confirm it (see
+        :meth:`retrying`). A repeat first looks whether the earlier try committed (this
+        attempt succeeded): then it returns the TASK as settled and writes nothing."""
+        return self.retrying(
+            "settle",
+            lambda repeat: (
+                (self._settled_before() if repeat else None)
+                or self.settle_once(result, review=review)
+            ),
+        )
+
+    def _settled_before(self) -> Task | None:
+        with self.services.store.snapshot() as connection:
+            mine = attempts.get(connection, self.attempt.attempt_id)
+            if mine is None or mine.state is not AttemptState.SUCCEEDED:
+                return None
+            return self.current_task(connection)
+
+    def settle_once(self, result: Any, *, review: bool) -> Task:
         """Record the agent's return, then settle (:meth:`record_return` + :meth:`settle`).
 
         The return is fenced and recorded by the first statement. If the attempt recorded
@@ -244,14 +313,85 @@ class Session:
                 attempt_id=self.attempt.attempt_id,
                 epoch=self.attempt.number,
             )
-            self._end(connection, AttemptState.FAILED, why)
+            self._end(connection, AttemptState.FAILED, why, AttemptCause.NOT_STARTED)
 
     def fail(self, error: BaseException) -> None:
-        """The agent raised: record the failed attempt; the TASK stays in active, visible."""
-        with self.fenced("fail") as connection:
-            self._end(connection, AttemptState.FAILED, f"{type(error).__name__}: {error}")
+        """The agent raised: end the attempt ``failed`` (cause ``agent_failed``) and open its
+        interruption case in the same transaction. The TASK stays in ``active``; admission
+        holds it for its approver, so it is visible and never retried blindly (DESIGN.md
+        section 5: no TASK sits in active without a running attempt, an open case or a hold).
+        Repeated while the store cannot confirm it, like every session write."""
+        why = f"{type(error).__name__}: {error}"
+        self.retrying(
+            "fail",
+            lambda repeat: self._end_with_case(
+                AttemptState.FAILED, AttemptCause.AGENT_FAILED, why, write="fail", repeat=repeat
+            ),
+        )
 
-    def _end(self, connection: Connection, state: AttemptState, error: str | None) -> None:
+    def interrupt(self, interruption: SessionInterrupted, *, returned: Any = _NOT_RETURNED) -> None:
+        """The runtime could not record or renew: end the attempt ``interrupted`` with its
+        cause and open its case, which admission decides from the effect facts. ``returned``:
+        the agent's result, when it returned and only the settle could not be recorded (then
+        admission can write the REPORT from records instead of running the agent again).
+
+        One try only: the store has just failed past its retries. If this fails too, the
+        attempt stays ``running`` and the reconciler finds it once its lease is gone (one case
+        either way: a case is unique per attempt)."""
+        self._end_with_case(
+            AttemptState.INTERRUPTED,
+            AttemptCause(interruption.cause),
+            f"{type(interruption).__name__}: {interruption}",
+            write="interrupt",
+            repeat=False,
+            returned=returned,
+        )
+
+    def _end_with_case(
+        self,
+        state: AttemptState,
+        cause: AttemptCause,
+        error: str,
+        *,
+        write: str,
+        repeat: bool,
+        returned: Any = _NOT_RETURNED,
+    ) -> None:
+        if repeat and self._ended_as(state):
+            return  # the earlier try committed; only its reply was lost
+        with self.fenced(write) as connection:
+            if returned is not _NOT_RETURNED:
+                attempts.record_return(connection, self.attempt.attempt_id, _jsonable(returned))
+            self._end(connection, state, error, cause)
+            self._open_case(connection)
+
+    def _ended_as(self, state: AttemptState) -> bool:
+        with self.services.store.snapshot() as connection:
+            mine = attempts.get(connection, self.attempt.attempt_id)
+        return mine is not None and mine.state is state
+
+    def _open_case(self, connection: Connection) -> None:
+        # Imported here: recovery imports admission, which imports this module.
+        from surehand.dispatcher.recovery import case_id_for
+
+        cases.open_case(
+            connection,
+            case_id=case_id_for(self.attempt),
+            task_id=self.task_id,
+            attempt_id=self.attempt.attempt_id,
+            epoch=self.attempt.number,
+            lease_id=self.attempt.lease_id,
+            revision=self.current_task(connection).revision,
+            now=self.services.clock.now(),
+        )
+
+    def _end(
+        self,
+        connection: Connection,
+        state: AttemptState,
+        error: str | None,
+        cause: AttemptCause | None = None,
+    ) -> None:
         now = self.services.clock.now()
         attempts.finish(
             connection,
@@ -260,12 +400,20 @@ class Session:
             state=state,
             now=now,
             error=error,
+            cause=cause,
         )
-        events.insert(connection, self._finished_event(now, state, error))
+        events.insert(connection, self._finished_event(now, state, error, cause))
 
     def _finished_event(
-        self, now: datetime, state: AttemptState, error: str | None
+        self,
+        now: datetime,
+        state: AttemptState,
+        error: str | None,
+        cause: AttemptCause | None = None,
     ) -> dict[str, Any]:
+        data: dict[str, Any] = {"state": state.value, "error": error}
+        if cause is not None:  # a settle's cause is implied by its state (and not written)
+            data["cause"] = cause.value
         return events.row(
             task_id=self.task_id,
             kind=EventKind.ATTEMPT_FINISHED,
@@ -273,10 +421,17 @@ class Session:
             at=now,
             attempt_id=self.attempt.attempt_id,
             epoch=self.attempt.number,
-            data={"state": state.value, "error": error},
+            data=data,
         )
 
     def report(
+        self, body: str, status: ReportStatus, submission_id: str | None
+    ) -> WriteReportResult:
+        """Write a REPORT; repeated while the store cannot confirm it (a repeat of a REPORT
+        that landed is deduplicated by its content and writes nothing)."""
+        return self.retrying("report", lambda _repeat: self._report(body, status, submission_id))
+
+    def _report(
         self, body: str, status: ReportStatus, submission_id: str | None
     ) -> WriteReportResult:
         with self.fenced("report") as connection:

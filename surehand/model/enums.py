@@ -83,6 +83,23 @@ class AttemptState(enum.StrEnum):
     FAILED = "failed"
     LEASE_LOST = "lease_lost"  # the session saw its own lease renewal fail and stopped
     SESSION_LOST = "SESSION_LOST"  # the reconciler found the session gone
+    # The session could not record or renew (its cause says why) and stopped without settling:
+    # one interruption case, decided by admission like a lost session.
+    INTERRUPTED = "interrupted"
+
+
+class AttemptCause(enum.StrEnum):
+    """Why an attempt ended (DESIGN.md section 5). Only ``returned`` and ``agent_failed`` are
+    ends the session may settle by itself; every other cause is an interruption, which goes
+    through one interruption case and admission."""
+
+    RETURNED = "returned"  # the agent returned; the attempt settled
+    AGENT_FAILED = "agent_failed"  # the agent raised; held for its approver, never retried blindly
+    NOT_STARTED = "not_started"  # the claim was rolled back before any work (lease held)
+    STORE_UNAVAILABLE = "store_unavailable"  # a session write failed past its bounded retries
+    REDIS_UNAVAILABLE = "redis_unavailable"  # Redis failed the session past its bounded retries
+    LEASE_LOST = "lease_lost"  # the session's lease could not be renewed
+    SESSION_LOST = "session_lost"  # the reconciler found the session gone (killed, unreachable)
 
 
 class OperationState(enum.StrEnum):

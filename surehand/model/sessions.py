@@ -10,6 +10,7 @@ from typing import Any
 
 from surehand.model.enums import (
     Admission,
+    AttemptCause,
     AttemptState,
     CaseState,
     EffectFact,
@@ -36,10 +37,12 @@ class Attempt:
     lease_missing_since: datetime | None
     started_at: datetime
     ended_at: datetime | None
+    cause: AttemptCause | None = None  # why it ended (None while running)
 
     def to_dict(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
         data["state"] = self.state.value
+        data["cause"] = self.cause.value if self.cause else None
         data["started_at"] = self.started_at.isoformat()
         data["ended_at"] = self.ended_at.isoformat() if self.ended_at else None
         data["lease_missing_since"] = (

@@ -14,16 +14,32 @@ from typing import Any, NamedTuple
 from sqlalchemy import Connection, Row, bindparam, exists, func, select, update
 from sqlalchemy import insert as sql_insert
 
-from surehand.model import Attempt, AttemptState
-from surehand.store.schema import attempts, operations, tasks
+from surehand.model import Attempt, AttemptCause, AttemptState, Bucket
+from surehand.store.schema import attempts, interruption_cases, operations, tasks
+
+# The cause an ended attempt's state implies, for rows that do not record one: rows written
+# before causes were recorded, and the writes that imply theirs (the one-statement settle,
+# the reconciler's SESSION_LOST).
+_IMPLIED_CAUSE = {
+    AttemptState.SUCCEEDED: AttemptCause.RETURNED,
+    AttemptState.FAILED: AttemptCause.AGENT_FAILED,
+    AttemptState.LEASE_LOST: AttemptCause.LEASE_LOST,
+    AttemptState.SESSION_LOST: AttemptCause.SESSION_LOST,
+}
+
+
+def cause_of(state: AttemptState, recorded: str | None) -> AttemptCause | None:
+    """Why an attempt in ``state`` ended: the recorded cause, else the one its state implies."""
+    return AttemptCause(recorded) if recorded else _IMPLIED_CAUSE.get(state)
 
 
 def _attempt(row: Row[Any]) -> Attempt:
+    state = AttemptState(row.state)
     return Attempt(
         attempt_id=row.attempt_id,
         task_id=row.task_id,
         number=row.number,
-        state=AttemptState(row.state),
+        state=state,
         worker=row.worker,
         lease_id=row.lease_id,
         agent_returned=bool(row.agent_returned),
@@ -34,6 +50,7 @@ def _attempt(row: Row[Any]) -> Attempt:
         lease_missing_since=row.lease_missing_since,
         started_at=row.started_at,
         ended_at=row.ended_at,
+        cause=cause_of(state, row.cause),
     )
 
 
@@ -65,7 +82,12 @@ _FINISH = (
         attempts.c.attempt_id == bindparam("b_attempt_id"),
         attempts.c.state == bindparam("b_expect"),
     )
-    .values(state=bindparam("b_state"), ended_at=bindparam("b_now"), error=bindparam("b_error"))
+    .values(
+        state=bindparam("b_state"),
+        ended_at=bindparam("b_now"),
+        error=bindparam("b_error"),
+        cause=bindparam("b_cause"),
+    )
 )
 _RECORD_RETURN = (
     update(attempts)
@@ -186,8 +208,10 @@ def finish(
     state: AttemptState,
     now: datetime,
     error: str | None = None,
+    cause: AttemptCause | None = None,
 ) -> bool:
-    """Compare-and-set an attempt's state (e.g. running -> succeeded / SESSION_LOST)."""
+    """Compare-and-set an attempt's state (e.g. running -> succeeded / SESSION_LOST), with why
+    it ended (None: the cause its state implies, see :func:`cause_of`)."""
     result = connection.execute(
         _FINISH,
         {
@@ -196,6 +220,7 @@ def finish(
             "b_state": state.value,
             "b_now": now,
             "b_error": error,
+            "b_cause": cause.value if cause else None,
         },
     )
     return result.rowcount == 1
@@ -276,3 +301,34 @@ def clear_lease_missing(connection: Connection, attempt_ids: Sequence[str]) -> N
             .where(attempts.c.attempt_id.in_(list(attempt_ids)))
             .values(lease_missing_since=None)
         )
+
+
+# Ended attempts that leave their TASK waiting on something else: a rework (review -> active)
+# or a reopen waits for a new session after a settled attempt; a running attempt is the lease
+# scan's. Every other end is an agent failure or an interruption and needs a case or a hold.
+_SETTLED_OR_RUNNING = (AttemptState.RUNNING.value, AttemptState.SUCCEEDED.value)
+_STRANDED = (
+    select(attempts)
+    .join(tasks, (tasks.c.task_id == attempts.c.task_id) & (attempts.c.number == tasks.c.epoch))
+    .where(
+        # These two conditions are the predicate of ix_tasks_active_unheld: the scan reads only
+        # the TASKs in flight.
+        tasks.c.bucket == Bucket.ACTIVE.value,
+        tasks.c.hold_case_id.is_(None),
+        attempts.c.state.not_in(_SETTLED_OR_RUNNING),
+        ~exists().where(interruption_cases.c.interrupted_attempt_id == attempts.c.attempt_id),
+    )
+    .order_by(tasks.c.task_id)
+    .limit(bindparam("b_limit"))
+)
+
+
+def stranded(connection: Connection, *, limit: int) -> list[Attempt]:
+    """The last attempts of TASKs stranded in ``active``: no running attempt, no hold, and the
+    last attempt ended (failed or interrupted) without an interruption case. At most ``limit``.
+
+    An attempt with a *resolved* case is not listed: its case was decided (a REPORT written
+    from records, or a successor started), and whatever moved its TASK since has its own path.
+    """
+    rows = connection.execute(_STRANDED, {"b_limit": limit}).all()
+    return [_attempt(row) for row in rows]

@@ -162,6 +162,16 @@ Index(
     sqlite_where=_IN_INBOX,
     postgresql_where=_IN_INBOX,
 )
+# The reconciler's safety net looks for TASKs in active without a hold whose last attempt
+# ended without a case: this index holds only active, unheld TASKs (work in flight), so a pass
+# costs O(TASKs in flight), not O(all TASKs).
+_ACTIVE_UNHELD = (tasks.c.bucket == model.Bucket.ACTIVE.value) & tasks.c.hold_case_id.is_(None)
+Index(
+    "ix_tasks_active_unheld",
+    tasks.c.epoch,
+    sqlite_where=_ACTIVE_UNHELD,
+    postgresql_where=_ACTIVE_UNHELD,
+)
 # Undispatchable TASKs only (normally none): `surehand check`, the sweep's retry and the
 # metric read them without touching the other rows.
 _UNDISPATCHABLE = tasks.c.dispatch_error.isnot(None)
@@ -253,8 +263,10 @@ attempts = Table(
     _ts("lease_missing_since", nullable=True),  # reconciler: first pass that found no lease
     _ts("started_at"),
     _ts("ended_at", nullable=True),
+    Column("cause", String(32)),  # why it ended (model.AttemptCause); NULL while running
     UniqueConstraint("task_id", "number", name="uq_attempts_task_number"),
     _check("state", model.AttemptState, "state"),
+    _check("cause", model.AttemptCause, "cause"),
 )
 # The reconciler's scan: cost proportional to running attempts, not to all tasks.
 Index(
