@@ -214,9 +214,13 @@ def translate(error: exc.DBAPIError | exc.SQLAlchemyError) -> SurehandError:
     if isinstance(error, exc.OperationalError | exc.InterfaceError | exc.TimeoutError) or (
         isinstance(error, exc.DBAPIError) and error.connection_invalidated
     ):
+        # Not "nothing was written": a connection killed after COMMIT was sent loses only the
+        # reply, and the transaction stands (issue 10).
         return StoreUnavailable(
-            "the database is unreachable or busy; nothing was half-written, retry later "
-            f"({type(getattr(error, 'orig', error)).__name__})"
+            "the database is unreachable or busy "
+            f"({type(getattr(error, 'orig', error)).__name__}); the transaction was rolled "
+            "back unless only the reply to its commit was lost. Retry later: surehand's own "
+            "writes are safe to repeat"
         )
     return StoreError(f"database error: {type(getattr(error, 'orig', error)).__name__}")
 
