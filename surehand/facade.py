@@ -4,6 +4,7 @@ HTTP and MCP doors and returns the same records."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 import threading
 import weakref
 from collections.abc import Callable, Mapping
@@ -66,6 +67,18 @@ from surehand.store import reports as report_rows
 _ACTING_LOCK = threading.Lock()
 
 
+def _principal_tenant(tenant: str | None, principal: Principal | None) -> str | None:
+    """The tenant a handle acts in: the principal's, which an explicit tenant must match."""
+    if principal is None or tenant is None:
+        return principal.tenant if principal is not None else tenant
+    if tenant != principal.tenant:
+        raise ConfigError(
+            f"principal {principal.name!r} belongs to tenant {principal.tenant!r}, not {tenant!r}; "
+            "omit tenant or pass the principal of that tenant"
+        )
+    return tenant
+
+
 class Surehand:
     """A handle on one surehand deployment (or the embedded default).
 
@@ -91,7 +104,7 @@ class Surehand:
         principal: Principal | None = None,
     ) -> None:
         base = settings or Settings()
-        tenant = tenant if tenant is not None or principal is None else principal.tenant
+        tenant = _principal_tenant(tenant, principal)
         overrides = {
             key: value
             for key, value in {
@@ -132,10 +145,13 @@ class Surehand:
 
     @property
     def principal(self) -> Principal:
-        """Who this handle acts as (the local ADMIN of its tenant unless configured)."""
-        if self._principal is not None and self._principal.tenant == self.tenant:
-            return self._principal
-        return local_principal(self.tenant)
+        """Who this handle acts as (the local ADMIN of its tenant unless configured); a copy
+        moved to another tenant keeps the configured principal's role, never gaining ADMIN."""
+        if self._principal is None:
+            return local_principal(self.tenant)
+        if self._principal.tenant != self.tenant:
+            return dataclasses.replace(self._principal, tenant=self.tenant)
+        return self._principal
 
     def acting_as(self, principal: Principal) -> Surehand:
         """A handle sharing this one's store, leases and broker that acts as ``principal`` in

@@ -22,10 +22,10 @@ from surehand.api import create_app
 from surehand.cli import app as cli_app
 from surehand.config import Settings
 from surehand.dispatcher.recovery import REFUSAL_WINDOW
-from surehand.errors import Forbidden, IllegalTransition, NotAuthorized
+from surehand.errors import ConfigError, Forbidden, IllegalTransition, NotAuthorized
 from surehand.facade import Surehand
 from surehand.model import Action, AttemptState, EventKind
-from surehand.principals import Principal
+from surehand.principals import Principal, TenantViews
 from surehand.store import Store, tasks
 from surehand.testing import ManualClock
 from tests.recovery_helpers import GRACE_SECONDS, Rig, open_rig, rig
@@ -271,3 +271,16 @@ def test_refused_http_moves_do_not_grow_the_history(http: TestClient, sh: Sureha
         )
         assert answer.status_code == 403
     assert sh.history(task_id) == before
+
+
+def test_a_narrow_handle_moved_to_another_tenant_never_becomes_admin(store: Store) -> None:
+    with pytest.raises(ConfigError):
+        Surehand(database_url=store.url, tenant="globex", principal=DEV)
+    dev = Surehand(database_url=store.url, principal=DEV)
+    try:
+        moved = TenantViews(dev)("globex")
+        assert (moved.tenant, moved.principal.role) == ("globex", "DEV")
+        with pytest.raises(Forbidden):
+            moved.write_task(TASK)
+    finally:
+        dev.close()
