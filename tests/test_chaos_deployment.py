@@ -12,11 +12,12 @@ those of ``test_chaos.py``: lease TTL 1 s, heartbeat 0.3 s, lost grace 0.5 s, re
 
 Every TASK runs ``tests.chaos_agents:mixed_effects`` with a plan that mixes an unkeyed effect
 (neither key nor probe), a keyed effect and effect-free work; each effect appends a line to a
-ledger file before its reply takes 0.2 s, so the effects are counted outside surehand's records
+ledger file before its reply takes 0.25 s, so the effects are counted outside surehand's records
 and a cut session often leaves an open intent whose effect ran.
 
 Each round submits more TASKs (a submission that meets a dropped connection is retried with its
-id), SIGKILLs a random DEV worker and starts another, restarts Redis, and runs
+id), SIGKILLs a DEV worker and starts another (a random one; in every second round one caught
+between an effect and its outcome, so that the hold path is taken), restarts Redis, and runs
 ``pg_terminate_backend`` on every backend of the database but the test's own. Then, once nothing
 is in motion (bounded wait), the store and the ledger must show:
 
@@ -39,7 +40,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
-from sqlalchemy import Connection
+from sqlalchemy import Connection, select
 
 from surehand.errors import StoreUnavailable
 from surehand.model import (
@@ -57,6 +58,7 @@ from surehand.store import Store
 from surehand.store import attempts as attempt_rows
 from surehand.store import cases as case_rows
 from surehand.store import operations as operation_rows
+from surehand.store import schema as tables
 from surehand.store import tasks as task_rows
 from tests.chaos_agents import EFFECT_SECONDS_ENV, SLEEP_ENV, plan_body, read_effects
 from tests.procs import Proc, spawn, terminate_backends
@@ -79,6 +81,9 @@ AGENT = "tests.chaos_agents:mixed_effects"
 REPUBLISH_AFTER = 2.0
 SETTLE_TIMEOUT = 45.0
 T = TypeVar("T")
+OPEN_INTENTS = select(tables.operations.c.task_id, tables.operations.c.name).where(
+    tables.operations.c.state == OperationState.INTENT.value
+)
 
 
 # -- the deployment ---------------------------------------------------------------------------
@@ -104,7 +109,7 @@ class Deployment:
                 "SUREHAND_REPUBLISH_AFTER_SECONDS": str(REPUBLISH_AFTER),
                 "SUREHAND_HOME": str(self.chaos.tmp / "home"),
                 SLEEP_ENV: "0.15",
-                EFFECT_SECONDS_ENV: "0.2",
+                EFFECT_SECONDS_ENV: "0.25",
             },
         )
 
@@ -140,14 +145,40 @@ class Deployment:
 
     # -- faults -------------------------------------------------------------------------------
 
-    def kill_a_worker(self) -> None:
-        """SIGKILL a random DEV worker (its whole process group) and start another."""
-        victim = self.rng.choice([p for p in self.dev if p.returncode is None])
+    def kill_a_worker(self, *, inside_an_effect: bool) -> None:
+        """SIGKILL a DEV worker (its whole process group) and start another: a random one, or
+        one caught between its effect and the effect's outcome (when found within 3 s)."""
+        live = [p for p in self.dev if p.returncode is None]
+        caught = self.worker_inside_an_effect(live) if inside_an_effect else None
+        victim = caught or self.rng.choice(live)
         victim.kill(signal.SIGKILL)
         assert victim.returncode == -signal.SIGKILL, victim.output()[-2000:]
         self.dev.remove(victim)
         self.worker("DEV")
-        self.log.append(f"SIGKILL {victim.log.name}")
+        self.log.append(f"SIGKILL {victim.log.name}{' inside an effect' if caught else ''}")
+
+    def worker_inside_an_effect(self, live: list[Proc], timeout: float = 3.0) -> Proc | None:
+        """The worker of the latest effect whose outcome is not recorded yet, if any."""
+        by_pid = {p.process.pid: p for p in live}
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            inside = [
+                by_pid[e["pid"]] for e in self.effects_without_outcome() if e["pid"] in by_pid
+            ]
+            if inside:
+                return inside[-1]
+            time.sleep(0.02)
+        return None
+
+    def effects_without_outcome(self) -> list[dict[str, Any]]:
+        """Ledger lines whose operation's intent is still open in the store."""
+        try:
+            with self.chaos.store.snapshot() as connection:
+                open_intents = {(row.task_id, row.name) for row in connection.execute(OPEN_INTENTS)}
+        except StoreUnavailable:
+            return []
+        effects = read_effects(self.chaos.effects_path)
+        return [e for e in effects if (e["task_id"], e["name"]) in open_intents]
 
     def restart_redis(self) -> None:
         self.chaos.broker.restart()
@@ -160,10 +191,10 @@ class Deployment:
     def pause(self, low: float, high: float) -> None:
         time.sleep(self.rng.uniform(low, high))
 
-    def run_round(self) -> None:
+    def run_round(self, number: int) -> None:
         self.submit(TASKS_PER_ROUND)
         self.pause(0.8, 1.6)
-        self.kill_a_worker()
+        self.kill_a_worker(inside_an_effect=number % 2 == 1)
         self.pause(0.3, 0.8)
         self.restart_redis()
         self.pause(0.5, 1.2)
@@ -420,11 +451,12 @@ def test_a_deployment_under_kills_redis_restarts_and_dropped_connections_strands
         with open_chaos(store, tmp_path, separate_lease_redis=False) as chaos:
             deployment = Deployment(chaos, random.Random(SEED))
             deployment.start()
-            for _ in range(ROUNDS):
-                deployment.run_round()
+            for number in range(ROUNDS):
+                deployment.run_round(number)
             verdict = Verdict(deployment.settle(), deployment.submissions, deployment.log)
     finally:
         store.dispose()  # its pooled connections were terminated too
+    print(verdict.summary())  # shown with -rP: what the faults did
 
     assert verdict.lost_submissions == [], verdict.explain()
     assert verdict.duplicate_tasks == [], verdict.explain()
