@@ -14,13 +14,15 @@ from pathlib import Path
 
 import pytest
 
+from surehand.cli.common import EXIT_INTERRUPTED
 from surehand.config import Settings
 from surehand.facade import Surehand
 from surehand.model import AttemptState, Bucket
 from surehand.store import Store
 from tests.agent_procs import TWO_ATTEMPTS_AGENT, group_of, live_members, require_proc
-from tests.procs import Proc, RedisServer, running, start_worker, wait_until
+from tests.procs import Proc, RedisServer, running, spawn, start_worker, wait_until
 from tests.session_helpers import attempts_of, read_task, reports_of
+from tests.test_up import env_for, events, run
 from tests.test_workers import broker, lease_url, worker_env  # noqa: F401  (fixture)
 
 pytestmark = pytest.mark.slow
@@ -117,3 +119,34 @@ def test_a_cold_shutdown_stops_the_agents_group_and_leaves_the_attempt_unfailed(
     assert attempt.state is not AttemptState.FAILED, attempt.error  # interrupted, not failed
     assert read_task(store, task_id).bucket is Bucket.ACTIVE
     assert reports_of(store, task_id) == []
+
+
+def test_a_second_ctrl_c_of_surehand_up_kills_the_agents_whole_group(tmp_path: Path) -> None:
+    require_proc()
+    script = tmp_path / "agent.sh"
+    script.write_text(TWO_ATTEMPTS_AGENT, encoding="utf-8")
+    env = {
+        **env_for(tmp_path),
+        "SUREHAND_AGENTS": "DEV=command",
+        "SUREHAND_COMMAND_AGENT": f"sh {script}",
+        "AGENT_TEST_DIR": str(tmp_path),
+    }
+    up = spawn(["up", "--json", "--no-api"], env, tmp_path / "up.log")
+    with running(up):
+        wait_until(lambda: any(e.get("event") == "ready" for e in events(up)), timeout=60)
+        submitted = run(
+            ["submit", "--sender", "PM", "--recipient", "DEV", "--subject", "Hi"], tmp_path
+        )
+        assert submitted.returncode == 0, submitted.stderr
+        pids = tmp_path / "attempt1.pids"
+        wait_until(pids.exists, timeout=60, what="the command agent to start")
+        group = group_of(int(pids.read_text().split()[0]))
+
+        def ctrl_c() -> bool:  # once: stop after running sessions; twice: leave now
+            os.kill(up.process.pid, signal.SIGINT)
+            return up.process.poll() is not None
+
+        wait_until(ctrl_c, timeout=30, interval=0.5, what="surehand up to exit")
+        assert up.returncode == EXIT_INTERRUPTED
+
+        wait_until(lambda: not live_members(group), timeout=1.0, what=f"group {group} to be gone")
