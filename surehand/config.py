@@ -69,6 +69,19 @@ class Settings(BaseSettings):
         300.0, gt=0, description="Diagnostics call a non-committed receipt stalled after this."
     )
     agents: str = Field("", description="Comma list ROLE=module:function of agent handlers.")
+    probes: str = Field(
+        "",
+        description="Comma list name=module:function of probes (besides @sh.probe in the agents "
+        "modules), loaded by every process that can decide admission: worker, beat, reconcile, "
+        "up and api.",
+    )
+    probe_wait_seconds: float = Field(
+        60.0,
+        ge=0,
+        description="How long, from the opening of an interruption case, admission waits for a "
+        "process that has a probe an open intent names but this process lacks, before it holds "
+        "the TASK for review.",
+    )
     command_agent: str = Field("", description="Program the built-in command agent runs.")
     command_timeout_seconds: float = Field(3600.0, gt=0, description="Command agent timeout.")
     work_dir: Path = Field(Path(".surehand/sessions"), description="Per-session directories.")

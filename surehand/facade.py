@@ -16,7 +16,7 @@ from celery import Celery
 
 from surehand import metrics
 from surehand.agents.builtin import register_builtin_agents
-from surehand.agents.registry import AgentHandler, AgentRegistry, Probe
+from surehand.agents.registry import AgentHandler, AgentRegistry, Probe, declare_probe
 from surehand.clock import Clock, SystemClock
 from surehand.config import Settings
 from surehand.dispatcher import diagnostics, lifecycle, reports, submissions
@@ -133,6 +133,7 @@ class Surehand:
         # finalizer, which must not refer to the instance (or it would never be collected).
         self._closers: list[Callable[[], None]] = [self.store.dispose]
         self._finalizer = weakref.finalize(self, _close_all, self._closers)
+        self._probes: dict[str, Probe] = {}  # @self.probe before the registry is built
 
     @classmethod
     def from_env(cls) -> Surehand:
@@ -283,10 +284,20 @@ class Surehand:
 
     def probe(self, name: str) -> Callable[[Probe], Probe]:
         """Register a probe: given an interrupted operation, say whether its effect happened
-        (True), did not (False), or cannot tell (None)."""
+        (True), did not (False), or cannot tell (None).
+
+        In an agents module named by SUREHAND_AGENTS, ``@sh.probe`` on the module's own handle
+        also registers the probe in the worker, beat, reconcile, up or api process that loads
+        the module (``SUREHAND_PROBES=name=module:function`` is the other way).
+        """
 
         def decorate(function: Probe) -> Probe:
-            self.registry.register_probe(name, function)
+            declare_probe(name, function)
+            self._probes[name] = function
+            # Not built yet: building it here would import the agents modules, possibly the
+            # very module being imported now; the registry takes ``_probes`` when built.
+            if "registry" in self.__dict__:
+                self.registry.register_probe(name, function)
             return function
 
         return decorate
@@ -297,6 +308,10 @@ class Surehand:
         register_builtin_agents(registry, self.settings)
         if self.settings.agents:
             registry.load(self.settings.agents)
+        if self.settings.probes:
+            registry.load_probes(self.settings.probes)
+        for name, probe in self._probes.items():
+            registry.register_probe(name, probe)
         return registry
 
     @cached_property

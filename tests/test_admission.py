@@ -8,7 +8,11 @@ is admitted — what the successor does. Both databases; leases on fakeredis and
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -25,8 +29,9 @@ from surehand.model import (
     OperationState,
     RetryPolicy,
 )
-from surehand.store import tasks
-from tests.recovery_helpers import CHARGE_ARGS, GRACE_SECONDS, Rig, any_rig, rig
+from surehand.store import Store, tasks
+from surehand.testing import ManualClock
+from tests.recovery_helpers import CHARGE_ARGS, GRACE_SECONDS, Rig, any_rig, open_rig, rig
 
 __all__ = ["any_rig", "rig"]  # fixtures
 
@@ -219,15 +224,12 @@ def _raises(_op: Operation) -> bool | None:
 
 
 @pytest.mark.parametrize(
-    "answer",
-    [lambda _op: None, _raises, None],
-    ids=["inconclusive", "probe-raises", "probe-not-registered"],
+    "answer", [lambda _op: None, _raises], ids=["inconclusive", "probe-raises"]
 )
 def test_a_probe_without_an_answer_holds_for_review(
-    rig: Rig, answer: Callable[[Operation], bool | None] | None
+    rig: Rig, answer: Callable[[Operation], bool | None]
 ) -> None:
-    if answer is not None:
-        rig.sh.probe("gateway")(answer)
+    rig.sh.probe("gateway")(answer)
     task_id = rig.new_task()
     intent = rig.intent(rig.claim(task_id), "charge", probe="gateway")
 
@@ -237,6 +239,114 @@ def test_a_probe_without_an_answer_holds_for_review(
     assert rig.operation(intent.operation_id).state is OperationState.INTENT
     assert rig.task(task_id).hold is not None
     assert "probe 'gateway' was inconclusive" in rig.task(task_id).hold.reason  # type: ignore[union-attr]
+
+
+# -- a probe that is not registered where admission runs ------------------------------------
+
+NOT_REGISTERED = "probe 'gateway' is not registered in this process"
+
+
+@contextmanager
+def other_process(rig: Rig, tmp_path: Path, **overrides: Any) -> Iterator[Rig]:
+    """A second handle on the same store, leases and clock: another worker's reconciler."""
+    namespace = rig.sh.settings.redis_namespace
+    redis_url = rig.sh.settings.redis_url
+    with open_rig(
+        rig.store, rig.clock, tmp_path / "other", redis_url, namespace=namespace, **overrides
+    ) as other:
+        yield other
+
+
+def unprobed_intent(rig: Rig) -> tuple[str, Operation]:
+    """A TASK lost with an open intent naming the ``gateway`` probe, which ``rig`` lacks."""
+    task_id = rig.new_task()
+    intent = rig.intent(rig.claim(task_id), "charge", probe="gateway")
+    return task_id, intent
+
+
+def test_a_probe_not_registered_here_is_recorded_so_and_the_decision_waits(rig: Rig) -> None:
+    task_id, intent = unprobed_intent(rig)
+
+    case = rig.lose(task_id)
+
+    assert (case.effect_fact, case.admission) == (EffectFact.UNKNOWN, Admission.NOT_ADMITTED)
+    assert NOT_REGISTERED in case.effect_refs["why"]
+    assert "waiting up to 60s for a process that has it" in case.effect_refs["why"]
+    assert "inconclusive" not in case.effect_refs["why"]
+    assert case.effect_refs["unregistered_probes"] == ["gateway"]
+    assert case.state is CaseState.OPEN
+    assert rig.task(task_id).hold is None
+    assert rig.operation(intent.operation_id).state is OperationState.INTENT
+    # Later passes within the wait change nothing and record nothing new.
+    rig.clock.advance(30)
+    rig.reconcile()
+    assert rig.case_of(task_id).decided_at == case.decided_at
+    assert len(rig.events(task_id, EventKind.ADMISSION)) == 1
+    assert rig.sh.run_session(task_id).outcome == "not_claimed"
+
+
+def test_after_the_probe_wait_the_task_is_held_naming_the_unregistered_probe(rig: Rig) -> None:
+    task_id, intent = unprobed_intent(rig)
+    opened = rig.lose(task_id).interrupted_at
+    rig.clock.set(opened + timedelta(seconds=59))
+    rig.reconcile()
+    assert rig.case_of(task_id).admission is Admission.NOT_ADMITTED
+
+    rig.clock.set(opened + timedelta(seconds=60))
+    rig.reconcile()
+
+    case = rig.case_of(task_id)
+    assert (case.effect_fact, case.admission) == (EffectFact.UNKNOWN, Admission.HOLD_FOR_REVIEW)
+    hold = rig.task(task_id).hold
+    assert hold is not None
+    assert hold.case_id == case.case_id
+    assert NOT_REGISTERED in hold.reason
+    assert "waited 60s for a process that has it" in hold.reason
+    assert "inconclusive" not in hold.reason
+    assert rig.operation(intent.operation_id).state is OperationState.INTENT
+    assert rig.ledger.of(task_id) == []
+
+
+def test_the_probe_wait_is_a_setting(store: Store, clock: ManualClock, tmp_path: Path) -> None:
+    with open_rig(store, clock, tmp_path, probe_wait_seconds=0) as rig:
+        task_id, _intent = unprobed_intent(rig)
+
+        case = rig.lose(task_id)
+
+    assert case.admission is Admission.HOLD_FOR_REVIEW
+    assert NOT_REGISTERED in case.effect_refs["why"]
+
+
+@pytest.mark.parametrize(
+    ("present", "admission", "effects"),
+    [(True, Admission.RECONCILE_ONLY, []), (False, Admission.REEXECUTE, [2])],
+    ids=["present-reconciles-only", "absent-reexecutes"],
+)
+def test_a_process_that_has_the_probe_decides_a_case_another_process_is_waiting_on(
+    rig: Rig, tmp_path: Path, present: bool, admission: Admission, effects: list[int]
+) -> None:
+    task_id, intent = unprobed_intent(rig)
+    assert rig.lose(task_id).admission is Admission.NOT_ADMITTED
+    rig.clock.advance(10)
+
+    with other_process(rig, tmp_path) as worker:
+        worker.sh.probe("gateway")(lambda _op: present)
+        plain_agent(worker)
+        worker.reconcile()
+        case = worker.case_of(task_id)
+        if admission is Admission.REEXECUTE:
+            assert worker.sh.run_session(task_id).outcome == "settled"
+
+    assert case.admission is admission
+    assert case.effect_fact is not EffectFact.UNKNOWN
+    confirmed = rig.operation(intent.operation_id)
+    assert confirmed.outcome == {
+        "probe": "present" if present else "absent",
+        "source": "probe:gateway",
+    }
+    assert rig.task(task_id).hold is None
+    assert rig.task(task_id).bucket is Bucket.REVIEW
+    assert [e.attempt for e in worker.ledger.of(task_id)] == effects
 
 
 # -- confirmed: settled and returned ---------------------------------------------------------

@@ -167,6 +167,31 @@ def test_an_inconclusive_probe_leaves_the_intent_open_and_holds() -> None:
     assert "inconclusive" in evidence.refs["why"]
 
 
+def test_an_inconclusive_probe_is_not_reported_as_unregistered() -> None:
+    evidence = evaluate(attempt(), ops_of(["open_probe"]), None, unregistered={"other"})
+    assert evidence.refs["why"] == "probe 'gateway' was inconclusive"
+    assert "unregistered_probes" not in evidence.refs
+
+
+def test_a_probe_not_registered_where_admission_runs_is_recorded_as_not_registered() -> None:
+    evidence = evaluate(attempt(), ops_of(["open_probe"]), None, unregistered={"gateway"})
+    assert (evidence.fact, evidence.admission) == (EffectFact.UNKNOWN, Admission.HOLD_FOR_REVIEW)
+    assert evidence.refs["why"] == "probe 'gateway' is not registered in this process"
+    assert "inconclusive" not in evidence.refs["why"]
+    assert evidence.refs["unregistered_probes"] == ["gateway"]
+
+
+def test_an_unregistered_probe_beside_an_intent_no_probe_can_settle_is_not_waited_for() -> None:
+    """Only when every open intent waits on a probe missing here could a process that has
+    them decide otherwise; with an unprobed open intent as well the hold is certain."""
+    evidence = evaluate(attempt(), ops_of(["open_probe", "open"]), None, unregistered={"gateway"})
+    assert evidence.admission is Admission.HOLD_FOR_REVIEW
+    assert (
+        evidence.refs["why"] == "2 open intents (probe 'gateway' is not registered in this process)"
+    )
+    assert "unregistered_probes" not in evidence.refs
+
+
 def test_all_settled_and_the_agent_returned_is_confirmed_and_reconciles_only() -> None:
     evidence = evaluate(attempt(returned=True), ops_of(["succeeded", "succeeded"]), None)
     assert (evidence.fact, evidence.admission) == (EffectFact.CONFIRMED, Admission.RECONCILE_ONLY)

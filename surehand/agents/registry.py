@@ -16,6 +16,17 @@ AgentHandler = Callable[[SessionContext], Any]
 Probe = Callable[[Operation], "bool | None"]
 """Answers whether an interrupted operation's effect happened: True, False, or None (unknown)."""
 
+# Probes declared with ``@sh.probe`` on any handle in this process, in order, with the module
+# that defines each. An agents module usually builds its own handle (``Surehand.from_env()``),
+# not the one of the ``surehand worker``/``beat``/``api`` process that imports it through
+# SUREHAND_AGENTS; that process's registry adopts what the import declared (see ``load``).
+_declared: list[tuple[str, str, Probe]] = []
+
+
+def declare_probe(name: str, probe: Probe) -> None:
+    """Note a probe declared in this process, for the registries that load its module."""
+    _declared.append((getattr(probe, "__module__", "") or "", name, probe))
+
 
 @dataclass(frozen=True)
 class AgentSpec:
@@ -54,6 +65,22 @@ class AgentRegistry:
     def probe(self, name: str) -> Probe | None:
         return self._probes.get(name)
 
+    def probe_names(self) -> list[str]:
+        """The probes registered in this registry (what this process can ask)."""
+        return sorted(self._probes)
+
+    def load_probes(self, spec: str) -> None:
+        """Load ``name=module:function[,name=...]`` (from SUREHAND_PROBES)."""
+        loaded: dict[str, Probe] = {}
+        for item in filter(None, (part.strip() for part in spec.split(","))):
+            name, _, target = (part.strip() for part in item.partition("="))
+            if not name or not target:
+                raise _bad_probe(item, "write it as name=module:function")
+            if name in loaded:
+                raise _bad_probe(item, f"probe {name!r} is named twice; keep one entry")
+            loaded[name] = _import_probe(item, target)
+        self._probes.update(loaded)
+
     def get(self, role: str) -> AgentSpec:
         spec = self._agents.get(role)
         if spec is None:
@@ -70,8 +97,16 @@ class AgentRegistry:
         """Load ``ROLE=module:function[,ROLE=...]`` (from SUREHAND_AGENTS)."""
         for item in filter(None, (part.strip() for part in spec.split(","))):
             role, _, target = item.partition("=")
+            declared = len(_declared)
             handler = self.builtin(target.strip()) or _import(target.strip())
             self.register(role.strip(), handler)
+            self._adopt_probes(target.strip().partition(":")[0], since=declared)
+
+    def _adopt_probes(self, module: str, *, since: int) -> None:
+        """Register the probes ``@sh.probe`` declared in ``module`` or while importing it."""
+        for index, (origin, name, probe) in enumerate(_declared):
+            if index >= since or origin == module:
+                self._probes[name] = probe
 
     def update(self, other: Mapping[str, AgentSpec]) -> None:
         self._agents.update(other)
@@ -88,3 +123,20 @@ def _import(target: str) -> AgentHandler:
     if not callable(handler):
         raise ConfigError(f"agent {target!r} is not callable")
     return handler  # type: ignore[no-any-return]
+
+
+def _bad_probe(item: str, fix: str) -> ConfigError:
+    return ConfigError(f"SUREHAND_PROBES entry {item!r}: {fix}", setting="SUREHAND_PROBES")
+
+
+def _import_probe(item: str, target: str) -> Probe:
+    module_name, _, attribute = target.partition(":")
+    if not module_name or not attribute:
+        raise _bad_probe(item, "use name=module:function")
+    try:
+        probe = getattr(importlib.import_module(module_name), attribute)
+    except (ImportError, AttributeError) as exc:
+        raise _bad_probe(item, f"cannot be imported ({exc}); check the module path") from exc
+    if not callable(probe):
+        raise _bad_probe(item, f"{target} is not callable; name a function")
+    return probe  # type: ignore[no-any-return]

@@ -13,16 +13,20 @@ from typing import Annotated, Literal
 import typer
 from kombu import Connection
 from rich.table import Table
+from sqlalchemy import select
+from sqlalchemy.exc import SQLAlchemyError
 
 from surehand.cli.app import app
 from surehand.cli.common import EXIT_ERROR, EXIT_OK, DatabaseUrl, JsonFlag, console, emit_json
 from surehand.cli.dispatch_check import check_dispatch
 from surehand.config import Settings
-from surehand.errors import SurehandError
+from surehand.errors import ConfigError, SurehandError
+from surehand.facade import Surehand
+from surehand.model import OperationState
 from surehand.queue.celery_app import MEMORY_BROKER
 from surehand.queue.leases import LeaseStore
 from surehand.queue.redis_client import connect_redis
-from surehand.store import Store, migrate
+from surehand.store import Store, migrate, schema
 
 Status = Literal["ok", "warn", "fail"]
 CONNECT_TIMEOUT_S = 5
@@ -143,6 +147,72 @@ def check_broker(settings: Settings) -> list[Check]:
     return [Check("broker", "ok", f"{connection.as_uri()} accepts connections")]
 
 
+def check_probes(settings: Settings) -> list[Check]:
+    """The probes this configuration registers, and those open intents name but it lacks.
+
+    Admission asks a probe only where it runs (workers, api, reconcile, up): an open intent
+    whose probe is missing there is held after SUREHAND_PROBE_WAIT_SECONDS instead of decided.
+    Says nothing when no probe is registered or named.
+    """
+    sh = Surehand(settings=settings)
+    try:
+        # Built the way every deciding process builds it: SUREHAND_AGENTS, then SUREHAND_PROBES.
+        registered = sh.registry.probe_names()
+    except ConfigError as error:
+        return [Check("probes", "fail", error.message, "fix SUREHAND_PROBES / SUREHAND_AGENTS")]
+    finally:
+        sh.close()
+    named = _probes_named_by_open_intents(settings)
+    missing = {name: tasks for name, tasks in named.items() if name not in registered}
+    if not registered and not missing:
+        return []
+    found = [
+        Check("probes", "ok", f"registered: {', '.join(registered)}")
+        if registered
+        else Check("probes", "warn", "none registered in this process")
+    ]
+    if missing:
+        found.append(_missing_probes(missing, settings))
+    return found
+
+
+def _probes_named_by_open_intents(settings: Settings) -> dict[str, list[str]]:
+    """Probe name -> TASK ids of the open intents naming it (empty if the store cannot say)."""
+    store = Store(settings.resolved_database_url(), pool_size=1)
+    query = (
+        select(schema.operations.c.probe, schema.operations.c.task_id)
+        .where(schema.operations.c.state == OperationState.INTENT.value)
+        .where(schema.operations.c.probe.is_not(None))
+        .order_by(schema.operations.c.id)
+    )
+    named: dict[str, list[str]] = {}
+    try:
+        with store.snapshot() as connection:
+            for probe, task_id in connection.execute(query):
+                named.setdefault(str(probe), []).append(str(task_id))
+    except (SurehandError, SQLAlchemyError):
+        return {}  # the database checks above say why
+    finally:
+        store.dispose()
+    return named
+
+
+def _missing_probes(missing: dict[str, list[str]], settings: Settings) -> Check:
+    parts = []
+    for name, task_ids in sorted(missing.items()):
+        count = len(task_ids)
+        sample = ", ".join(dict.fromkeys(task_ids[:3]))
+        parts.append(f"{name!r} ({count} open intent{'s' if count > 1 else ''}, e.g. {sample})")
+    return Check(
+        "probes-not-registered",
+        "warn",
+        "open intents name probes not registered in this process: " + "; ".join(parts),
+        "register them in every worker and api process (SUREHAND_PROBES=name=module:function, "
+        "or @sh.probe in the agents module); an interrupted session's case waits "
+        f"{settings.probe_wait_seconds:g}s (SUREHAND_PROBE_WAIT_SECONDS) for one, then holds",
+    )
+
+
 @app.command()
 def check(
     database_url: DatabaseUrl = None,
@@ -154,12 +224,14 @@ def check(
     ] = None,
     as_json: JsonFlag = False,
 ) -> None:
-    """Test the database (connection, migrations), Redis (ping, Lua) and the broker."""
+    """Test the database (connection, migrations), Redis (ping, Lua) and the broker; list the
+    probes registered here (SUREHAND_PROBES, SUREHAND_AGENTS) and those open intents lack."""
     overrides = {"database_url": database_url, "redis_url": redis_url, "broker_url": broker_url}
     settings = Settings().model_copy(update={k: v for k, v in overrides.items() if v is not None})
     checks = [*check_database(settings), *check_redis(settings), *check_broker(settings)]
     # Undispatchable TASKs and roles nobody claims (dispatch_check.py): warnings, never fails.
     checks += [Check(*finding) for finding in check_dispatch(settings)]
+    checks += check_probes(settings)
     ok = all(item.status != "fail" for item in checks)
     if as_json:
         emit_json({"ok": ok, "checks": [asdict(item) for item in checks]})

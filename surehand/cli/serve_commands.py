@@ -151,6 +151,7 @@ def _announce(embedded: Embedded, *, as_json: bool, hints: bool) -> None:
                 "api": embedded.api_url,
                 "database": store,
                 "roles": embedded.roles,
+                "probes": embedded.sh.registry.probe_names(),
                 "broker": settings.broker_url,
                 "leases": settings.redis_url or "in-process (fakeredis)",
             }
@@ -165,6 +166,7 @@ def _announce(embedded: Embedded, *, as_json: bool, hints: bool) -> None:
         console.print(f"  HTTP API    {embedded.api_url}   (OpenAPI: {embedded.api_url}/docs)")
     console.print(f"  worker      roles {', '.join(embedded.roles)} ({agents})")
     console.print(f"  leases      {settings.redis_url or 'in-process (fakeredis)'}")
+    console.print(f"  probes      {', '.join(embedded.sh.registry.probe_names()) or 'none'}")
     if not hints:
         return
     console.print("Submit from another terminal in this directory:")
@@ -204,6 +206,10 @@ def api(
     bind_port = settings.api_port if port is None else port
     sh = Surehand(settings=settings)
     sh.store.ensure_schema()
+    # Recover and review requests run admission in this process: it needs the probes too.
+    from surehand.cli.session_commands import announce_probes  # (keeps `up` first in --help)
+
+    announce_probes(sh)
     err_console.print(f"surehand API on http://{bind_host}:{bind_port} (OpenAPI at /docs)")
     serve(create_app(sh), bind_host, bind_port, log_level=loglevel)
 

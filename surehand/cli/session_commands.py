@@ -18,6 +18,7 @@ from surehand.cli.common import (
     Tenant,
     console,
     emit_json,
+    err_console,
     handle_errors,
 )
 from surehand.cli.render import cases_table
@@ -53,6 +54,13 @@ def _open(
         tenant=tenant,
         settings=with_pool_for(Settings(), concurrency),
     )
+
+
+def announce_probes(sh: Surehand) -> None:
+    """Load the agents and probes now (a bad SUREHAND_AGENTS or SUREHAND_PROBES entry stops
+    the process at start, not at its first admission) and say which probes it can ask."""
+    names = sh.registry.probe_names()
+    err_console.print(f"probes registered in this process: {', '.join(names) or 'none'}")
 
 
 def with_pool_for(settings: Settings, concurrency: int) -> Settings:
@@ -91,6 +99,7 @@ def worker(
     role_list = [role.strip() for role in roles.split(",") if role.strip()]
     for role in role_list:
         sh.registry.get(role)  # fail now, not at the first message, if a role has no agent
+    announce_probes(sh)  # the reconciler's passes run in workers: admission asks these
     queues = configure_worker_queues(sh.celery, role_list)
     names = [queue.name for queue in queues] + [DEFAULT_QUEUE]
     # Name workers after their roles (Flower lists them by name): surehand-DEV-QA@host.
@@ -122,6 +131,7 @@ def beat(
     Run exactly one beat per deployment (a second one only duplicates harmless passes).
     """
     sh = _open(database_url=database_url, redis_url=redis_url, broker_url=broker_url)
+    announce_probes(sh)
     # Beat's schedule file lives under SUREHAND_HOME, not in whatever directory it started in.
     sh.settings.home.mkdir(parents=True, exist_ok=True)
     schedule = str(sh.settings.home / "celerybeat-schedule")

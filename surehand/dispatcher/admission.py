@@ -13,8 +13,8 @@ from __future__ import annotations
 import enum
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
-from datetime import datetime
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
 
 from sqlalchemy import Connection
 
@@ -83,12 +83,34 @@ class Admitter:
                 Evidence(EffectFact.UNKNOWN, Admission.NOT_ADMITTED, {"lease": "live"}),
                 decided_by,
             )
-        self._run_probes(attempt)
+        unregistered = self._run_probes(attempt)
         with self.services.store.snapshot() as connection:
             recorded = operations.for_attempt(connection, attempt.attempt_id)
             task = _task(connection, case.task_id)
-        evidence = evaluate(attempt, recorded, case.review)
+        evidence = self._after_wait(case, evaluate(attempt, recorded, case.review, unregistered))
+        if _still_waiting(case, evidence):
+            return case  # recorded on an earlier pass; nothing new to write
         return self._decide(case, task, evidence, decided_by)
+
+    def _after_wait(self, case: InterruptionCase, evidence: Evidence) -> Evidence:
+        """A hold that only a probe missing here causes waits for a process that has it.
+
+        Until ``probe_wait_seconds`` after the case opened, the decision is ``not_admitted``
+        ("waiting for ..."): nothing starts, no hold is set, and every reconciler pass (in any
+        process) admits the case again. After it, the hold names the missing probe.
+        """
+        missing = evidence.refs.get("unregistered_probes")
+        if evidence.admission is not Admission.HOLD_FOR_REVIEW or not missing:
+            return evidence
+        wait = self.services.settings.probe_wait_seconds
+        why = str(evidence.refs.get("why"))
+        if self.services.clock.now() >= case.interrupted_at + timedelta(seconds=wait):
+            waited = f"{why}; waited {wait:g}s for a process that has it"
+            return replace(evidence, refs={**evidence.refs, "why": waited})
+        waiting = f"waiting up to {wait:g}s for a process that has it: {why}"
+        return Evidence(
+            EffectFact.UNKNOWN, Admission.NOT_ADMITTED, {**evidence.refs, "why": waiting}
+        )
 
     def _load(self, case_id: str) -> tuple[InterruptionCase, Task, Attempt]:
         with self.services.store.snapshot() as connection:
@@ -106,15 +128,23 @@ class Admitter:
             # Without Redis we cannot tell; assume the owner may live (never guess the other way).
             return True
 
-    def _run_probes(self, attempt: Attempt) -> None:
-        """Ask each open intent's probe whether its effect happened; record definite answers."""
+    def _run_probes(self, attempt: Attempt) -> frozenset[str]:
+        """Ask each open intent's probe whether its effect happened; record definite answers.
+
+        Returns the probes that open intents name but this process does not have: those were
+        never asked, which is not the same as an inconclusive answer.
+        """
         with self.services.store.snapshot() as connection:
             pending = [
                 op
                 for op in operations.for_attempt(connection, attempt.attempt_id)
                 if is_open(op) and op.probe
             ]
+        unregistered = {op.probe for op in pending if op.probe and self.probe(op.probe) is None}
         for op in pending:
+            if op.probe in unregistered:
+                _log_unregistered(op)
+                continue
             answer = self._ask(op)
             if answer is None:
                 continue
@@ -126,16 +156,11 @@ class Admitter:
                     source={"source": f"probe:{op.probe}"},
                     now=self.services.clock.now(),
                 )
+        return frozenset(name for name in unregistered if name)
 
     def _ask(self, op: Operation) -> bool | None:
         probe = self.probe(op.probe or "")
-        if probe is None:
-            log.warning(
-                "no probe named %r is registered; operation %s stays unknown",
-                op.probe,
-                op.operation_id,
-            )
-            return None
+        assert probe is not None  # unregistered probes are not asked (``_run_probes``)
         try:
             return probe(op)
         except Exception:
@@ -192,6 +217,26 @@ class Admitter:
             _reconcile(connection, self.services, case, task)
         elif evidence.admission is Admission.REEXECUTE and task.hold is not None:
             _release_hold(connection, self.services, task)
+
+
+def _still_waiting(case: InterruptionCase, evidence: Evidence) -> bool:
+    """The case already records this very wait: recording it again each pass adds nothing."""
+    return (
+        evidence.admission is Admission.NOT_ADMITTED
+        and case.admission is Admission.NOT_ADMITTED
+        and case.effect_refs.get("why") == evidence.refs.get("why")
+        and "unregistered_probes" in evidence.refs
+    )
+
+
+def _log_unregistered(op: Operation) -> None:
+    log.warning(
+        "probe %r is not registered in this process; operation %s was not asked. Register it "
+        "in the workers (SUREHAND_PROBES=%s=module:function, or @sh.probe in the agents module)",
+        op.probe,
+        op.operation_id,
+        op.probe,
+    )
 
 
 def _task(connection: Connection, task_id: str) -> Task:

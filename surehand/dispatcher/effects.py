@@ -3,7 +3,7 @@ evidence admits (DESIGN.md section 6). Pure functions over records; no I/O."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -58,12 +58,15 @@ def raised_unknown(operation: Operation) -> bool:
 
 
 def evaluate(
-    attempt: Attempt, operations: Sequence[Operation], review: Mapping[str, Any] | None
+    attempt: Attempt,
+    operations: Sequence[Operation],
+    review: Mapping[str, Any] | None,
+    unregistered: Collection[str] = (),
 ) -> Evidence:
     """The admission for an ended attempt: :func:`by_effects`, except that an attempt whose
     agent raised is held for its approver until a review states the effect (DESIGN.md section
     5: an agent failure is recorded, its TASK visible, nothing retried blindly)."""
-    evidence = by_effects(attempt, operations, review)
+    evidence = by_effects(attempt, operations, review, unregistered)
     if review is not None or attempt.cause is not AttemptCause.AGENT_FAILED:
         return evidence
     why = f"the agent raised ({attempt.error or 'no error recorded'}); an approver reviews it"
@@ -71,9 +74,16 @@ def evaluate(
 
 
 def by_effects(
-    attempt: Attempt, operations: Sequence[Operation], review: Mapping[str, Any] | None
+    attempt: Attempt,
+    operations: Sequence[Operation],
+    review: Mapping[str, Any] | None,
+    unregistered: Collection[str] = (),
 ) -> Evidence:
-    """The admission table, in order of precedence."""
+    """The admission table, in order of precedence.
+
+    ``unregistered``: probes named by open intents that the deciding process could not ask
+    because they are not registered there (recorded as such, never as inconclusive).
+    """
     refs = _refs(attempt, operations)
     if review is not None and review.get("effect") == "present":
         return Evidence(
@@ -102,17 +112,41 @@ def by_effects(
             {**refs, "idempotency_key": bound.idempotency_key},
             bound_operation_id=bound.operation_id,
         )
-    return Evidence(EffectFact.UNKNOWN, Admission.HOLD_FOR_REVIEW, {**refs, "why": _why(open_ops)})
+    return Evidence(
+        EffectFact.UNKNOWN,
+        Admission.HOLD_FOR_REVIEW,
+        {**refs, **_unasked(open_ops, unregistered), "why": _why(open_ops, unregistered)},
+    )
 
 
-def _why(open_ops: Sequence[Operation]) -> str:
+def _unasked(open_ops: Sequence[Operation], unregistered: Collection[str]) -> dict[str, Any]:
+    """``unregistered_probes`` when every open intent waits on a probe this process lacks:
+    then a process that has them could still decide, so admission may wait for one."""
+    if all(op.probe and op.probe in unregistered for op in open_ops):
+        return {"unregistered_probes": sorted({op.probe for op in open_ops if op.probe})}
+    return {}
+
+
+def _why(open_ops: Sequence[Operation], unregistered: Collection[str]) -> str:
+    missing = sorted({op.probe for op in open_ops if op.probe and op.probe in unregistered})
     if len(open_ops) > 1:
-        return f"{len(open_ops)} open intents"
+        return f"{len(open_ops)} open intents" + (
+            f" ({not_registered(missing)})" if missing else ""
+        )
+    if missing:
+        return not_registered(missing)
     if open_ops[0].probe:
         return f"probe {open_ops[0].probe!r} was inconclusive"
     if open_ops[0].idempotency_key:
         return "open intent whose retry policy does not allow a keyed repeat"
     return "open intent without key or probe"
+
+
+def not_registered(probes: Sequence[str]) -> str:
+    """What a decision records about probes it could not ask: never "inconclusive"."""
+    if len(probes) == 1:
+        return f"probe {probes[0]!r} is not registered in this process"
+    return f"probes {', '.join(map(repr, probes))} are not registered in this process"
 
 
 def _refs(attempt: Attempt, operations: Sequence[Operation]) -> dict[str, Any]:

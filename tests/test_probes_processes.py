@@ -1,0 +1,175 @@
+"""A probe registered the documented way decides an interrupted effect in a real deployment:
+``surehand worker`` and ``surehand beat`` processes, Postgres, and a private ``redis-server``
+(broker and leases). Beat schedules the reconciler; its passes run in the workers, which load
+``tests.probes_agents`` through SUREHAND_AGENTS and the probe through SUREHAND_PROBES or the
+module's ``@sh.probe``. The test process only writes the TASK and reads: it has no probe and
+runs no admission.
+
+The first worker kills itself (SIGKILL) at a crash point inside the probed operation: after its
+effect (the ledger has the charge, its outcome was never recorded) or after its intent (no
+charge). A second worker, started after the kill, runs the reconciler's passes and any
+successor. Settings are scaled down: lease TTL 1 s, heartbeat 0.3 s, grace 0.5 s, reconcile
+every 0.5 s.
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from surehand.facade import Surehand
+from surehand.model import Admission, Bucket, EffectFact, InterruptionCase, OperationState
+from surehand.store import Store
+from tests.probes_agents import EFFECTS_ENV, PROBE_ENV, charged
+from tests.procs import Proc, RedisServer, spawn
+
+REPO = Path(__file__).resolve().parent.parent
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.timeout(180),
+    pytest.mark.parametrize("store", ["postgres"], indirect=True),
+]
+
+
+@dataclass
+class Deployment:
+    """Workers and one beat on a private redis-server, against the test's Postgres store."""
+
+    tmp: Path
+    store: Store
+    redis: RedisServer
+    env: dict[str, str]
+    procs: list[Proc] = field(default_factory=list)
+
+    def start(self, args: list[str], ready: str, **extra: str) -> Proc:
+        name = f"{args[0]}{len(self.procs) + 1}"
+        proc = spawn(args, {**self.env, **extra}, self.tmp / f"{name}.log")
+        self.procs.append(proc)
+        self.wait(lambda: ready in proc.output() or proc.returncode is not None, f"{name} up")
+        assert proc.returncode is None, proc.output()[-3000:]
+        return proc
+
+    def worker(self, **extra: str) -> Proc:
+        name = f"w{len(self.procs) + 1}@probes"
+        args = ["worker", "--roles", "DEV", "--concurrency", "2", "--hostname", name]
+        return self.start(args, "ready.", **extra)
+
+    def beat(self) -> Proc:
+        return self.start(["beat", "--loglevel", "info"], "beat: Starting")
+
+    def wait(self, predicate: Callable[[], bool], what: str, timeout: float = 60.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if predicate():
+                return
+            time.sleep(0.05)
+        logs = "\n".join(f"--- {p.log.name}\n{p.output()[-2500:]}" for p in self.procs)
+        pytest.fail(f"timed out after {timeout}s waiting for {what}\n{logs}")
+
+    def close(self) -> None:
+        for proc in self.procs:
+            proc.kill()
+
+
+@pytest.fixture
+def deployment(store: Store, tmp_path: Path) -> Iterator[Deployment]:
+    (tmp_path / "redis").mkdir()
+    redis = RedisServer(tmp_path / "redis")
+    redis.start()
+    env = {
+        "SUREHAND_DATABASE_URL": store.url,
+        "SUREHAND_REDIS_URL": redis.url,
+        "SUREHAND_BROKER_URL": redis.url,
+        "SUREHAND_AGENTS": "DEV=tests.probes_agents:charge",
+        "SUREHAND_LEASE_TTL_SECONDS": "1.0",
+        "SUREHAND_HEARTBEAT_SECONDS": "0.3",
+        "SUREHAND_LOST_GRACE_SECONDS": "0.5",
+        "SUREHAND_RECONCILE_INTERVAL_SECONDS": "0.5",
+        "SUREHAND_HOME": str(tmp_path / "home"),
+        "SUREHAND_WORK_DIR": str(tmp_path / "work"),
+        "PYTHONPATH": str(REPO),
+        EFFECTS_ENV: str(tmp_path / "ledger.jsonl"),
+    }
+    built = Deployment(tmp_path, store, redis, env)
+    try:
+        yield built
+    finally:
+        built.close()
+        redis.stop()
+
+
+def decided(sh: Surehand, task_id: str, deployment: Deployment) -> InterruptionCase:
+    def ready() -> bool:
+        found = sh.cases(task_id=task_id)
+        return bool(found) and found[0].admission not in (None, Admission.NOT_ADMITTED)
+
+    deployment.wait(ready, f"the interruption case of {task_id} to be decided")
+    [case] = sh.cases(task_id=task_id)
+    return case
+
+
+REGISTRATIONS = {
+    # How the operator registers the probe the ``charge`` operation names.
+    "SUREHAND_PROBES": {
+        PROBE_ENV: "ledger_by_setting",
+        "SUREHAND_PROBES": "ledger_by_setting=tests.probes_agents:ledger",
+    },
+    "sh.probe-in-agents-module": {PROBE_ENV: "ledger_by_decorator"},
+}
+
+
+@pytest.mark.parametrize("registration", sorted(REGISTRATIONS))
+@pytest.mark.parametrize(
+    ("crash_at", "admission", "charges"),
+    [
+        ("operation.after_effect", Admission.RECONCILE_ONLY, [1]),
+        ("operation.after_intent", Admission.REEXECUTE, [2]),
+    ],
+    ids=["effect-present", "effect-absent"],
+)
+def test_a_probe_registered_the_documented_way_decides_in_a_worker_and_beat_deployment(
+    deployment: Deployment,
+    registration: str,
+    crash_at: str,
+    admission: Admission,
+    charges: list[int],
+) -> None:
+    deployment.env.update(REGISTRATIONS[registration])
+    probe = deployment.env[PROBE_ENV]
+    sh = Surehand(database_url=deployment.store.url)  # no probe here; runs no admission
+    doomed = deployment.worker(SUREHAND_CRASH_AT=crash_at)
+    [announced] = [line for line in doomed.output().splitlines() if "probes registered" in line]
+    assert probe in announced
+    deployment.beat()
+    task_id = sh.write_task(
+        sender="PM", recipient="DEV", subject="Charge acme", body="Charge acme once."
+    ).task_id
+    assert task_id is not None
+    deployment.wait(lambda: doomed.returncode is not None, "the first worker to die")
+    assert doomed.returncode == -signal.SIGKILL, doomed.output()[-2000:]
+    deployment.worker()
+
+    case = decided(sh, task_id, deployment)
+
+    assert case.admission is admission
+    assert case.effect_fact is not EffectFact.UNKNOWN
+    assert case.decided_by == "reconciler"
+    interrupted = sh.operations(task_id)[0]
+    present = admission is Admission.RECONCILE_ONLY
+    assert interrupted.outcome == {
+        "probe": "present" if present else "absent",
+        "source": f"probe:{probe}",
+    }
+    assert interrupted.state is (OperationState.SUCCEEDED if present else OperationState.FAILED)
+    deployment.wait(lambda: sh.get_task(task_id).bucket is Bucket.REVIEW, "the REPORT")
+    assert sh.get_task(task_id).hold is None
+    # The ledger's own record: charged exactly once, by the attempt admission allowed.
+    assert charged(task_id, Path(deployment.env[EFFECTS_ENV])) == charges
+    assert len(sh.attempts(task_id)) == max(charges)
+    sh.close()
