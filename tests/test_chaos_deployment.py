@@ -81,8 +81,13 @@ AGENT = "tests.chaos_agents:mixed_effects"
 REPUBLISH_AFTER = 2.0
 SETTLE_TIMEOUT = 45.0
 T = TypeVar("T")
-OPEN_INTENTS = select(tables.operations.c.task_id, tables.operations.c.name).where(
-    tables.operations.c.state == OperationState.INTENT.value
+OPEN_INTENTS = (  # of attempts still running: a session in the middle of an operation
+    select(tables.operations.c.task_id, tables.operations.c.name)
+    .join(tables.attempts, tables.attempts.c.attempt_id == tables.operations.c.attempt_id)
+    .where(
+        tables.operations.c.state == OperationState.INTENT.value,
+        tables.attempts.c.state == AttemptState.RUNNING.value,
+    )
 )
 
 
@@ -171,7 +176,7 @@ class Deployment:
         return None
 
     def effects_without_outcome(self) -> list[dict[str, Any]]:
-        """Ledger lines whose operation's intent is still open in the store."""
+        """Ledger lines whose operation's intent is still open in a running attempt."""
         try:
             with self.chaos.store.snapshot() as connection:
                 open_intents = {(row.task_id, row.name) for row in connection.execute(OPEN_INTENTS)}
