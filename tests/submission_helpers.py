@@ -34,7 +34,7 @@ from surehand.dispatcher.submissions import write_task
 from surehand.fcop import render_task
 from surehand.model import DIGEST_SCHEMA_VERSION, Bucket, ReceiptState, TaskFields, task_path
 from surehand.requests import parse_task_request
-from surehand.store import Store, receipts, tasks
+from surehand.store import Store, numbering, receipts, tasks
 from surehand.store import schema as tables
 
 REPO = Path(__file__).resolve().parent.parent
@@ -93,11 +93,25 @@ def receipt_row(store: Store, tenant: str, submission_id: str) -> tuple[Any, ...
 
 
 def counter_rows(store: Store) -> list[tuple[Any, ...]]:
+    """(kind, day, last) of every counter (its key, if any, left out)."""
+    counters = tables.counters
     with store.snapshot() as connection:
         rows = connection.execute(
-            select(tables.counters).order_by(tables.counters.c.kind, tables.counters.c.day)
+            select(counters.c.kind, counters.c.day, counters.c.last).order_by(
+                counters.c.kind, counters.c.day
+            )
         ).all()
     return [tuple(row) for row in rows]
+
+
+def shown_id(store: Store, day: str, number: int) -> str:
+    """The id of the day's ``number``-th TASK, presented under the day's key (numbering.py)."""
+    counters = tables.counters
+    with store.snapshot() as connection:
+        secret = connection.execute(
+            select(counters.c.secret).where(counters.c.kind == "TASK", counters.c.day == day)
+        ).scalar_one()
+    return f"TASK-{day}-{numbering.present(number, secret):03d}"
 
 
 def task_ids(store: Store) -> list[str]:

@@ -24,6 +24,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.pool import NullPool
 
 from surehand import Surehand
+from surehand.config import Settings
 from surehand.model import Disposition
 from surehand.store import Store
 from tests.submission_helpers import REPO, request
@@ -111,8 +112,12 @@ def test_64_threads_each_with_its_own_instance_all_succeed_on_one_set_of_pools(
     barrier = threading.Barrier(64)
     engines: set[int] = set()
 
+    # One process's pools together hold at most 3 x (pool size + MAX_OVERFLOW) connections;
+    # a small pool size leaves room on a server that other test runs share.
+    settings = Settings(database_pool_size=2)
+
     def call(n: int) -> str:
-        with Surehand(own_db, tenant=TENANT) as sh:
+        with Surehand(own_db, tenant=TENANT, settings=settings) as sh:
             engines.add(id(sh.store.engine))
             barrier.wait()
             return use(sh, f"threads-{n}")

@@ -40,6 +40,7 @@ from tests.submission_helpers import (
     seed_counter,
     seed_receipt,
     seed_task,
+    shown_id,
     task_ids,
 )
 
@@ -89,7 +90,7 @@ def test_a_retry_after_a_lost_response_reuses_the_first_result(services: Service
     assert first.action_taken is True
     assert first.receipt_state is ReceiptState.COMMITTED
     assert first.idempotent is True
-    assert first.task_id == PREALLOCATED
+    assert first.task_id == shown_id(services.store, DAY, 1)
 
     retry = submit(services, ORIGINAL)
 
@@ -281,10 +282,13 @@ def test_task_numbers_follow_the_utc_date_of_the_clock_and_restart_each_day(
     clock.set(datetime(2026, 11, 30, 23, 59, 59, 950_000, tzinfo=UTC))  # the clock steps back
     late = submit(services, request(client_submission_id="s4"))
 
-    assert [r.task_id for r in before_midnight] == ["TASK-20261130-001", "TASK-20261130-002"]
-    assert after_midnight.task_id == "TASK-20261201-001"
-    assert legacy.task_id == "TASK-20261201-002"
-    assert late.task_id == "TASK-20261130-003"  # the day's counter continues, never reused
+    store = services.store
+    shown = [shown_id(store, "20261130", 1), shown_id(store, "20261130", 2)]
+    assert [r.task_id for r in before_midnight] == shown
+    assert after_midnight.task_id == shown_id(store, "20261201", 1)
+    assert legacy.task_id == shown_id(store, "20261201", 2)
+    # The day's counter continues: never reused.
+    assert late.task_id == shown_id(store, "20261130", 3)
     assert len(set(task_ids(services.store))) == 5
     assert counts(services.store) == (5, 4)
     assert counter_rows(services.store) == [("TASK", "20261130", 3), ("TASK", "20261201", 2)]
@@ -315,24 +319,26 @@ def test_a_create_that_spans_midnight_takes_its_number_and_its_id_from_one_day(
 
     assert spanning.task_id is not None
     created_at = read_task(services.store, spanning.task_id).created_at
-    assert spanning.task_id == f"TASK-{created_at:%Y%m%d}-001"
-    assert next_day.task_id == "TASK-20261201-001" != spanning.task_id
+    assert spanning.task_id == shown_id(services.store, f"{created_at:%Y%m%d}", 1)
+    assert next_day.task_id == shown_id(services.store, "20261201", 1) != spanning.task_id
     assert len(set(task_ids(services.store))) == 2
 
 
 def test_task_numbers_are_padded_to_three_digits_and_grow_past_999(services: Services) -> None:
     first = submit(services, request(client_submission_id="n1"))
-    seed_counter(services.store, DAY, 998)
+    seed_counter(services.store, DAY, 998)  # the day keeps its key
     nine_nine_nine = submit(services, request(client_submission_id="n999"))
     thousandth = submit(services, request(client_submission_id="n1000"))
 
-    assert first.task_id == f"TASK-{DAY}-001"
-    assert nine_nine_nine.task_id == f"TASK-{DAY}-999"
-    assert thousandth.task_id == f"TASK-{DAY}-1000"
-    assert thousandth.task_path == f"fcop/_lifecycle/inbox/TASK-{DAY}-1000-PM-to-DEV.md"
+    assert first.task_id == shown_id(services.store, DAY, 1)
+    assert nine_nine_nine.task_id == shown_id(services.store, DAY, 999)
+    assert thousandth.task_id == shown_id(services.store, DAY, 1000)
+    assert [len(r.task_id or "") for r in (first, nine_nine_nine, thousandth)] == [17, 17, 18]
+    number = (thousandth.task_id or "").rsplit("-", 1)[1]
+    assert thousandth.task_path == f"fcop/_lifecycle/inbox/TASK-{DAY}-{number}-PM-to-DEV.md"
     # The 4-digit id is still a valid reference for later requests.
-    child = submit(services, request(depends_on=[f"TASK-{DAY}-1000"], parent=f"TASK-{DAY}-999"))
-    assert child.task_id == f"TASK-{DAY}-1001"
+    later = request(depends_on=[thousandth.task_id], parent=nine_nine_nine.task_id)
+    assert submit(services, later).task_id == shown_id(services.store, DAY, 1001)
     assert counts(services.store) == (4, 3)
 
 
@@ -342,7 +348,8 @@ def test_a_conflict_or_a_reuse_consumes_no_task_number(services: Services) -> No
     assert submit(services, ORIGINAL).disposition is Disposition.REUSED
     second = submit(services, request(client_submission_id="sub-2"))
 
-    assert (first.task_id, second.task_id) == (f"TASK-{DAY}-001", f"TASK-{DAY}-002")
+    shown = (shown_id(services.store, DAY, 1), shown_id(services.store, DAY, 2))
+    assert (first.task_id, second.task_id) == shown
     assert counter_rows(services.store) == [("TASK", DAY, 2)]
     assert counts(services.store) == (2, 2)
 
@@ -642,7 +649,9 @@ def test_a_counter_behind_the_data_is_a_typed_error_not_a_spin(
     services: Services, clock: ManualClock
 ) -> None:
     # Another submission holds TASK-...-001 but the counter was never advanced (say, restored
-    # from an older backup): the reserve keeps colliding on the task number.
+    # from an older backup of a day counted before 0008, so shown as counted): the reserve
+    # keeps colliding on the task number.
+    seed_counter(services.store, DAY, 0)
     seed_receipt(
         services.store,
         submission_id="older",
@@ -664,7 +673,7 @@ def test_a_counter_behind_the_data_is_a_typed_error_not_a_spin(
         submit(services, request(client_submission_id="newer"))
 
     assert counts(services.store) == (0, 1)
-    assert counter_rows(services.store) == []
+    assert counter_rows(services.store) == [("TASK", DAY, 0)]
 
 
 def test_diagnostics_of_a_committed_submission_show_a_healthy_receipt(

@@ -1,4 +1,9 @@
-"""Atomic per-day counters for TASK and REPORT numbers (never from scanning, never reused)."""
+"""Atomic per-day counters for TASK and REPORT numbers (never from scanning, never reused).
+
+A TASK number is shown permuted (:mod:`surehand.store.numbering`): the day's counter row holds
+the key, set by the allocation that creates the row and never changed, so one statement both
+allocates the number and returns what is needed to present it.
+"""
 
 from __future__ import annotations
 
@@ -7,27 +12,42 @@ from typing import Any
 from sqlalchemy import Connection, bindparam
 from sqlalchemy.dialects import postgresql, sqlite
 
+from surehand.store import numbering
 from surehand.store.driver import DriverStatement
 from surehand.store.schema import counters
+
+# Kinds whose numbers are shown permuted. REPORT numbers stay sequential for now: a REPORT is
+# only visible on its own tenant's TASK, and its id is the FCoP document name.
+PERMUTED = frozenset({"TASK"})
 
 
 def _upsert(insert: Any) -> Any:
     # Built once, executed with parameters: the compiled statement is reused from the cache.
     return (
         insert(counters)
-        .values(kind=bindparam("kind"), day=bindparam("day"), last=1)
+        .values(kind=bindparam("kind"), day=bindparam("day"), last=1, secret=bindparam("secret"))
         .on_conflict_do_update(
             index_elements=[counters.c.kind, counters.c.day],
-            set_={"last": counters.c.last + 1},
+            set_={"last": counters.c.last + 1},  # the key stays: the day's ids depend on it
         )
-        .returning(counters.c.last)
+        .returning(counters.c.last, counters.c.secret)
     )
 
 
 _UPSERT = {
-    name: DriverStatement(_upsert(insert), [counters.c.last])
+    name: DriverStatement(_upsert(insert), [counters.c.last, counters.c.secret])
     for name, insert in (("postgresql", postgresql.insert), ("sqlite", sqlite.insert))
 }
+
+
+def new_secret(kind: str) -> str | None:
+    """The key a new counter row of ``kind`` gets (None: its numbers are shown as counted)."""
+    return numbering.new_secret() if kind in PERMUTED else None
+
+
+def presented(last: int, secret: str | None) -> int:
+    """The number to show for the counter value ``last`` of a row keyed by ``secret``."""
+    return numbering.present(last, secret)
 
 
 def next_number(connection: Connection, kind: str, day: str) -> int:
@@ -35,7 +55,9 @@ def next_number(connection: Connection, kind: str, day: str) -> int:
 
     One upsert statement. Its row lock serialises allocators until the transaction ends, so a
     rolled-back allocation releases its number and a committed one is never handed out again.
+    The number returned is the one to show in the id (permuted for TASKs).
     """
-    row = _UPSERT[connection.dialect.name].one_or_none(connection, {"kind": kind, "day": day})
+    params = {"kind": kind, "day": day, "secret": new_secret(kind)}
+    row = _UPSERT[connection.dialect.name].one_or_none(connection, params)
     assert row is not None  # an upsert always returns its row
-    return int(row.last)
+    return presented(int(row.last), row.secret)

@@ -28,6 +28,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects import postgresql
 
+from surehand.store import counters as counter_rows
 from surehand.store.driver import DriverStatement, common_binds, own_params
 from surehand.store.schema import counters, receipts, task_events, tasks
 
@@ -130,21 +131,30 @@ def _receipt_or_number_statement() -> DriverStatement:
     # INSERT ... SELECT ... WHERE NOT EXISTS: with a receipt there, nothing is inserted, so the
     # counter row is neither updated nor locked (a retry never queues behind creators).
     wanted = select(
-        bindparam("kind", type_=String()), bindparam("day", type_=String()), literal(1)
+        bindparam("kind", type_=String()),
+        bindparam("day", type_=String()),
+        literal(1),
+        bindparam("secret", type_=String()),
     ).where(~exists(select(existing.c.tenant)))
     allocated = (
         postgresql.insert(counters)
-        .from_select(["kind", "day", "last"], wanted)
+        .from_select(["kind", "day", "last", "secret"], wanted)
         .on_conflict_do_update(
             index_elements=[counters.c.kind, counters.c.day],
-            set_={"last": counters.c.last + 1},
+            set_={"last": counters.c.last + 1},  # the key stays (counters.py)
         )
-        .returning(counters.c.last)
+        .returning(counters.c.last, counters.c.secret)
         .cte("allocated")
     )
-    found = select(*existing.c, cast(null(), Integer()).label("number"))
-    fresh = select(*(cast(null(), c.type).label(c.name) for c in receipts.c), allocated.c.last)
-    return DriverStatement(union_all(found, fresh), [*receipts.c, column("number", Integer())])
+    nothing = (cast(null(), Integer()).label("number"), cast(null(), String()).label("secret"))
+    found = select(*existing.c, *nothing)
+    fresh = select(
+        *(cast(null(), c.type).label(c.name) for c in receipts.c),
+        allocated.c.last,
+        allocated.c.secret,
+    )
+    returns = [*receipts.c, column("number", Integer()), column("secret", String())]
+    return DriverStatement(union_all(found, fresh), returns)
 
 
 _RECEIPT_OR_NUMBER = _receipt_or_number_statement()
@@ -154,11 +164,18 @@ def receipt_or_number(
     connection: Connection, *, tenant: str, submission_id: str, kind: str, day: str
 ) -> tuple[Any, int | None]:
     """Postgres only: ``(receipt row, None)`` when the submission has a receipt, else
-    ``(None, number)`` with the next number of (kind, day) allocated, in one statement. Run it
-    where the allocation may commit on its own (see ``Store.allocate_ahead``)."""
-    params = {"tenant": tenant, "sid": submission_id, "kind": kind, "day": day}
+    ``(None, number)`` with the next number of (kind, day) allocated, in one statement, and
+    presented as ``counters.next_number`` presents it. Run it where the allocation may commit
+    on its own (see ``Store.allocate_ahead``)."""
+    params = {
+        "tenant": tenant,
+        "sid": submission_id,
+        "kind": kind,
+        "day": day,
+        "secret": counter_rows.new_secret(kind),
+    }
     row = _RECEIPT_OR_NUMBER.one_or_none(connection, params)
     assert row is not None  # either the receipt or the upsert's row
     if row.number is not None:
-        return None, int(row.number)
+        return None, counter_rows.presented(int(row.number), row.secret)
     return row, None

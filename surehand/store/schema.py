@@ -77,6 +77,8 @@ counters = Table(
     Column("kind", String(16), primary_key=True),
     Column("day", String(8), primary_key=True),
     Column("last", Integer, nullable=False),
+    # The key that permutes the day's numbers (store/numbering.py); NULL: shown as counted.
+    Column("secret", String(64)),
 )
 
 receipts = Table(
