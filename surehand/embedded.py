@@ -26,9 +26,7 @@ from surehand.config import DEFAULT_HOME, Settings
 from surehand.dispatcher import dispatch
 from surehand.dispatcher.reconciler import reconcile_loop
 from surehand.facade import Surehand
-from surehand.model import Bucket
 from surehand.queue.celery_app import DEFAULT_QUEUE, MEMORY_BROKER, configure_worker_queues
-from surehand.store import tasks
 
 if TYPE_CHECKING:
     from surehand.serving import BackgroundServer
@@ -119,15 +117,13 @@ class Embedded:
 
     def _republish_inbox(self) -> None:
         """Publish every unheld ``inbox`` TASK again: messages a previous ``up`` left in its
-        in-memory queue died with it. Duplicates are harmless (claiming is compare-and-set)."""
-        with self.sh.store.snapshot() as connection:
-            waiting = tasks.list_tasks(
-                connection, tenant=None, bucket=Bucket.INBOX, held=False, limit=100_000
-            )
-        for task in reversed(waiting):  # oldest first
-            self.sh.publish(task)
-        if waiting:
-            log.warning("republished %d waiting TASK(s) from an earlier run", len(waiting))
+        in-memory queue died with it. Duplicates are harmless (claiming is compare-and-set).
+        Through the dispatcher's containment: a stored TASK that cannot be dispatched (a role
+        code the queue refuses, a publisher error) is marked and reported, and never stops
+        this start (it used to: ``invalid role code 'LEAD-QA'``)."""
+        republished = dispatch.republish_inbox(self.sh.services)
+        if republished:
+            log.warning("republished %d waiting TASK(s) from an earlier run", republished)
 
     def _sweep_loop(self) -> None:
         """Publish TASKs committed by other processes (which had no broker to publish to)."""

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
+from rich.markup import escape
 from rich.table import Table
 
 from surehand.model import (
@@ -40,23 +41,37 @@ def result_table(result: WriteTaskResult) -> Table:
     return table
 
 
-def tasks_table(tasks: Sequence[Task]) -> Table:
+def tasks_table(tasks: Sequence[Task], notes: Mapping[str, str] | None = None) -> Table:
+    """TASKs as rows; ``notes`` (task_id -> text) adds a dispatch column when any is given:
+    undispatchable TASKs, and TASKs no worker has claimed for long (dispatch.waiting_note)."""
     table = Table(title=f"{len(tasks)} TASK(s)")
     for column in ("task_id", "bucket", "sender→recipient", "P", "attempt", "subject"):
         table.add_column(column)
+    if notes:
+        table.add_column("dispatch")
     for task in tasks:
-        table.add_row(
+        row = [
             task.task_id,
             bucket_label(task),
             f"{task.fields.sender}→{task.fields.recipient}",
             task.fields.priority.value,
             str(task.epoch or "-"),
             task.fields.subject[:60],
-        )
+        ]
+        if notes:
+            row.append(_note(notes.get(task.task_id)))
+        table.add_row(*row)
     return table
 
 
-def task_table(task: Task) -> Table:
+def _note(note: str | None) -> str:
+    if not note:
+        return ""
+    style = "bold red" if note.startswith("undispatchable") else "yellow"
+    return f"[{style}]{escape(note)}[/]"
+
+
+def task_table(task: Task, note: str | None = None) -> Table:
     table = Table(show_header=False, box=None, title=task.task_id)
     for key, value in task.to_dict().items():
         if key == "body":
@@ -64,6 +79,8 @@ def task_table(task: Task) -> Table:
         table.add_row(f"[bold]{key}[/]", str(value))
     if task.hold:
         table.add_row("[bold red]hold[/]", f"case {task.hold.case_id}: {task.hold.reason}")
+    if note:
+        table.add_row("[bold]dispatch[/]", _note(note))
     return table
 
 

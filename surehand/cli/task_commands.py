@@ -34,8 +34,9 @@ from surehand.cli.render import (
 )
 from surehand.cli.watch import WatchSpec, parse_buckets
 from surehand.cli.watch import watch as watch_tasks
+from surehand.dispatcher import dispatch
 from surehand.facade import Surehand
-from surehand.model import Bucket, ConflictCode, Disposition
+from surehand.model import Bucket, ConflictCode, Disposition, Task
 
 
 def _open(database_url: str | None, tenant: str | None) -> Surehand:
@@ -210,11 +211,18 @@ def list_tasks(
             as_json=as_json,
         )
         return
-    found = _open(database_url, tenant).list_tasks(bucket=bucket, recipient=recipient, limit=limit)
+    sh = _open(database_url, tenant)
+    found = sh.list_tasks(bucket=bucket, recipient=recipient, limit=limit)
     if as_json:
         emit_json([task.to_dict() for task in found])
     else:
-        console.print(tasks_table(found))
+        console.print(tasks_table(found, _notes(sh, found)))
+
+
+def _notes(sh: Surehand, found: list[Task]) -> dict[str, str]:
+    """Dispatch notes by task_id: undispatchable TASKs, and TASKs unclaimed for long."""
+    notes = {task.task_id: dispatch.waiting_note(sh.services, task) for task in found}
+    return {task_id: note for task_id, note in notes.items() if note}
 
 
 def _buckets(text: str | None) -> frozenset[Bucket]:
@@ -251,10 +259,12 @@ def show(
     found_attempts = sh.attempts(task_id)
     found_operations = sh.operations(task_id)
     found_cases = sh.cases(task_id=task_id, limit=1000)
+    note = dispatch.waiting_note(sh.services, task)
     if as_json:
         emit_json(
             {
                 "task": task.to_dict(),
+                "dispatch_note": note,
                 "history": [event.to_dict() for event in history],
                 "reports": [item.to_dict() for item in found_reports],
                 "attempts": [item.to_dict() for item in found_attempts],
@@ -263,7 +273,7 @@ def show(
             }
         )
         return
-    console.print(task_table(task))
+    console.print(task_table(task, note))
     console.print(history_table(history))
     if found_reports:
         console.print(reports_table(found_reports))

@@ -1,31 +1,141 @@
-"""Publishing committed TASKs to the queue, and the sweep that publishes what was missed."""
+"""Publishing committed TASKs to the queue, and the sweep that publishes what was missed.
+
+**Containment.** A TASK that cannot be dispatched must never stop the dispatch of the others,
+the reconciler, a restart of ``surehand up`` or the request that created it (DESIGN.md
+section 5). A failure a retry would repeat (a recipient that is not a role code; any publisher
+error other than the retryable ``PublishFailed``) marks the TASK instead (``dispatch_error``),
+appends a ``dispatch_failed`` event when the reason is new, and counts
+``surehand_dispatch_failures_total``. A marked TASK is tried again only after the back-off
+(``republish_after_seconds``, as a lost message is), or when ``surehand up`` starts; a publish
+that succeeds clears the mark. ``surehand tasks``/``show``/``check`` report marked TASKs, and
+TASKs no worker has claimed for that long (:func:`unclaimed_roles`).
+"""
 
 from __future__ import annotations
 
 import logging
-from datetime import timedelta
+from dataclasses import dataclass
+from datetime import datetime, timedelta
 
+from surehand import metrics
 from surehand.dispatcher.context import Services
-from surehand.errors import PublishFailed
-from surehand.model import Bucket
-from surehand.store import tasks
+from surehand.errors import PublishFailed, SurehandError
+from surehand.model import SYSTEM, Bucket, EventKind, Task
+from surehand.roles import role_problem
+from surehand.store import events, tasks
 
 log = logging.getLogger(__name__)
 
+MAX_ERROR = 1000  # characters of a publisher's error kept in dispatch_error
 
-def _publish(services: Services, task_id: str, *buckets: Bucket) -> bool:
-    """Publish ``run_session`` for a TASK that is in one of ``buckets`` and not held."""
+
+@dataclass(frozen=True)
+class UnclaimedRole:
+    """Unheld TASKs for ``role`` that sat in ``inbox`` longer than the threshold."""
+
+    role: str
+    count: int
+    oldest_created_at: datetime
+
+
+def back_off(services: Services) -> timedelta:
+    """How long a marked TASK is left alone, and how long before unclaimed work is reported:
+    the time after which the sweep also counts a published message as lost."""
+    return timedelta(seconds=services.settings.republish_after_seconds)
+
+
+def _undispatchable_reason(services: Services, task: Task) -> tuple[str, str] | None:
+    """Publish ``task``; None when published, else (metric reason, error) of a failure a retry
+    would repeat. ``PublishFailed`` (broker unreachable: retryable) propagates."""
+    problem = role_problem(task.fields.recipient)
+    if problem is not None:
+        return "invalid_role", f"invalid role code {task.fields.recipient!r}: {problem}"
+    assert services.publisher is not None
+    try:
+        services.publisher(task)
+    except PublishFailed:
+        raise
+    except Exception as exc:  # any other publisher error: contain it, never stop the sweep
+        log.exception("publishing %s raised; marking it undispatchable", task.task_id)
+        return "publish_error", f"publishing failed: {type(exc).__name__}: {exc}"[:MAX_ERROR]
+    return None
+
+
+def _mark(services: Services, task: Task, reason: str, error: str) -> None:
+    """Record that ``task`` cannot be dispatched; one event per distinct error, not per try."""
+    metrics.observe_dispatch_failure(reason)
+    now = services.clock.now()
+    with services.store.transaction() as connection:
+        written = tasks.set_dispatch_error(connection, task, error, now)
+        if written and task.dispatch_error != error:
+            row = events.row(
+                task_id=task.task_id,
+                kind=EventKind.DISPATCH_FAILED,
+                by=SYSTEM,
+                at=now,
+                reason=error,
+                data={"recipient": task.fields.recipient, "reason": reason},
+            )
+            events.insert(connection, row)
+    if task.dispatch_error != error:
+        log.error("%s cannot be dispatched (%s); skipped until %s", task.task_id, error, now)
+
+
+def _cleared(services: Services, task: Task) -> None:
+    """A TASK marked before was published: drop the mark and say so in its history."""
+    now = services.clock.now()
+    with services.store.transaction() as connection:
+        if not tasks.set_dispatch_error(connection, task, None, now):
+            return
+        events.insert(
+            connection,
+            events.row(
+                task_id=task.task_id,
+                kind=EventKind.PUBLISHED,
+                by=SYSTEM,
+                at=now,
+                reason=f"dispatched after an earlier failure: {task.dispatch_error}",
+            ),
+        )
+
+
+def _backing_off(services: Services, task: Task) -> bool:
+    marked = task.dispatch_error_at
+    return marked is not None and marked > services.clock.now() - back_off(services)
+
+
+def _publish(services: Services, task_id: str, *buckets: Bucket, force: bool = False) -> bool:
+    """Publish ``run_session`` for a TASK that is in one of ``buckets`` and not held; a TASK
+    marked undispatchable is skipped during its back-off unless ``force``."""
     if services.publisher is None:
         return False
     with services.store.snapshot() as connection:
         task = tasks.get(connection, task_id)
     if task is None or task.bucket not in buckets or task.hold is not None:
         return False
+    if not force and _backing_off(services, task):
+        return False
     try:
-        services.publisher(task)
+        failure = _undispatchable_reason(services, task)
     except PublishFailed:
+        metrics.observe_dispatch_failure("publish_failed")
         log.warning("publishing %s failed; the next sweep or reconciler pass retries", task_id)
         return False
+    if failure is not None:
+        _mark(services, task, *failure)
+        return False
+    if task.dispatch_error is not None:
+        _cleared(services, task)
+    return True
+
+
+def _publish_recorded(services: Services, task_id: str, *, force: bool = False) -> bool:
+    """Publish a TASK in ``inbox`` (or sent back to ``active`` for rework) and record that it
+    was published. Store errors propagate."""
+    if not _publish(services, task_id, Bucket.INBOX, Bucket.ACTIVE, force=force):
+        return False
+    with services.store.transaction() as connection:
+        tasks.set_published(connection, task_id, services.clock.now())
     return True
 
 
@@ -33,14 +143,16 @@ def publish_after_commit(services: Services, task_id: str) -> bool:
     """Publish a committed TASK in ``inbox`` (or sent back to ``active`` for rework) and record
     that it was published.
 
-    Runs after the creating transaction committed, never inside it: a publish that fails
-    leaves the TASK unpublished in the store, and the dispatcher sweep retries it.
+    Runs after the creating transaction committed, never inside it, and never raises: the TASK
+    is committed whatever happens here, so a create answers with its result (never a 500). A
+    publish that fails leaves the TASK unpublished (or marked undispatchable) in the store, and
+    the dispatcher sweep retries it.
     """
-    if not _publish(services, task_id, Bucket.INBOX, Bucket.ACTIVE):
+    try:
+        return _publish_recorded(services, task_id)
+    except SurehandError as error:  # the store went away after the commit
+        log.warning("could not publish %s after its commit (%s); the sweep retries", task_id, error)
         return False
-    with services.store.transaction() as connection:
-        tasks.set_published(connection, task_id, services.clock.now())
-    return True
 
 
 def publish_successor(services: Services, task_id: str) -> bool:
@@ -55,10 +167,56 @@ def publish_successor(services: Services, task_id: str) -> bool:
 def sweep(services: Services, limit: int = 500) -> int:
     """Publish every TASK in ``inbox`` that was never published, or was published more than
     ``republish_after_seconds`` ago and is still unclaimed (its message was lost: a broker that
-    lost its data, a worker that died between receiving and claiming). Returns how many."""
+    lost its data, a worker that died between receiving and claiming). TASKs marked
+    undispatchable are tried again once their back-off passed. Returns how many were published.
+
+    One TASK that cannot be dispatched never fails the sweep; store errors do (the caller's
+    loop retries)."""
     if services.publisher is None:
         return 0
-    cutoff = services.clock.now() - timedelta(seconds=services.settings.republish_after_seconds)
+    cutoff = services.clock.now() - back_off(services)
     with services.store.snapshot() as connection:
-        pending = tasks.unpublished_inbox(connection, limit=limit, published_before=cutoff)
-    return sum(publish_after_commit(services, task.task_id) for task in pending)
+        pending = tasks.unpublished_inbox(
+            connection, limit=limit, published_before=cutoff, failed_before=cutoff
+        )
+    published = sum(_publish_recorded(services, task.task_id) for task in pending)
+    with services.store.snapshot() as connection:
+        metrics.observe_undispatchable(tasks.count_undispatchable(connection))
+    return published
+
+
+def republish_inbox(services: Services) -> int:
+    """Publish every unheld ``inbox`` TASK again, oldest first, marked ones included (a start
+    of ``surehand up`` is when code or configuration may have changed). Returns how many."""
+    with services.store.snapshot() as connection:
+        waiting = tasks.list_tasks(
+            connection, tenant=None, bucket=Bucket.INBOX, held=False, limit=100_000
+        )
+    return sum(_publish_recorded(services, task.task_id, force=True) for task in reversed(waiting))
+
+
+def undispatchable(services: Services, tenant: str | None = None, limit: int = 100) -> list[Task]:
+    """TASKs marked undispatchable (oldest mark first), for ``surehand check`` and the doors."""
+    with services.store.snapshot() as connection:
+        return tasks.undispatchable(connection, tenant=tenant, limit=limit)
+
+
+def unclaimed_roles(services: Services, tenant: str | None = None) -> list[UnclaimedRole]:
+    """Roles with unheld, dispatchable TASKs waiting in ``inbox`` longer than the back-off:
+    after that long, no running worker serves the role (or all of its workers are busy)."""
+    before = services.clock.now() - back_off(services)
+    with services.store.snapshot() as connection:
+        rows = tasks.unclaimed_by_role(connection, created_before=before, tenant=tenant)
+    return [UnclaimedRole(role, count, oldest) for role, count, oldest in rows]
+
+
+def waiting_note(services: Services, task: Task) -> str | None:
+    """What a door should say about ``task``'s dispatch, or None when nothing is wrong."""
+    if task.dispatch_error is not None:
+        return f"undispatchable: {task.dispatch_error}"
+    waited = services.clock.now() - task.created_at
+    if task.bucket is Bucket.INBOX and task.hold is None and waited > back_off(services):
+        minutes = int(waited.total_seconds() // 60)
+        role = task.fields.recipient
+        return f"unclaimed for {minutes} min: no running worker serves role {role}, or all are busy"
+    return None

@@ -65,6 +65,8 @@ def from_row(row: Any) -> Task:
         published=bool(row.published),
         created_at=row.created_at,
         updated_at=row.updated_at,
+        dispatch_error=row.dispatch_error,
+        dispatch_error_at=row.dispatch_error_at,
     )
 
 
@@ -108,6 +110,8 @@ def new_row(
         "published_at": None,
         "created_at": now,
         "updated_at": now,
+        "dispatch_error": None,
+        "dispatch_error_at": None,
     }
 
 
@@ -123,7 +127,7 @@ TASK_COLUMNS = tuple(
         *("thread_key", "parent", "references", "depends_on", "risk_level", "bucket"),
         *("revision", "epoch", "rework_round", "hold_case_id", "hold_reason"),
         *("client_submission_id", "request_digest", "idempotent", "document_digest"),
-        *("published", "created_at", "updated_at"),
+        *("published", "created_at", "updated_at", "dispatch_error", "dispatch_error_at"),
     )
 )
 CLAIM_INBOX = (
@@ -278,20 +282,85 @@ def update_returning(
 
 
 def set_published(connection: Connection, task_id: str, now: datetime) -> None:
-    """Record that a dispatch message was published (not a lifecycle change: no revision bump)."""
+    """Record that a dispatch message was published (not a lifecycle change: no revision bump);
+    clears a dispatch error recorded before."""
     connection.execute(
         update(tasks)
         .where(tasks.c.task_id == task_id)
-        .values(published=True, published_at=now, updated_at=now)
+        .values(
+            published=True,
+            published_at=now,
+            updated_at=now,
+            dispatch_error=None,
+            dispatch_error_at=None,
+        )
     )
 
 
+def set_dispatch_error(
+    connection: Connection, task: Task, error: str | None, now: datetime
+) -> bool:
+    """Mark a TASK undispatchable (``error`` says why, ``now`` when it was last seen: the
+    sweep's back-off counts from it), or clear the mark (``error=None``). Only while the TASK
+    is still at the revision read (a claim since then makes the mark moot). Not a lifecycle
+    change: no revision bump. Returns whether it was written."""
+    result = connection.execute(
+        update(tasks)
+        .where(tasks.c.task_id == task.task_id, tasks.c.revision == task.revision)
+        .values(dispatch_error=error, dispatch_error_at=now if error else None, updated_at=now)
+    )
+    return result.rowcount == 1
+
+
+def undispatchable(
+    connection: Connection, *, tenant: str | None = None, limit: int = 100
+) -> list[Task]:
+    """TASKs marked undispatchable, oldest mark first (``ix_tasks_undispatchable``)."""
+    query = select(tasks).where(tasks.c.dispatch_error.isnot(None))
+    if tenant is not None:
+        query = query.where(tasks.c.tenant == tenant)
+    rows = connection.execute(query.order_by(tasks.c.dispatch_error_at).limit(limit)).all()
+    return [from_row(row) for row in rows]
+
+
+def count_undispatchable(connection: Connection) -> int:
+    query = select(func.count()).select_from(tasks).where(tasks.c.dispatch_error.isnot(None))
+    return int(connection.execute(query).scalar_one())
+
+
+def unclaimed_by_role(
+    connection: Connection, *, created_before: datetime, tenant: str | None = None
+) -> list[tuple[str, int, datetime]]:
+    """(recipient, count, oldest created_at) of unheld, dispatchable TASKs still in ``inbox``
+    that were created before ``created_before``: work no worker has claimed for that long."""
+    query = (
+        select(tasks.c.recipient, func.count(), func.min(tasks.c.created_at))
+        .where(
+            tasks.c.bucket == Bucket.INBOX.value,
+            tasks.c.hold_case_id.is_(None),
+            tasks.c.dispatch_error.is_(None),
+            tasks.c.created_at < created_before,
+        )
+        .group_by(tasks.c.recipient)
+        .order_by(tasks.c.recipient)
+    )
+    if tenant is not None:
+        query = query.where(tasks.c.tenant == tenant)
+    return [(str(role), int(n), oldest) for role, n, oldest in connection.execute(query).all()]
+
+
 def unpublished_inbox(
-    connection: Connection, limit: int = 500, *, published_before: datetime | None = None
+    connection: Connection,
+    limit: int = 500,
+    *,
+    published_before: datetime | None = None,
+    failed_before: datetime | None = None,
 ) -> list[Task]:
     """TASKs to publish, oldest first: in ``inbox`` never published, or (with
     ``published_before``) published before then and still not claimed; and ``active`` TASKs
-    sent back for rework (reject or reopen unpublish them) that no message was sent for."""
+    sent back for rework (reject or reopen unpublish them) that no message was sent for.
+    TASKs marked undispatchable are left out unless (with ``failed_before``) the mark is older
+    than that: the sweep must not repeat a failure that will recur every second."""
     waiting: ColumnElement[bool] = tasks.c.published.is_(False)
     if published_before is not None:
         waiting = or_(waiting, tasks.c.published_at < published_before)
@@ -299,9 +368,12 @@ def unpublished_inbox(
     rework = and_(
         tasks.c.bucket == Bucket.ACTIVE.value, tasks.c.published.is_(False), tasks.c.epoch > 0
     )
+    retry: ColumnElement[bool] = tasks.c.dispatch_error.is_(None)
+    if failed_before is not None:
+        retry = or_(retry, tasks.c.dispatch_error_at < failed_before)
     rows = connection.execute(
         select(tasks)
-        .where(or_(inbox, rework), tasks.c.hold_case_id.is_(None))
+        .where(or_(inbox, rework), tasks.c.hold_case_id.is_(None), retry)
         .order_by(tasks.c.created_at)
         .limit(limit)
     ).all()
