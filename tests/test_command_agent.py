@@ -265,3 +265,29 @@ def test_an_earlier_attempts_group_is_killed_before_a_successors_program_starts(
 def test_the_command_agent_needs_a_program(harness: Harness) -> None:
     with pytest.raises(ConfigError, match="SUREHAND_COMMAND_AGENT"):
         CommandAgent([], settings=harness.settings(), timeout=1.0)
+
+
+def test_an_attempt_that_finds_a_later_attempts_group_running_starts_nothing(
+    harness: Harness, tmp_path: Path
+) -> None:
+    script = tmp_path / "agent.sh"
+    script.write_text(f'echo started >> {tmp_path}/"$SUREHAND_ATTEMPT".log\nsleep 300\n')
+    agent = CommandAgent(["sh", str(script)], settings=harness.settings(), timeout=600)
+    handle = harness.surehand()
+    session = claimed(handle.services, committed_task(handle))
+    stop_later = threading.Event()
+    earlier = attempt_context(harness, session, 1, threading.Event())
+    later = attempt_context(harness, session, 2, stop_later)
+
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        running = pool.submit(agent, later)
+        try:
+            wait_until((tmp_path / "2.log").exists, timeout=30, what="attempt 2's command")
+            with pytest.raises(AgentError, match="attempt 2 of this TASK runs its command"):
+                agent(earlier)
+        finally:
+            stop_later.set()
+        with pytest.raises(AgentError, match="lost its lease"):
+            running.result(timeout=60)
+
+    assert not (tmp_path / "1.log").exists()
