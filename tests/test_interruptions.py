@@ -16,9 +16,11 @@ from contextlib import contextmanager
 from typing import Any
 
 import pytest
-from sqlalchemy import Connection
+from sqlalchemy import Connection, create_engine, text
+from sqlalchemy.engine import make_url
+from sqlalchemy.pool import NullPool
 
-from surehand.agents.context import SessionContext
+from surehand.agents.context import EffectResult, SessionContext
 from surehand.dispatcher import sessions as sessions_module
 from surehand.dispatcher.runner import SessionOutcome, interruption_in
 from surehand.dispatcher.sessions import Session
@@ -34,7 +36,7 @@ from surehand.model import (
     OperationState,
     RetryPolicy,
 )
-from surehand.store import attempts
+from surehand.store import Store, attempts
 from tests.recovery_helpers import GRACE_SECONDS, Rig, rig
 
 __all__ = ["rig"]  # fixture
@@ -169,6 +171,56 @@ def test_a_write_the_store_did_not_confirm_is_repeated_and_the_session_settles_o
     assert len(rig.reports(task_id)) == 1
     assert rig.events(task_id, EventKind.STALE_OWNER_FENCED) == []
     assert rig.cases_of(task_id) == []
+
+
+def kill_connections(url: str) -> int:
+    """``pg_terminate_backend`` every other connection to the test database (the store's pooled
+    ones among them), as the operators' chaos rounds did."""
+    admin = create_engine(make_url(url), poolclass=NullPool, isolation_level="AUTOCOMMIT")
+    with admin.connect() as connection:
+        killed = connection.execute(
+            text(
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            )
+        ).scalar_one()
+    admin.dispose()
+    return int(killed)
+
+
+@pytest.mark.parametrize("store", ["postgres"], indirect=True)
+@pytest.mark.parametrize("before", ["intent", "outcome", "settle"])
+def test_postgres_connections_killed_under_a_session_write_are_replaced_and_it_settles(
+    rig: Rig, store: Store, monkeypatch: pytest.MonkeyPatch, before: str
+) -> None:
+    # As many tries as in production, without the waits: each of the store's engines (one
+    # per kind of write) finds its pool dead on its first use and replaces it.
+    tries = len(sessions_module.STORE_RETRY_DELAYS)
+    monkeypatch.setattr(sessions_module, "STORE_RETRY_DELAYS", (0.0,) * tries)
+    kills: list[int] = []
+
+    def kill(point: str) -> None:
+        if point == before:
+            kills.append(kill_connections(store.url))
+
+    def agent(ctx: SessionContext) -> str:
+        kill("intent")
+
+        def effect() -> EffectResult:
+            kill("outcome")
+            return rig.ledger.perform(ctx, "charge", None)
+
+        ctx.operation("charge", {"account": "acme"}, effect)
+        kill("settle")
+        return "charged acme"
+
+    task_id, outcome = run(rig, agent)
+
+    assert kills[0] >= 1  # the pooled connections were there to kill
+    assert outcome == SessionOutcome(task_id, "settled", 1, "review")
+    [op] = rig.operations(task_id)
+    assert op.state is OperationState.SUCCEEDED
+    assert len(rig.ledger.of(task_id)) == 1
 
 
 # -- persistent faults interrupt the attempt ------------------------------------------------
