@@ -283,9 +283,21 @@ def _count(value: object) -> object:
     return value
 
 
-TaskId = Annotated[str, _pattern(TASK_ID_RE, "TASK-20260101-001")]
-ReportId = Annotated[str, _pattern(REPORT_ID_RE, "REPORT-20260101-001")]
-CaseId = Annotated[str, _pattern(CASE_ID_RE, "CASE-20260101-001-1")]
+def _id_schema(regex: re.Pattern[str], longest: int) -> Any:
+    """What the OpenAPI document says of an id: its pattern (in JSON Schema's ^...$ form)."""
+    pattern = "^" + regex.pattern.removeprefix("\\A").removesuffix("\\Z") + "$"
+    return Field(json_schema_extra={"pattern": pattern, "maxLength": longest})
+
+
+TaskId = Annotated[
+    str, _pattern(TASK_ID_RE, "TASK-20260101-001"), _id_schema(TASK_ID_RE, MAX_TASK_ID)
+]
+ReportId = Annotated[
+    str, _pattern(REPORT_ID_RE, "REPORT-20260101-001"), _id_schema(REPORT_ID_RE, MAX_REPORT_ID)
+]
+CaseId = Annotated[
+    str, _pattern(CASE_ID_RE, "CASE-20260101-001-1"), _id_schema(CASE_ID_RE, MAX_CASE_ID)
+]
 Text = Annotated[str, BeforeValidator(_text_arg), Field(json_schema_extra={"maxLength": MAX_TEXT})]
 Limit = Annotated[int, BeforeValidator(_count), Field(ge=1, le=MAX_LIMIT)]
 Offset = Annotated[int, BeforeValidator(_count), Field(ge=0, le=MAX_OFFSET)]

@@ -21,6 +21,7 @@ from surehand.api import create_app
 from surehand.cli import app as cli_app
 from surehand.errors import ValidationFailed
 from surehand.facade import Surehand
+from surehand.mcp.tools import Tools
 from surehand.model import Action, Admission, EventKind
 from surehand.requests import (
     CASE_ID_RE,
@@ -118,9 +119,10 @@ def test_review_with_an_effect_other_than_present_or_absent_is_refused(
 def test_review_with_a_bad_effect_is_refused_by_every_door(rig: Rig) -> None:
     task_id, _ = held_task(rig)
     case_id = rig.case_of(task_id).case_id
-    args = ["review", case_id, "--effect", "maybe", "--note", "x", "--actor", "PM"]
+    args = ["review", case_id, "--effect", "maybe", "--note", "x", "--actor", "PM", "--json"]
     result = CliRunner().invoke(cli_app, [*args, "--database-url", rig.store.url])
-    assert result.exit_code != 0
+    assert result.exit_code == EXIT_INVALID, result.output
+    assert json.loads(result.stdout)["error"]["field"] == "effect"
     with TestClient(create_app(rig.sh), base_url="http://127.0.0.1") as client:
         answer = client.post(f"/v1/cases/{case_id}/review", json={"effect": "Present", "note": "x"})
     assert answer.status_code == 400
@@ -409,3 +411,22 @@ def test_a_refused_call_writes_no_event_kind(sh: Surehand) -> None:
     kinds = [event.kind for event in sh.history(task_id)]
     refused(lambda: sh.transition(task_id, "finish", actor="DEV", reason="\x00"), "reason")
     assert [event.kind for event in sh.history(task_id)] == kinds == [EventKind.TRANSITION] * 2
+
+
+@pytest.mark.parametrize(
+    ("call", "field"),
+    [
+        (lambda tools: tools.list_tasks(offset=2**63), "offset"),
+        (lambda tools: tools.list_tasks(recipient="DEV\x00"), "recipient"),
+        (lambda tools: tools.read_task("TASK-20260101-001\x00"), "task_id"),
+        (lambda tools: tools.task_status(LONG_TASK_ID), "task_id"),
+    ],
+    ids=["offset", "recipient", "read_task", "task_status"],
+)
+def test_mcp_tools_answer_bad_arguments_with_the_same_typed_error(
+    sh: Surehand, call: Any, field: str
+) -> None:
+    result = call(Tools(sh))
+    assert result.is_error
+    error = result.structured_content["error"]
+    assert (error["code"], error["field"]) == ("invalid_request", field)
