@@ -6,10 +6,11 @@ The command agent starts this as the leader of a new session, so its pid is the 
 id, and PROGRAM (its child) and everything PROGRAM starts share that group. When the worker
 process PID goes away, this process SIGKILLs the whole group, itself included:
 
-- on Linux, ``PR_SET_PDEATHSIG`` delivers SIGHUP at once when the *thread* that started this
+- on Linux, ``PR_SET_PDEATHSIG`` delivers a signal at once when the *thread* that started this
   process exits. That thread is the session's own, which waits for the group until it is gone,
   so it only exits first when the worker process dies (SIGKILL, ``os._exit``) — the case this
-  is for. (A pool thread that outlives the session is not the problem: it waits for the group.)
+  is for. (Were that thread ever to end while the process lives on, its session would be over
+  too, with nobody left to wait for the group: killing it is right then as well.)
 - everywhere, a watchdog checks every ``WATCH_SECONDS`` that the parent is still PID (an orphan
   is re-parented to init or a subreaper). It also covers a parent that died before
   ``PR_SET_PDEATHSIG`` was set, and systems without it.
@@ -32,7 +33,9 @@ import time
 from collections.abc import Sequence
 
 WATCH_SECONDS = 0.1
-DEATH_SIGNAL = signal.SIGHUP
+# The parent-death signal: a real-time one, which no program sends its group by habit (as some
+# do SIGHUP to reload), so that receiving it always means the worker's side is gone.
+DEATH_SIGNAL: int = signal.SIGRTMIN + 2 if hasattr(signal, "SIGRTMIN") else signal.SIGHUP
 _PR_SET_PDEATHSIG = 1
 EXIT_CANNOT_RUN = 127  # what a shell exits with for a program it cannot find
 
