@@ -16,9 +16,7 @@ from contextlib import contextmanager
 from typing import Any
 
 import pytest
-from sqlalchemy import Connection, create_engine, text
-from sqlalchemy.engine import make_url
-from sqlalchemy.pool import NullPool
+from sqlalchemy import Connection
 
 from surehand.agents.context import EffectResult, SessionContext
 from surehand.dispatcher import sessions as sessions_module
@@ -37,6 +35,7 @@ from surehand.model import (
     RetryPolicy,
 )
 from surehand.store import Store, attempts
+from tests.procs import terminate_backends
 from tests.recovery_helpers import GRACE_SECONDS, Rig, rig
 
 __all__ = ["rig"]  # fixture
@@ -173,21 +172,6 @@ def test_a_write_the_store_did_not_confirm_is_repeated_and_the_session_settles_o
     assert rig.cases_of(task_id) == []
 
 
-def kill_connections(url: str) -> int:
-    """``pg_terminate_backend`` every other connection to the test database (the store's pooled
-    ones among them), as the operators' chaos rounds did."""
-    admin = create_engine(make_url(url), poolclass=NullPool, isolation_level="AUTOCOMMIT")
-    with admin.connect() as connection:
-        killed = connection.execute(
-            text(
-                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
-                "WHERE datname = current_database() AND pid <> pg_backend_pid()"
-            )
-        ).scalar_one()
-    admin.dispose()
-    return int(killed)
-
-
 @pytest.mark.parametrize("store", ["postgres"], indirect=True)
 @pytest.mark.parametrize("before", ["intent", "outcome", "settle"])
 def test_postgres_connections_killed_under_a_session_write_are_replaced_and_it_settles(
@@ -201,7 +185,7 @@ def test_postgres_connections_killed_under_a_session_write_are_replaced_and_it_s
 
     def kill(point: str) -> None:
         if point == before:
-            kills.append(kill_connections(store.url))
+            kills.append(terminate_backends(store.url))
 
     def agent(ctx: SessionContext) -> str:
         kill("intent")
