@@ -16,9 +16,11 @@ from typing import Any
 
 import httpx
 import pytest
+from sqlalchemy import update
 
 from surehand.facade import Surehand
 from surehand.store import tasks
+from surehand.store.schema import tasks as tasks_table
 from tests.procs import SUREHAND, Proc, spawn, wait_until
 
 pytestmark = pytest.mark.slow
@@ -49,8 +51,11 @@ def events(proc: Proc) -> list[dict[str, Any]]:
     return found
 
 
-def start_up(home: Path, *extra: str) -> tuple[Proc, dict[str, Any]]:
-    proc = spawn(["up", "--json", *extra], env_for(home), home / "up.log")
+def start_up(
+    home: Path, *extra: str, env: dict[str, str] | None = None
+) -> tuple[Proc, dict[str, Any]]:
+    log = home / f"up-{len(list(home.glob('up*.log')))}.log"
+    proc = spawn(["up", "--json", *extra], {**env_for(home), **(env or {})}, log)
 
     def ready() -> bool:
         return proc.returncode is not None or any(e.get("event") == "ready" for e in events(proc))
@@ -128,6 +133,42 @@ def test_up_republishes_waiting_tasks_and_stops_on_sigterm(tmp_path: Path) -> No
     finally:
         code = stop(proc, signal.SIGTERM)
     assert code == 0, proc.output()
+
+
+def test_up_restarts_next_to_an_undispatchable_task_and_runs_the_others(tmp_path: Path) -> None:
+    """Issue 10, finding 4: one stored TASK the queue refused (LEAD-QA) made every start of
+    ``up`` fail with "invalid role code". LEAD-QA is a role like any other now; a TASK whose
+    recipient no rule accepts (older data) is marked and reported, and ``up`` still starts,
+    runs the other TASKs, and starts again."""
+    sh = Surehand(database_url=f"sqlite:///{tmp_path / 'surehand.sqlite3'}")
+    normal, lead, bad = (
+        str(sh.write_task(sender="PM", recipient=role, subject=f"For {role}").task_id)
+        for role in ("QA", "LEAD-QA", "DEV")
+    )
+    with sh.store.transaction() as connection:
+        connection.execute(
+            update(tasks_table).where(tasks_table.c.task_id == bad).values(recipient="lead.qa")
+        )
+    agents = {"SUREHAND_AGENTS": "QA=demo,LEAD-QA=demo"}
+
+    def reviewed() -> bool:
+        return all(sh.get_task(t).bucket.value == "review" for t in (normal, lead))
+
+    for run_number in (1, 2):
+        proc, ready = start_up(tmp_path, "--no-api", env=agents)
+        try:
+            assert ready["roles"] == ["LEAD-QA", "QA"], ready
+            wait_until(reviewed, timeout=60, what="the QA and LEAD-QA TASKs to reach review")
+            marked = sh.get_task(bad)
+            assert marked.dispatch_error is not None, run_number
+            assert marked.dispatch_error.startswith("invalid role code 'lead.qa'")
+        finally:
+            code = stop(proc, signal.SIGTERM)
+        assert code == 0, proc.output()
+    shown = json.loads(run(["show", bad, "--json"], tmp_path).stdout)
+    assert shown["dispatch_note"].startswith("undispatchable: invalid role code 'lead.qa'")
+    assert [e["kind"] for e in shown["history"]].count("dispatch_failed") == 1
+    sh.close()
 
 
 def test_up_demo_follows_a_task_to_its_report(tmp_path: Path) -> None:
