@@ -4,6 +4,12 @@ The program runs in a per-session working directory that holds the TASK as an FC
 file (``TASK.md``), with ``SUREHAND_*`` variables naming the TASK, attempt and store, so that
 ``surehand effect -- <cmd>`` inside it can declare side effects. Its standard output becomes the
 REPORT; a non-zero exit or a timeout fails the attempt (which is never retried blindly).
+
+The program cannot outlive its session: it runs in a process group of its own, led by a
+trampoline that kills the group if the worker process dies (``surehand.agents.reaper``), and the
+whole group is stopped when the session loses its lease, times out, or ends, and on a cold
+shutdown (``surehand.agents.groups``). No program of a later attempt starts on this host while
+an earlier attempt's group of the same TASK is alive (``surehand.agents.group_records``).
 """
 
 from __future__ import annotations
@@ -47,6 +53,17 @@ class CommandAgent:
 
     def __call__(self, ctx: SessionContext) -> str:
         work_dir = self._prepare(ctx)
+        code = self._run(ctx, work_dir)
+        output = _tail(work_dir / "stdout.txt")
+        if code != 0:
+            raise AgentError(
+                f"command exited with {code}: {_tail(work_dir / 'stderr.txt')[-500:]}",
+                exit_code=code,
+            )
+        return output or f"(command exited 0 with no output; see {work_dir})"
+
+    def _run(self, ctx: SessionContext, work_dir: Path) -> int:
+        """Run the program's process group to its end; its exit code."""
         with (
             (work_dir / "stdout.txt").open("wb") as stdout,
             (work_dir / "stderr.txt").open("wb") as stderr,
@@ -56,16 +73,10 @@ class CommandAgent:
                 code = self._wait(group, ctx)
             finally:
                 group.stop()  # whatever the program left running dies with the session
-                superseded = not self.records.release(ctx.task.task_id, ctx.attempt.attempt_id)
-        if superseded:
+                ours = self.records.release(ctx.task.task_id, ctx.attempt.attempt_id)
+        if not ours:
             raise AgentError("a later attempt of this TASK started here; this command was killed")
-        output = _tail(work_dir / "stdout.txt")
-        if code != 0:
-            raise AgentError(
-                f"command exited with {code}: {_tail(work_dir / 'stderr.txt')[-500:]}",
-                exit_code=code,
-            )
-        return output or f"(command exited 0 with no output; see {work_dir})"
+        return code
 
     def _start(
         self, ctx: SessionContext, work_dir: Path, stdout: IO[bytes], stderr: IO[bytes]
