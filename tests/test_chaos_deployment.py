@@ -53,10 +53,12 @@ from surehand.model import (
     Operation,
     OperationState,
     Task,
+    TaskEvent,
 )
 from surehand.store import Store
 from surehand.store import attempts as attempt_rows
 from surehand.store import cases as case_rows
+from surehand.store import events as event_rows
 from surehand.store import operations as operation_rows
 from surehand.store import schema as tables
 from surehand.store import tasks as task_rows
@@ -272,6 +274,7 @@ class TaskRecord:
     operations: list[Operation]
     cases: list[InterruptionCase]
     effects: list[dict[str, Any]]
+    history: list[TaskEvent]
 
     @property
     def task_id(self) -> str:
@@ -345,8 +348,14 @@ class TaskRecord:
         ledger = ", ".join(f"{e['name']}@{e['attempt']}" for e in self.effects)
         return (
             f"{self.task_id} {self.task.bucket.value}{hold}; attempts: {tries or '-'}; "
-            f"cases: {found or '-'}; operations: {ops or '-'}; ledger: {ledger or '-'}"
+            f"cases: {found or '-'}; operations: {ops or '-'}; ledger: {ledger or '-'}\n"
+            f"      history: {' '.join(_event(e) for e in self.history)}"
         )
+
+
+def _event(event: TaskEvent) -> str:
+    move = f"{event.from_bucket}->{event.to_bucket}" if event.to_bucket else ""
+    return f"{event.kind.value}({event.action or ''}{move} #{event.epoch or '-'})"
 
 
 def read_records(store: Store, effects: dict[str, list[dict[str, Any]]]) -> list[TaskRecord]:
@@ -362,6 +371,7 @@ def record_of(connection: Connection, task: Task, effects: list[dict[str, Any]])
         operations=operation_rows.for_task(connection, task.task_id),
         cases=case_rows.for_task(connection, task.task_id),
         effects=effects,
+        history=event_rows.history(connection, task.task_id),
     )
 
 
