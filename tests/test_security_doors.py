@@ -137,7 +137,7 @@ def test_host_rule_parsing() -> None:
 def test_mcp_http_uses_the_same_host_rule(sh: Surehand) -> None:
     rule = HostRule.from_settings(sh.settings)
     mcp = http_app(build_server(sh), Authenticator(sh.settings), rule)
-    with TestClient(mcp, base_url="http://127.0.0.1") as http:  # type: ignore[arg-type]
+    with TestClient(mcp, base_url="http://127.0.0.1") as http:
         rebound = http.post(MCP_PATH, json={}, headers={"Host": "evil.example"})
         bare = http.post(MCP_PATH, json={}, headers={"Host": "127.0.0.1"})  # no port: allowed
     assert rebound.status_code == 421
