@@ -210,6 +210,20 @@ def test_a_publisher_error_other_than_publish_failed_marks_the_task_and_spares_t
     sh.close()
 
 
+def test_a_publisher_error_is_recorded_without_the_credentials_of_a_url_it_quotes(
+    store: Store, clock: ManualClock
+) -> None:
+    error = RuntimeError("cannot reach redis://:hunter2@broker:6379/0 now")
+    sh = hand(store, clock, publisher=raising_for("boom", error))
+
+    task_id = submit(sh, subject="boom")
+
+    recorded = sh.get_task(task_id).dispatch_error
+    assert recorded == "publishing failed: RuntimeError: cannot reach redis://***@broker:6379/0 now"
+    assert "hunter2" not in str(events_of(store, task_id, EventKind.DISPATCH_FAILED))
+    sh.close()
+
+
 def test_publish_failed_is_retried_by_the_next_sweep_without_a_mark(
     store: Store, clock: ManualClock
 ) -> None:

@@ -14,6 +14,7 @@ TASKs no worker has claimed for that long (:func:`unclaimed_roles`).
 from __future__ import annotations
 
 import logging
+import re
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -27,6 +28,9 @@ from surehand.store import events, tasks
 log = logging.getLogger(__name__)
 
 MAX_ERROR = 1000  # characters of a publisher's error kept in dispatch_error
+# The error is shown to the TASK's tenant (tasks, show, the API): never the credentials of a URL
+# an exception message may quote ("redis://:secret@host" -> "redis://***@host").
+_CREDENTIALS = re.compile(r"://[^/\s@]*@")
 
 
 @dataclass(frozen=True)
@@ -56,8 +60,11 @@ def _undispatchable_reason(services: Services, task: Task) -> tuple[str, str] | 
     except PublishFailed:
         raise
     except Exception as exc:  # any other publisher error: contain it, never stop the sweep
-        log.exception("publishing %s raised; marking it undispatchable", task.task_id)
-        return "publish_error", f"publishing failed: {type(exc).__name__}: {exc}"[:MAX_ERROR]
+        # The traceback only at DEBUG: its message may quote a URL with credentials (_mark
+        # logs the redacted error).
+        log.debug("publishing %s raised", task.task_id, exc_info=True)
+        text = _CREDENTIALS.sub("://***@", f"{type(exc).__name__}: {exc}")
+        return "publish_error", f"publishing failed: {text}"[:MAX_ERROR]
     return None
 
 
