@@ -473,3 +473,17 @@ def test_rework_a_running_session_and_a_held_task_are_not_stranded(rig: Rig) -> 
     assert rig.cases_of(running) == []
     assert len(rig.cases_of(held)) == 1
     assert rig.sh.run_session(rework).outcome == "settled"  # rework keeps its own path
+
+
+def test_a_stranded_task_rescued_by_two_reconcilers_at_once_is_held_once(rig: Rig) -> None:
+    task_id = strand(rig, AttemptState.INTERRUPTED, AttemptCause.STORE_UNAVAILABLE, ops=[{}])
+    [attempt] = rig.attempts(task_id)
+
+    # The second pass read the TASK as stranded before the first opened and decided its case.
+    first = rig.sh.recovery.open_case(attempt, by="reconciler", undecided_only=True)
+    second = rig.sh.recovery.open_case(attempt, by="reconciler", undecided_only=True)
+
+    assert first == second
+    assert first.admission is Admission.HOLD_FOR_REVIEW
+    assert len(rig.events(task_id, EventKind.HOLD)) == 1
+    assert len(rig.events(task_id, EventKind.ADMISSION)) == 1

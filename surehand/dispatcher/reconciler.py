@@ -233,7 +233,7 @@ class Reconciler:
             )
             report.stranded += 1
             try:
-                case = self.recovery.open_case(attempt, by=RECONCILER)
+                case = self.recovery.open_case(attempt, by=RECONCILER, undecided_only=True)
             except StaleDecision:
                 continue  # the case is open; the TASK moved meanwhile: the next pass decides
             self._count(case, report)

@@ -21,7 +21,7 @@ from datetime import datetime, timedelta
 from sqlalchemy import Connection
 
 from surehand.config import Settings
-from surehand.dispatcher.admission import Admitter
+from surehand.dispatcher.admission import Admitter, Unset
 from surehand.dispatcher.context import Services
 from surehand.dispatcher.lifecycle import approvers
 from surehand.errors import (
@@ -120,14 +120,20 @@ class Recovery:
             self._insert_case(connection, attempt, now)
         return self.admitter.admit(case_id_for(attempt), decided_by=by, seen_decided_at=None)
 
-    def open_case(self, attempt: Attempt, *, by: str) -> InterruptionCase:
-        """Open (or find) the case of an interrupted attempt and run admission on it."""
+    def open_case(
+        self, attempt: Attempt, *, by: str, undecided_only: bool = False
+    ) -> InterruptionCase:
+        """Open (or find) the case of an interrupted attempt and run admission on it.
+
+        ``undecided_only``: a case that a concurrent caller decided meanwhile keeps that
+        decision (two reconciler passes at once decide, and hold, once)."""
         try:
             with self.services.store.transaction() as connection:
                 self._insert_case(connection, attempt, self.services.clock.now())
         except DuplicateKey:
             pass  # a concurrent request opened it first: one case per attempt
-        return self.admitter.admit(case_id_for(attempt), decided_by=by)
+        seen: Unset | None = None if undecided_only else Unset.ANY
+        return self.admitter.admit(case_id_for(attempt), decided_by=by, seen_decided_at=seen)
 
     @staticmethod
     def _insert_case(connection: Connection, attempt: Attempt, now: datetime) -> None:
