@@ -23,7 +23,7 @@ from prometheus_client import REGISTRY
 from sqlalchemy import update
 
 from surehand.api import create_app
-from surehand.cli.dispatch_check import check_dispatch
+from surehand.cli.dispatch_check import _served_queues, check_dispatch
 from surehand.config import Settings
 from surehand.dispatcher import dispatch
 from surehand.errors import PublishFailed
@@ -33,7 +33,7 @@ from surehand.serving import BackgroundServer
 from surehand.store import Store
 from surehand.store.schema import tasks as tasks_table
 from surehand.testing import ManualClock
-from tests.procs import SUREHAND
+from tests.procs import SUREHAND, private_redis, running, start_worker
 from tests.session_helpers import events_of
 
 BACK_OFF_S = 60.0
@@ -372,3 +372,26 @@ def test_tasks_show_and_check_report_the_undispatchable_task_and_the_unserved_ro
 def test_check_says_nothing_about_dispatch_when_all_is_well(store: Store) -> None:
     settings = Settings.model_validate({"database_url": store.url})
     assert check_dispatch(settings) == []
+
+
+@pytest.mark.slow
+def test_check_asks_running_workers_which_queues_they_consume(tmp_path: Path) -> None:
+    """With a shared broker, check names the queue no running worker consumes (Celery inspect
+    answered by a real `surehand worker` serving OPS), instead of guessing."""
+    url = f"sqlite:///{tmp_path / 'surehand.sqlite3'}"
+    store = Store(url)
+    store.ensure_schema()
+    unpublished(store, ManualClock(datetime.now(UTC) - timedelta(hours=1)), "NOBODY")
+    store.dispose()
+    with private_redis(tmp_path) as broker:
+        env = {**os.environ, "SUREHAND_DATABASE_URL": url, "SUREHAND_BROKER_URL": broker.url}
+        env |= {"SUREHAND_REDIS_URL": broker.url, "SUREHAND_AGENTS": "OPS=demo"}
+        settings = Settings.model_validate({"database_url": url, "broker_url": broker.url})
+        assert _served_queues(settings) is None  # no worker answered: nothing is claimed
+        with running(start_worker(env, tmp_path / "worker.log", roles="OPS")):
+            served = _served_queues(settings)
+            [finding] = check_dispatch(settings)
+    assert served is not None
+    assert "surehand.OPS" in served
+    assert finding.name == "role NOBODY"
+    assert "no running worker consumes surehand.NOBODY (asked Celery inspect)" in finding.detail

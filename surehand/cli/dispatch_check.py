@@ -94,7 +94,8 @@ def _queue(role: str) -> str:
 
 def _served_queues(settings: Settings) -> set[str] | None:
     """Queue names running workers consume (Celery inspect), or None where that cannot be
-    known: no shared broker (``up``'s in-process queue), or the broker did not answer."""
+    known: no shared broker (``up``'s in-process queue), the broker did not answer, or no
+    worker did (none runs, or their remote control is off: either way, say nothing sure)."""
     if not settings.broker_url or settings.broker_url.startswith(MEMORY_BROKER.rstrip("/")):
         return None
     app = make_celery(settings)
@@ -104,4 +105,6 @@ def _served_queues(settings: Settings) -> set[str] | None:
         return None
     finally:
         app.close()
+    if not replies:
+        return None
     return {queue["name"] for queues in replies.values() for queue in queues}
