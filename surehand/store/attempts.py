@@ -11,7 +11,16 @@ from collections.abc import Iterator, Sequence
 from datetime import datetime
 from typing import Any, NamedTuple
 
-from sqlalchemy import Connection, Row, bindparam, exists, func, select, update
+from sqlalchemy import (
+    Connection,
+    Row,
+    bindparam,
+    exists,
+    func,
+    literal_column,
+    select,
+    update,
+)
 from sqlalchemy import insert as sql_insert
 
 from surehand.model import Attempt, AttemptCause, AttemptState, Bucket
@@ -312,8 +321,10 @@ _STRANDED = (
     .join(tasks, (tasks.c.task_id == attempts.c.task_id) & (attempts.c.number == tasks.c.epoch))
     .where(
         # These two conditions are the predicate of ix_tasks_active_unheld: the scan reads only
-        # the TASKs in flight.
-        tasks.c.bucket == Bucket.ACTIVE.value,
+        # the TASKs in flight. A literal, not a parameter: Postgres uses a partial index only
+        # when the query's own text implies its predicate (a prepared statement's generic plan
+        # cannot know what a parameter will hold).
+        tasks.c.bucket == literal_column(f"'{Bucket.ACTIVE.value}'"),
         tasks.c.hold_case_id.is_(None),
         attempts.c.state.not_in(_SETTLED_OR_RUNNING),
         ~exists().where(interruption_cases.c.interrupted_attempt_id == attempts.c.attempt_id),
