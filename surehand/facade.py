@@ -481,8 +481,16 @@ class Surehand:
 
 
 def _close_all(closers: list[Callable[[], None]]) -> None:
+    # Each closer runs even if one before it failed (a Redis already gone must not keep the
+    # database pools open); the first failure is raised afterwards.
+    failure: Exception | None = None
     for close in closers:
-        close()
+        try:
+            close()
+        except Exception as error:
+            failure = failure or error
+    if failure is not None:
+        raise failure
 
 
 def _close_celery(app: Celery) -> None:

@@ -105,6 +105,20 @@ def test_close_and_the_context_manager_release_the_connections(own_db: str) -> N
     assert settles_to(own_db, idle) == idle
 
 
+def test_a_closer_that_fails_does_not_keep_the_database_connections(own_db: str) -> None:
+    idle = connections(own_db)
+    sh = Surehand(own_db, tenant=TENANT)
+    use(sh, "failing-closer")
+
+    def unreachable() -> None:
+        raise ConnectionError("redis is gone")
+
+    sh._closers.insert(0, unreachable)  # say the Redis client's close fails first
+    with pytest.raises(ConnectionError):
+        sh.close()
+    assert settles_to(own_db, idle) == idle
+
+
 def test_64_threads_each_with_its_own_instance_all_succeed_on_one_set_of_pools(
     own_db: str,
 ) -> None:
