@@ -1,8 +1,8 @@
 """A ``Surehand`` releases its connections: on ``close()``, as a context manager, and when it is
 dropped without either; instances in one process share one set of pools per database.
 
-Postgres only (a SQLite connection is an in-process file, not a server backend). Connections are
-counted in ``pg_stat_activity`` for a database of this module's own, so that other tests and
+Connections are counted on Postgres (a SQLite connection is an in-process file, not a server
+backend), in ``pg_stat_activity`` for a database of this module's own, so that other tests and
 other runs on the same server never change the count.
 """
 
@@ -15,8 +15,10 @@ import subprocess
 import sys
 import threading
 import time
+import weakref
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import pytest
 from sqlalchemy import create_engine, text
@@ -90,6 +92,17 @@ def test_instances_dropped_without_close_release_their_connections(own_db: str) 
         del sh
     gc.collect()  # the facade's publisher and services refer to each other: a cycle
     assert settles_to(own_db, idle) == idle
+
+
+def test_nothing_keeps_a_dropped_instances_engines_alive(tmp_path: Path) -> None:
+    """Any backend: once the last instance on a URL is dropped, its engines are garbage (the
+    fork hook held every engine ever made, and with it the pooled connections)."""
+    sh = Surehand(f"sqlite:///{tmp_path / 'dropped.sqlite3'}", tenant=TENANT)
+    use(sh, "weak-1")
+    engine = weakref.ref(sh.store.engine)
+    del sh
+    gc.collect()
+    assert engine() is None
 
 
 def test_close_and_the_context_manager_release_the_connections(own_db: str) -> None:
