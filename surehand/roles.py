@@ -14,9 +14,11 @@ import re
 
 from surehand.model import SYSTEM
 
+_ROLE_BODY = r"[A-Z][A-Z0-9_]*(-[A-Z0-9_]+)*"
 # Anchored with \A...\Z, not ^...$: ``$`` also matches before a trailing newline, which let
 # "DEV\n" through ``.match``.
-ROLE_RE = re.compile(r"\A[A-Z][A-Z0-9_]*(-[A-Z0-9_]+)*\Z")
+ROLE_RE = re.compile(rf"\A{_ROLE_BODY}\Z")
+ROLE_PATTERN = f"^{_ROLE_BODY}$"  # the same rule as a JSON Schema / OpenAPI pattern
 MAX_ROLE = 32
 ROLE_RULE = f"[A-Z][A-Z0-9_]* with optional -PART suffixes, at most {MAX_ROLE} characters"
 

@@ -18,14 +18,15 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSche
 from surehand import requests
 from surehand.model import Action, ReportStatus
 from surehand.requests import MAX_BODY_BYTES, check_role
+from surehand.roles import MAX_ROLE
+from surehand.roles import ROLE_PATTERN as ROLE_PATTERN  # re-exported for routes.py
 
-ROLE_PATTERN = r"^[A-Z][A-Z0-9_]*(-[A-Z0-9_]+)*$"
 ID_PATTERN = r"^[A-Za-z0-9._:-]{1,255}$"
 TASK_ID_PATTERN = r"^TASK-[0-9]{8}-[0-9]{3,}$"
 ROLE_SCHEMA: dict[str, Any] = {
     "type": "string",
     "pattern": ROLE_PATTERN,
-    "maxLength": 32,
+    "maxLength": MAX_ROLE,
     "description": "A role code such as PM, DEV or LEAD-QA (SYSTEM is reserved).",
 }
 ID_SCHEMA: dict[str, Any] = {"type": "string", "pattern": ID_PATTERN, "maxLength": 255}
