@@ -110,8 +110,8 @@ class Settings(BaseSettings):
     metrics_token: str = Field(
         "",
         description="Bearer token for /metrics (the API's and a worker's metrics port). With "
-        "SUREHAND_API_TOKENS set, /metrics needs this token or an ADMIN principal's token; "
-        "without API tokens (loopback only) it is open unless this is set.",
+        "SUREHAND_API_TOKENS set, the API's /metrics (which counts every tenant's TASKs) answers "
+        "only this token; without API tokens (loopback only) it is open unless this is set.",
     )
     mcp_transport: str = Field(
         "stdio", description="`surehand mcp` transport: stdio (agent hosts) or http."

@@ -19,8 +19,9 @@ Where each number is counted:
   (:class:`TaskCounts`), so it is the same number in every API process (a gauge, not a sum).
 
 Tenant labels appear only on ``surehand_tasks``; since they show each tenant's volume, the API
-serves ``/metrics`` to the operator only (``SUREHAND_METRICS_TOKEN`` or an ADMIN token) once it
-has API tokens. A worker's metrics port asks for ``SUREHAND_METRICS_TOKEN`` when it is set.
+serves ``/metrics`` to the operator only (``SUREHAND_METRICS_TOKEN``, never a tenant's API
+token) once it has API tokens. A worker's metrics port asks for ``SUREHAND_METRICS_TOKEN`` when
+it is set.
 """
 
 from __future__ import annotations

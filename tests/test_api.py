@@ -69,7 +69,7 @@ def serve(store: Store, **settings: object) -> Iterator[Served]:
 
 @pytest.fixture
 def api(store: Store) -> Iterator[Served]:
-    yield from serve(store, api_tokens=TOKENS)
+    yield from serve(store, api_tokens=TOKENS, metrics_token="tok-metrics")
 
 
 def post_task(
@@ -358,8 +358,8 @@ def test_docs_health_and_metrics(api: Served) -> None:
         health = client.get("/healthz")
         with api.client() as authed:
             post_task(authed, "m-1")
-        with api.client("tok-admin") as admin:  # /metrics is the operator's (every tenant)
-            metrics = admin.get("/metrics")
+        with api.client("tok-metrics") as scraper:  # /metrics is the operator's (every tenant)
+            metrics = scraper.get("/metrics")
     assert docs.status_code == 200
     assert "swagger" in docs.text.lower()
     assert "/v1/tasks" in spec["paths"]

@@ -98,8 +98,9 @@ def _add_operations(app: FastAPI) -> None:
                 401,
                 403,
                 421,
-                s401="With API tokens: send SUREHAND_METRICS_TOKEN or an ADMIN token.",
-                s403="The token is not an ADMIN's (or the Origin is refused).",
+                s401="With API tokens or SUREHAND_METRICS_TOKEN set: send that token.",
+                s403="An API token (any tenant's) is not the metrics token (or the Origin is "
+                "refused).",
             ),
         },
     )
@@ -148,7 +149,7 @@ def health_details(request: Request, _admin: AdminDep) -> JSONResponse:
 def metrics_endpoint(request: Request) -> Response:
     """Prometheus metrics of this process, and TASKs by tenant and bucket from the database.
 
-    Open on a loopback API without tokens; otherwise SUREHAND_METRICS_TOKEN or an ADMIN's token.
+    Open on a loopback API without tokens; otherwise SUREHAND_METRICS_TOKEN only.
     """
     check_metrics_reader(request)
     payload, content_type = metrics.exposition(request.app.state.store_metrics)

@@ -64,18 +64,22 @@ AdminDep = Annotated[Principal, Depends(get_admin)]
 def check_metrics_reader(request: Request) -> None:
     """Let the caller read /metrics, or raise AuthError (401) / Forbidden (403).
 
-    Open on a loopback API without tokens (every caller is the local ADMIN there) unless
-    SUREHAND_METRICS_TOKEN is set; otherwise that token or an ADMIN principal's token.
+    /metrics is the operator's: it counts every tenant's TASKs. Open on a loopback API without
+    tokens (every caller is the local ADMIN there) unless SUREHAND_METRICS_TOKEN is set; once
+    API tokens exist only that token reads it, since each API token is one tenant's principal.
     """
     auth: Authenticator = request.app.state.auth
     token: str = request.app.state.surehand.settings.metrics_token
     header = request.headers.get("authorization")
     if metrics.token_matches(token, header) or (auth.open and not token):
         return
-    if auth.open:
+    if auth.open or not header:
         raise AuthError("send Authorization: Bearer <SUREHAND_METRICS_TOKEN> for /metrics")
-    if auth.authenticate(header).role != ADMIN:
-        raise Forbidden("/metrics shows every tenant's volume: SUREHAND_METRICS_TOKEN or ADMIN")
+    auth.authenticate(header)  # an unknown token is 401, like everywhere
+    raise Forbidden(
+        "/metrics counts every tenant's TASKs, so no tenant's token reads it: send "
+        "SUREHAND_METRICS_TOKEN (set it on the API to scrape)"
+    )
 
 
 def submission_id(header: str | None, in_body: str | None) -> str | None:
