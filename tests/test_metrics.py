@@ -16,7 +16,7 @@ from surehand.agents.context import SessionContext
 from surehand.config import Settings
 from surehand.dispatcher.claims import claim
 from surehand.facade import Surehand
-from surehand.metrics import exposition
+from surehand.metrics import MAX_TENANT_LABELS, OTHER_TENANTS, _cap_tenants, exposition
 
 
 def sample(name: str, **labels: str) -> float:
@@ -100,3 +100,15 @@ def test_exposition_names_every_metric() -> None:
         "surehand_reconcile_pass_seconds",
     ):
         assert f"# HELP {name}" in text
+
+
+def test_task_counts_keep_tenant_labels_bounded() -> None:
+    """surehand_tasks{tenant,bucket}: the largest tenants keep a label, the rest sum as _other."""
+    rows = [(f"t{i:03d}", "inbox", i + 1) for i in range(MAX_TENANT_LABELS + 50)]
+    rows.append(("t149", "done", 5))
+    counts = _cap_tenants(rows)
+    tenants = {tenant for tenant, _bucket in counts}
+    assert len(tenants) == MAX_TENANT_LABELS + 1
+    assert counts[("t149", "done")] == 5
+    assert counts[(OTHER_TENANTS, "inbox")] == sum(range(1, 51))
+    assert sum(counts.values()) == sum(count for _t, _b, count in rows)
