@@ -40,7 +40,9 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
-from sqlalchemy import Connection, select
+from sqlalchemy import Connection, create_engine, select
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.pool import NullPool
 
 from surehand.errors import StoreUnavailable
 from surehand.model import (
@@ -249,7 +251,7 @@ class Deployment:
         effects = defaultdict(list)
         for effect in read_effects(self.chaos.effects_path):
             effects[effect["task_id"]].append(effect)
-        return retrying(lambda: read_records(self.chaos.store, effects))
+        return retrying(lambda: read_records(self.chaos.store.url, effects))
 
 
 def retrying(call: Callable[[], T], tries: int = 10) -> T:
@@ -257,7 +259,7 @@ def retrying(call: Callable[[], T], tries: int = 10) -> T:
     for _ in range(tries - 1):
         try:
             return call()
-        except StoreUnavailable:
+        except (StoreUnavailable, DBAPIError):
             time.sleep(0.2)
     return call()
 
@@ -358,10 +360,17 @@ def _event(event: TaskEvent) -> str:
     return f"{event.kind.value}({event.action or ''}{move} #{event.epoch or '-'})"
 
 
-def read_records(store: Store, effects: dict[str, list[dict[str, Any]]]) -> list[TaskRecord]:
-    with store.snapshot() as connection:
-        listed = task_rows.list_tasks(connection, tenant=None, limit=100_000)
-        return [record_of(connection, task, effects.get(task.task_id, [])) for task in listed]
+def read_records(url: str, effects: dict[str, list[dict[str, Any]]]) -> list[TaskRecord]:
+    """Every TASK's records as of one moment: a REPEATABLE READ transaction, on a connection of
+    its own. (Under READ COMMITTED each statement sees a newer moment: a TASK listed in
+    ``active`` whose settle commits before its attempts are read would look stranded.)"""
+    engine = create_engine(url, poolclass=NullPool, isolation_level="REPEATABLE READ")
+    try:
+        with engine.connect() as connection, connection.begin():
+            listed = task_rows.list_tasks(connection, tenant=None, limit=100_000)
+            return [record_of(connection, task, effects.get(task.task_id, [])) for task in listed]
+    finally:
+        engine.dispose()
 
 
 def record_of(connection: Connection, task: Task, effects: list[dict[str, Any]]) -> TaskRecord:
