@@ -356,7 +356,7 @@ class TaskRecord:
 
 
 def _event(event: TaskEvent) -> str:
-    move = f"{event.from_bucket}->{event.to_bucket}" if event.to_bucket else ""
+    move = f" {event.from_bucket or '-'}->{event.to_bucket}" if event.to_bucket else ""
     return f"{event.kind.value}({event.action or ''}{move} #{event.epoch or '-'})"
 
 
