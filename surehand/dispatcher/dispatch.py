@@ -48,7 +48,7 @@ def back_off(services: Services) -> timedelta:
     return timedelta(seconds=services.settings.republish_after_seconds)
 
 
-def _undispatchable_reason(services: Services, task: Task) -> tuple[str, str] | None:
+def _try_publish(services: Services, task: Task) -> tuple[str, str] | None:
     """Publish ``task``; None when published, else (metric reason, error) of a failure a retry
     would repeat. ``PublishFailed`` (broker unreachable: retryable) propagates."""
     problem = role_problem(task.fields.recipient)
@@ -85,7 +85,8 @@ def _mark(services: Services, task: Task, reason: str, error: str) -> None:
             )
             events.insert(connection, row)
     if task.dispatch_error != error:
-        log.error("%s cannot be dispatched (%s); skipped until %s", task.task_id, error, now)
+        retry = now + back_off(services)
+        log.error("%s cannot be dispatched (%s); tried again after %s", task.task_id, error, retry)
 
 
 def _cleared(services: Services, task: Task) -> None:
@@ -123,7 +124,7 @@ def _publish(services: Services, task_id: str, *buckets: Bucket, force: bool = F
     if not force and _backing_off(services, task):
         return False
     try:
-        failure = _undispatchable_reason(services, task)
+        failure = _try_publish(services, task)
     except PublishFailed:
         metrics.observe_dispatch_failure("publish_failed")
         log.warning("publishing %s failed; the next sweep or reconciler pass retries", task_id)
