@@ -487,3 +487,21 @@ def test_a_stranded_task_rescued_by_two_reconcilers_at_once_is_held_once(rig: Ri
     assert first.admission is Admission.HOLD_FOR_REVIEW
     assert len(rig.events(task_id, EventKind.HOLD)) == 1
     assert len(rig.events(task_id, EventKind.ADMISSION)) == 1
+
+
+def test_a_task_whose_report_was_reconciled_from_records_can_be_sent_back_for_rework(
+    rig: Rig, faults: Faults
+) -> None:
+    """The reconciled REPORT settled the interrupted attempt: a reject is rework, and the TASK
+    runs again instead of sitting in active with neither a successor nor a case to admit one."""
+    task_id = interrupted_at(rig, faults, "settle_returned")
+    rig.reconcile()
+    assert rig.task(task_id).bucket is Bucket.REVIEW
+    rig.sh.transition(task_id, Action.REJECT, actor="PM", reason="add the receipt number")
+
+    outcome = rig.sh.run_session(task_id)
+
+    assert (outcome.outcome, outcome.attempt) == ("settled", 2)
+    assert len(rig.cases_of(task_id)) == 1
+    assert len(rig.ledger.of(task_id)) == 1  # the charge is replayed from its record
+    assert rig.reconcile().stranded == 0

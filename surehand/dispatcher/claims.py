@@ -103,11 +103,19 @@ def claim(
 
 def _is_rework(connection: Connection, task: Task) -> bool:
     """Durable state, not the caller, says whether an ``active`` TASK awaits rework: its last
-    attempt settled (succeeded) and an approver sent it back (reject or reopen) since."""
+    attempt settled -- it succeeded, or it was interrupted and admission wrote its REPORT from
+    the records (``reconcile_only``) -- and an approver sent it back (reject or reopen) since."""
     if task.epoch == 0 or task.hold is not None:
         return False
     last = attempts.current(connection, task.task_id)
-    return last is not None and last.state is AttemptState.SUCCEEDED
+    if last is None or last.state is AttemptState.SUCCEEDED:
+        return last is not None
+    case = cases.for_attempt(connection, last.attempt_id)
+    return (
+        case is not None
+        and case.state is CaseState.RESOLVED
+        and case.admission is Admission.RECONCILE_ONLY
+    )
 
 
 def _start_attempt(
