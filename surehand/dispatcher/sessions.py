@@ -5,10 +5,10 @@ matches nothing is rolled back, leaves a ``stale_owner_fenced`` event naming the
 (in a transaction of its own, so that it survives the rollback) and raises ``StaleOwner``.
 
 A write the store could not confirm (``StoreUnavailable``: a killed connection, a failover) is
-repeated a bounded number of times with backoff (:func:`retrying`); every write repeated that
-way is safe to repeat, because its earlier try either rolled back or committed exactly what the
-repeat would (the repeat recognises that and writes nothing). When the retries run out the
-session is *interrupted*, never failed: :class:`SessionInterrupted`.
+repeated a bounded number of times with backoff (:meth:`Session.retrying`). Every write
+repeated that way is safe to repeat, because its earlier try either rolled back or committed
+exactly what the repeat would (the repeat recognises that and writes nothing). When the
+retries run out the session is *interrupted*, never failed: :class:`SessionInterrupted`.
 """
 
 from __future__ import annotations
