@@ -82,8 +82,18 @@ class Settings(BaseSettings):
         "process that has a probe an open intent names but this process lacks, before it holds "
         "the TASK for review.",
     )
-    command_agent: str = Field("", description="Program the built-in command agent runs.")
+    command_agent: str = Field(
+        "",
+        description="Program the built-in command agent runs: a command line, or the presets "
+        "claude or codex (each optionally followed by more arguments for that CLI).",
+    )
     command_timeout_seconds: float = Field(3600.0, gt=0, description="Command agent timeout.")
+    session_mcp: bool = Field(
+        True,
+        description="Offer each command agent's session an MCP server on 127.0.0.1 (effect_begin, "
+        "effect_end, report, progress, recovery_brief) through SUREHAND_MCP_URL, "
+        "SUREHAND_MCP_TOKEN and the .mcp.json / .codex/config.toml files of its directory.",
+    )
     work_dir: Path = Field(Path(".surehand/sessions"), description="Per-session directories.")
     fcop_dir: Path | None = Field(None, description="If set, mirror TASK/REPORT files here.")
     api_tokens: str = Field(

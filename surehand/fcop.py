@@ -131,3 +131,44 @@ def render_report(report: Report, *, thread_key: str = "") -> str:
     if report.attempt_id:
         front["attempt_id"] = report.attempt_id
     return _document(front, report.body)
+
+
+def render_recovery(facts: Mapping[str, Any]) -> str:
+    """The "Recovery" section of a successor's TASK file, from a briefing's facts
+    (:meth:`surehand.agents.briefing.Brief.to_dict`, what ``recovery_brief()`` returns)."""
+    lines = [
+        "## Recovery",
+        "",
+        f"This is attempt {facts['attempt']} at {facts['task_id']}. Earlier attempts were "
+        "interrupted; surehand's records say:",
+        "",
+    ]
+    lines += [_interruption_line(case) for case in facts["interruptions"]]
+    lines += ["", "Effects declared by earlier attempts:", ""]
+    lines += [_effect_line(effect) for effect in facts["effects"]] or ["- none were declared"]
+    return "\n".join([*lines, "", f"**{facts['instruction']}**", ""])
+
+
+def _interruption_line(case: Mapping[str, Any]) -> str:
+    line = (
+        f"- attempt {case['attempt']} ({case['case_id']}): effect fact "
+        f"{case['effect_fact'] or 'undecided'}, admission {case['admission'] or 'pending'}"
+    )
+    review = case.get("review")
+    if review:
+        line += (
+            f"; reviewed by {review.get('by')}: effect {review.get('effect')} "
+            f"({review.get('note')})"
+        )
+    return line
+
+
+def _effect_line(effect: Mapping[str, Any]) -> str:
+    line = (
+        f"- **{effect['status']}**: `{effect['name']}` {_scalar(effect['args'])} "
+        f"(operation {effect['operation_id']}, attempt {effect['attempt']}"
+    )
+    for key in ("idempotency_key", "receipt", "confirmed_by", "error"):
+        if effect.get(key):
+            line += f", {key.replace('_', ' ')} {_scalar(effect[key])}"
+    return line + ")"

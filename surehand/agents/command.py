@@ -5,6 +5,13 @@ file (``TASK.md``), with ``SUREHAND_*`` variables naming the TASK, attempt and s
 ``surehand effect -- <cmd>`` inside it can declare side effects. Its standard output becomes the
 REPORT; a non-zero exit or a timeout fails the attempt (which is never retried blindly).
 
+An LLM agent declares its effects itself through the session MCP server
+(``surehand.agents.session_mcp``): the session gets a grant (``SUREHAND_MCP_URL``,
+``SUREHAND_MCP_TOKEN``, ``.mcp.json`` and ``.codex/config.toml`` in its directory) that is
+revoked when the session ends. A successor of an interrupted attempt finds a "Recovery" section
+in its ``TASK.md`` (``surehand.agents.briefing``). ``SUREHAND_COMMAND_AGENT=claude`` or
+``codex`` runs that CLI with a preset command line (``surehand.agents.presets``).
+
 The program cannot outlive its session: it runs in a process group of its own, led by a
 trampoline that kills the group if the worker process dies (``surehand.agents.reaper``), and the
 whole group is stopped when the session loses its lease, times out, or ends, and on a cold
@@ -14,19 +21,29 @@ an earlier attempt's group of the same TASK is alive (``surehand.agents.group_re
 
 from __future__ import annotations
 
+import functools
+import logging
 import os
-import shlex
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import IO
+from typing import IO, TYPE_CHECKING
 
+from surehand.agents.briefing import brief_for
 from surehand.agents.context import SessionContext
 from surehand.agents.group_records import GroupRecord, GroupRecords
 from surehand.agents.groups import AgentGroup
+from surehand.agents.presets import TOKEN_ENV, URL_ENV, Program, program_for, write_mcp_configs
 from surehand.config import Settings
 from surehand.errors import AgentError, ConfigError
-from surehand.fcop import render_task
+from surehand.fcop import render_recovery, render_task
+from surehand.store import Store
+
+if TYPE_CHECKING:
+    from surehand.agents.session_mcp import SessionMcp
+    from surehand.agents.session_tools import Grant
+
+log = logging.getLogger(__name__)
 
 _POLL = 0.1
 MAX_OUTPUT = 512 * 1024
@@ -35,26 +52,67 @@ MAX_OUTPUT = 512 * 1024
 class CommandAgent:
     """Runs ``argv`` once per session; ``timeout`` seconds at most."""
 
-    def __init__(self, argv: Sequence[str], *, settings: Settings, timeout: float) -> None:
+    def __init__(
+        self,
+        argv: Sequence[str],
+        *,
+        settings: Settings,
+        timeout: float,
+        program: Program | None = None,
+    ) -> None:
         if not argv:
             raise ConfigError("the command agent needs a program: set SUREHAND_COMMAND_AGENT")
         self.argv = list(argv)
+        self.program = program or Program(None, self.argv)
         self.settings = settings
         self.timeout = timeout
         self.records = GroupRecords(settings.work_dir)
 
     @classmethod
     def from_settings(cls, settings: Settings) -> CommandAgent:
+        program = program_for(settings.command_agent)
         return cls(
-            shlex.split(settings.command_agent),
+            program.base,
             settings=settings,
             timeout=settings.command_timeout_seconds,
+            program=program,
         )
 
     def __call__(self, ctx: SessionContext) -> str:
-        work_dir = self._prepare(ctx)
-        code = self._run(ctx, work_dir)
-        output = _tail(work_dir / "stdout.txt")
+        mcp = self.mcp
+        grant = mcp.grant(ctx) if mcp is not None else None
+        try:
+            return self._session(ctx, grant)
+        finally:
+            if mcp is not None and grant is not None:
+                mcp.revoke(grant)  # the token dies with the session
+
+    @functools.cached_property
+    def mcp(self) -> SessionMcp | None:
+        """This process's session MCP server (None when turned off or without the mcp extra)."""
+        if not self.settings.session_mcp:
+            return None
+        try:
+            from surehand.agents.session_mcp import SessionMcp
+        except ImportError:
+            log.warning(
+                "command agents get no session MCP server: install surehand[mcp] (or set "
+                "SUREHAND_SESSION_MCP=false to say so)"
+            )
+            return None
+        return SessionMcp.shared(self.settings)
+
+    @functools.cached_property
+    def store(self) -> Store:
+        """The store the briefing of a successor is read from (engines shared per process)."""
+        return Store(
+            self.settings.resolved_database_url(), pool_size=self.settings.database_pool_size
+        )
+
+    def _session(self, ctx: SessionContext, grant: Grant | None) -> str:
+        work_dir = self._prepare(ctx, grant)
+        code = self._run(ctx, work_dir, grant)
+        output = self._report_text(work_dir)
         if code != 0:
             raise AgentError(
                 f"command exited with {code}: {_tail(work_dir / 'stderr.txt')[-500:]}",
@@ -62,13 +120,20 @@ class CommandAgent:
             )
         return output or f"(command exited 0 with no output; see {work_dir})"
 
-    def _run(self, ctx: SessionContext, work_dir: Path) -> int:
+    def _report_text(self, work_dir: Path) -> str:
+        """The program's final message (a preset's report file), else its standard output."""
+        report_file = self.program.report_file
+        if report_file is not None and (text := _tail(work_dir / report_file)):
+            return text
+        return _tail(work_dir / "stdout.txt")
+
+    def _run(self, ctx: SessionContext, work_dir: Path, grant: Grant | None) -> int:
         """Run the program's process group to its end; its exit code."""
         with (
             (work_dir / "stdout.txt").open("wb") as stdout,
             (work_dir / "stderr.txt").open("wb") as stderr,
         ):
-            group = self._start(ctx, work_dir, stdout, stderr)
+            group = self._start(ctx, work_dir, grant, stdout, stderr)
             try:
                 code = self._wait(group, ctx)
             finally:
@@ -79,22 +144,27 @@ class CommandAgent:
         return code
 
     def _start(
-        self, ctx: SessionContext, work_dir: Path, stdout: IO[bytes], stderr: IO[bytes]
+        self,
+        ctx: SessionContext,
+        work_dir: Path,
+        grant: Grant | None,
+        stdout: IO[bytes],
+        stderr: IO[bytes],
     ) -> AgentGroup:
         """Start the program once no earlier attempt's group of this TASK runs on this host."""
         with self.records.slot(ctx.task.task_id) as slot:
             slot.clear_for(ctx.attempt)
             group = AgentGroup.start(
-                self.argv,
+                self.program.argv(grant.url if grant else None),
                 cwd=work_dir,
-                env=self._environment(ctx, work_dir),
+                env=self._environment(ctx, work_dir, grant),
                 stdout=stdout,
                 stderr=stderr,
             )
             slot.write(GroupRecord.of(group, ctx.attempt))
         return group
 
-    def _prepare(self, ctx: SessionContext) -> Path:
+    def _prepare(self, ctx: SessionContext, grant: Grant | None) -> Path:
         work_dir = (ctx.work_dir or self.settings.work_dir / ctx.attempt.attempt_id).resolve()
         work_dir.mkdir(parents=True, exist_ok=True)
         document = render_task(
@@ -103,10 +173,17 @@ class CommandAgent:
             created_at=ctx.task.created_at,
             submission_id=ctx.task.client_submission_id,
         )
+        brief = brief_for(self.store, ctx.task.task_id, ctx.attempt)
+        if brief.interruptions:  # a successor: what its predecessors did, from the records
+            document += "\n" + render_recovery(brief.to_dict())
         (work_dir / "TASK.md").write_text(document, encoding="utf-8")
+        if grant is not None:
+            write_mcp_configs(work_dir, grant.url)
         return work_dir
 
-    def _environment(self, ctx: SessionContext, work_dir: Path) -> dict[str, str]:
+    def _environment(
+        self, ctx: SessionContext, work_dir: Path, grant: Grant | None
+    ) -> dict[str, str]:
         env = dict(os.environ)
         env.update(
             {
@@ -119,6 +196,8 @@ class CommandAgent:
                 "SUREHAND_TENANT": ctx.task.tenant,
             }
         )
+        if grant is not None:
+            env.update({URL_ENV: grant.url, TOKEN_ENV: grant.token})
         return env
 
     def _wait(self, group: AgentGroup, ctx: SessionContext) -> int:

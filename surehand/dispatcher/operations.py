@@ -58,6 +58,36 @@ def run_operation(
     return _perform(session, recorded, effect)
 
 
+def declare_operation(session: Session, declared: Declared) -> int | None:
+    """Commit the intent of an operation whose effect the agent runs itself (the session MCP
+    tool ``effect_begin``): the operation id to settle with :func:`settle_operation`, or None
+    when this TASK already recorded it as succeeded (do not run it again). The same fenced,
+    repeated write as :func:`run_operation`'s intent; ``OperationFailed`` for an unsafe repeat."""
+    recorded = session.retrying(
+        f"operation_intent:{declared.name}", lambda repeat: _declare(session, declared, repeat)
+    )
+    return None if isinstance(recorded, _Recorded) else recorded
+
+
+class ReportedFailure(Exception):
+    """The agent's own account that an effect it ran failed (recorded as the outcome's error)."""
+
+
+def settle_operation(
+    session: Session,
+    operation_id: int,
+    *,
+    value: Any,
+    receipt: str | None,
+    error: str | None,
+) -> None:
+    """Record the outcome of an intent from :func:`declare_operation`: succeeded with ``value``
+    and ``receipt``, or failed with ``error`` (fenced and repeated like :func:`run_operation`'s
+    outcome; a compare-and-set on the open intent)."""
+    failure = ReportedFailure(error) if error is not None else None
+    _settle(session, operation_id, EffectResult(value, receipt), failure)
+
+
 @dataclass(frozen=True)
 class Declared:
     """An operation as the agent declared it."""

@@ -1,0 +1,197 @@
+"""The session MCP server: one per worker process, offered to every command agent's session.
+
+It serves streamable HTTP on 127.0.0.1 at an ephemeral port, in a daemon thread of the process
+that runs the sessions, started with the first session. Each session gets a grant: a random
+bearer token bound to its attempt, and a URL naming its TASK,
+``http://127.0.0.1:PORT/tasks/<task_id>/mcp``. The command agent hands both to its program
+(``SUREHAND_MCP_URL``, ``SUREHAND_MCP_TOKEN``, and MCP config files the agent CLIs read) and
+revokes the grant when the session ends, so a token dies with its attempt.
+
+In front of the MCP app: the Host rule of the other network doors (loopback names only, 421
+otherwise), then the grant check: no known token is 401, a token used on another TASK's URL is
+403, both problem documents. Behind it, every tool call is fenced in the store
+(:mod:`surehand.agents.session_tools`): the token is who may ask, the store's epoch decides
+whether the write applies.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import secrets
+import threading
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import Any, ClassVar
+
+from mcp.server.mcpserver import MCPServer
+from mcp.server.transport_security import TransportSecuritySettings
+from mcp_types import ToolAnnotations
+
+from surehand import __version__, problem
+from surehand.agents.context import SessionContext
+from surehand.agents.session_tools import INSTRUCTIONS, Grant, SessionTools, bearer
+from surehand.config import Settings
+from surehand.dispatcher.context import Services
+from surehand.dispatcher.sessions import Session
+from surehand.hosts import HostAllowlist, HostRule
+from surehand.mcp.tools import SurehandServer, strict_tool
+from surehand.serving import BackgroundServer
+from surehand.store import Store
+
+log = logging.getLogger(__name__)
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Any, Send], Awaitable[None]]
+
+HOST = "127.0.0.1"
+SERVER_NAME = "surehand"  # the name agent CLIs prefix its tools with (mcp__surehand__...)
+MCP_PATH = "/mcp"
+
+
+class Grants:
+    """The live grants of this process, by token (thread-safe)."""
+
+    def __init__(self) -> None:
+        self._by_token: dict[str, Grant] = {}
+        self._lock = threading.Lock()
+
+    def add(self, grant: Grant) -> None:
+        with self._lock:
+            self._by_token[grant.token] = grant
+
+    def revoke(self, grant: Grant) -> None:
+        with self._lock:
+            self._by_token.pop(grant.token, None)
+
+    def get(self, token: str | None) -> Grant | None:
+        with self._lock:
+            return self._by_token.get(token) if token else None
+
+
+class GrantGate:
+    """ASGI: a request must carry a live grant's token, on its own TASK's URL."""
+
+    def __init__(self, app: ASGIApp, grants: Grants) -> None:
+        self.app = app
+        self.grants = grants
+
+    async def __call__(self, scope: Scope, receive: Any, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        grant = self.grants.get(bearer(_header(scope, b"authorization")))
+        task_id = _task_of(scope["path"])
+        if grant is None:
+            await _refuse(send, 401, "unauthorized", "unknown MCP token, or its attempt ended")
+        elif task_id != grant.task_id:
+            await _refuse(send, 403, "forbidden", f"this token acts on {grant.task_id} only")
+        else:
+            await self.app(
+                {**scope, "path": MCP_PATH, "raw_path": MCP_PATH.encode()}, receive, send
+            )
+
+
+def _header(scope: Scope, name: bytes) -> str | None:
+    return next((v.decode("latin-1") for k, v in scope.get("headers", []) if k == name), None)
+
+
+def _task_of(path: str) -> str | None:
+    """``/tasks/<task_id>/mcp`` → the task id, else None."""
+    parts = path.strip("/").split("/")
+    return parts[1] if len(parts) == 3 and parts[0] == "tasks" and parts[2] == "mcp" else None
+
+
+async def _refuse(send: Send, status: int, code: str, detail: str) -> None:
+    body = json.dumps(problem.body(status, code, detail)).encode()
+    headers = [
+        (b"content-type", b"application/problem+json"),
+        (b"content-length", b"%d" % len(body)),
+    ]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+def build_session_server(tools: SessionTools) -> MCPServer[Any]:
+    """The MCP server with the session tools (arguments a tool does not have are refused)."""
+    idempotent = ToolAnnotations(
+        idempotent_hint=True, destructive_hint=False, open_world_hint=False
+    )
+    read_only = ToolAnnotations(read_only_hint=True, open_world_hint=False)
+    listed = [
+        strict_tool(tools.effect_begin, "effect_begin", annotations=idempotent),
+        strict_tool(tools.effect_end, "effect_end", annotations=idempotent),
+        strict_tool(tools.report, "report", annotations=idempotent),
+        strict_tool(tools.progress, "progress", annotations=idempotent),
+        strict_tool(tools.recovery_brief, "recovery_brief", annotations=read_only),
+    ]
+    return SurehandServer(
+        SERVER_NAME,
+        instructions=INSTRUCTIONS,
+        version=__version__,
+        log_level="WARNING",
+        tools=listed,
+    )
+
+
+class SessionMcp:
+    """This process's session MCP server for one store; :meth:`shared` gives the one to use."""
+
+    _shared: ClassVar[dict[str, SessionMcp]] = {}
+    _shared_lock: ClassVar[threading.Lock] = threading.Lock()
+
+    def __init__(self, services: Services) -> None:
+        self.services = services
+        self.grants = Grants()
+        self._server: BackgroundServer | None = None
+        self._lock = threading.Lock()
+
+    @classmethod
+    def shared(cls, settings: Settings) -> SessionMcp:
+        """The server of this process for the store ``settings`` name (created once)."""
+        url = settings.resolved_database_url()
+        with cls._shared_lock:
+            if url not in cls._shared:
+                store = Store(url, pool_size=settings.database_pool_size)
+                cls._shared[url] = cls(Services(store=store, settings=settings))
+            return cls._shared[url]
+
+    def base_url(self) -> str:
+        """``http://127.0.0.1:PORT``, starting the server on first use."""
+        with self._lock:
+            if self._server is None:
+                self._server = BackgroundServer(self.app(), HOST, 0).start()
+                log.info("session MCP server listening on %s", self._server.url)
+            return self._server.url
+
+    def app(self) -> ASGIApp:
+        security = TransportSecuritySettings(enable_dns_rebinding_protection=False)
+        server = build_session_server(SessionTools(self.grants.get))
+        mcp_app = server.streamable_http_app(
+            streamable_http_path=MCP_PATH,
+            stateless_http=True,
+            json_response=True,
+            transport_security=security,
+        )
+        return HostAllowlist(GrantGate(mcp_app, self.grants), HostRule.of(()))
+
+    def grant(self, ctx: SessionContext) -> Grant:
+        """A new grant for ``ctx``'s attempt; revoke it when the session ends."""
+        token = secrets.token_urlsafe(32)
+        session = Session(services=self.services, task=ctx.task, attempt=ctx.attempt)
+        url = f"{self.base_url()}/tasks/{ctx.task.task_id}{MCP_PATH}"
+        grant = Grant(token=token, url=url, session=session, cancelled=lambda: ctx.cancelled)
+        self.grants.add(grant)
+        return grant
+
+    def revoke(self, grant: Grant) -> None:
+        """End ``grant``: its token is refused (401) from now on."""
+        self.grants.revoke(grant)
+
+    def stop(self) -> None:
+        """Stop serving (tests; a worker's server ends with its process)."""
+        with self._lock:
+            if self._server is not None:
+                self._server.stop()
+                self._server = None

@@ -1,0 +1,261 @@
+"""The tools of the session MCP server: an LLM agent declares its own effects and reports.
+
+Every tool acts as the one attempt its bearer token was granted to (:class:`Grant`) and goes
+through the same fenced service calls as ``ctx.operation`` and ``ctx.report``
+(:func:`surehand.dispatcher.operations.declare_operation` and ``settle_operation``,
+``Session.report``): a call from an attempt that no longer owns its TASK is refused with a
+``stale_owner`` error and leaves a ``stale_owner_fenced`` event, and a session that lost its
+lease refuses every call (``lease_lost``). Refusals are tool errors carrying the problem
+document of the other doors (``{"error": {...}}``), whose ``detail`` says what to do next.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Annotated, Any, Literal
+
+from mcp.server.mcpserver import Context
+from mcp_types import CallToolResult, TextContent
+from pydantic import Field
+
+from surehand import problem
+from surehand.agents.briefing import brief_for
+from surehand.digest import operation_fingerprint
+from surehand.dispatcher.operations import Declared, declare_operation, settle_operation
+from surehand.dispatcher.sessions import Session
+from surehand.errors import AuthError, LeaseLost, SurehandError, ValidationFailed
+from surehand.mcp.tools import error_result
+from surehand.model import Operation, OperationState, ReportStatus, RetryPolicy
+from surehand.store import operations
+
+INSTRUCTIONS = """\
+surehand runs this session and records what it does, so that if the session is interrupted a
+successor neither repeats an effect that happened nor guesses. Before EVERY side effect outside
+this directory (a pull request, a message, a ticket, a deploy, a payment, a write to another
+system): call effect_begin(name, args). If it answers already_done, the effect already happened
+in an earlier attempt: do NOT do it again, use its recorded outcome. Otherwise do the effect,
+then call effect_end(operation_id, outcome, receipt) with the external id it produced. Call
+recovery_brief() first: it lists what earlier attempts of this TASK already did.
+"""
+
+
+@dataclass(frozen=True)
+class Grant:
+    """One session's right to the tools: its token, its attempt, and whether it still runs."""
+
+    token: str
+    url: str
+    session: Session
+    cancelled: Callable[[], bool]
+
+    @property
+    def task_id(self) -> str:
+        return self.session.task_id
+
+
+GrantLookup = Callable[[str | None], Grant | None]
+
+
+def bearer(header: str | None) -> str | None:
+    """The token of an ``Authorization: Bearer <token>`` header, else None."""
+    scheme, _, token = (header or "").partition(" ")
+    return token.strip() or None if scheme.lower() == "bearer" else None
+
+
+class SessionTools:
+    """The tool bodies; ``lookup`` finds the grant of a bearer token (None once revoked)."""
+
+    def __init__(self, lookup: GrantLookup) -> None:
+        self.lookup = lookup
+
+    def grant(self, ctx: Context | None) -> Grant:
+        headers = ctx.headers if ctx is not None else None
+        found = self.lookup(bearer(headers.get("authorization")) if headers else None)
+        if found is None:
+            raise AuthError(
+                "this session's MCP token is unknown or its attempt has ended; only the "
+                "session that was given SUREHAND_MCP_TOKEN may use it, while it runs"
+            )
+        if found.cancelled():
+            raise LeaseLost(
+                f"the session of {found.task_id} lost its lease: stop working, record nothing "
+                "more; a successor will be briefed from the records",
+                task_id=found.task_id,
+            )
+        return found
+
+    def call(self, ctx: Context | None, body: Callable[[Grant], dict[str, Any]]) -> CallToolResult:
+        """Run ``body`` as the caller's grant; typed errors become problem tool errors."""
+        try:
+            return _ok(body(self.grant(ctx)))
+        except SurehandError as exc:
+            return error_result(problem.for_error(exc))
+
+    def effect_begin(
+        self,
+        name: Annotated[
+            str,
+            Field(
+                min_length=1,
+                max_length=255,
+                description="What the effect does, e.g. github.open_pull_request.",
+            ),
+        ],
+        args: Annotated[
+            dict[str, Any],
+            Field(
+                description="What makes this effect this one "
+                "(repository, title, recipient...): the same name "
+                "and args are the same effect."
+            ),
+        ],
+        idempotency_key: Annotated[
+            str | None,
+            Field(max_length=255, description="A key the far side deduplicates on, if it has one."),
+        ] = None,
+        retry_policy: Annotated[
+            Literal["none", "keyed"],
+            Field(
+                description="keyed: a successor may repeat an interrupted effect with the same key."
+            ),
+        ] = "none",
+        probe: Annotated[
+            str | None,
+            Field(
+                description="A probe registered in the workers that "
+                "can tell whether the effect happened."
+            ),
+        ] = None,
+        ctx: Context | None = None,
+    ) -> CallToolResult:
+        """Declare an effect BEFORE doing it. Returns {status: "begun", operation_id}: do the
+        effect, then call effect_end. Or {status: "already_done", outcome, receipt}: it already
+        happened for this TASK; do NOT do it again."""
+        declared = Declared(name, args, idempotency_key, RetryPolicy(retry_policy), probe)
+        return self.call(ctx, lambda grant: _begin(grant.session, declared))
+
+    def effect_end(
+        self,
+        operation_id: Annotated[int, Field(description="The id effect_begin returned.")],
+        outcome: Literal["succeeded", "failed"],
+        receipt: Annotated[
+            str | None,
+            Field(
+                max_length=2000,
+                description="The external id the effect produced (PR URL, message id...).",
+            ),
+        ] = None,
+        value: Annotated[Any, Field(description="Any JSON result worth recording.")] = None,
+        error: Annotated[str | None, Field(max_length=4000, description="Why it failed.")] = None,
+        ctx: Context | None = None,
+    ) -> CallToolResult:
+        """Record the outcome of an effect you began. "failed" means it may still have
+        happened: it is not repeated unless it was begun with retry_policy "keyed" and a key."""
+        return self.call(
+            ctx, lambda grant: _end(grant.session, operation_id, outcome, receipt, value, error)
+        )
+
+    def report(
+        self,
+        body: Annotated[str, Field(description="The REPORT (Markdown).")],
+        status: Literal["done", "in_progress", "blocked", "aborted"] = "done",
+        ctx: Context | None = None,
+    ) -> CallToolResult:
+        """Write a REPORT on this TASK now (your final answer also becomes the REPORT)."""
+        return self.call(
+            ctx, lambda grant: grant.session.report(body, ReportStatus(status), None).to_dict()
+        )
+
+    def progress(
+        self,
+        note: Annotated[str, Field(min_length=1, description="What you have done so far.")],
+        ctx: Context | None = None,
+    ) -> CallToolResult:
+        """Record a progress note (an in_progress REPORT; an identical note is written once)."""
+        return self.call(
+            ctx,
+            lambda grant: grant.session.report(note, ReportStatus.IN_PROGRESS, None).to_dict(),
+        )
+
+    def recovery_brief(self, ctx: Context | None = None) -> CallToolResult:
+        """What earlier, interrupted attempts of this TASK declared and what is recorded as done
+        (with receipts): never repeat an effect listed as done or confirmed_present."""
+        return self.call(ctx, _brief)
+
+
+def _ok(data: dict[str, Any]) -> CallToolResult:
+    text = json.dumps(data, ensure_ascii=False, default=str)
+    return CallToolResult(content=[TextContent(type="text", text=text)], structured_content=data)
+
+
+def _fence(session: Session, write: str) -> None:
+    """Refuse (and record) a call from an attempt that no longer owns its TASK."""
+    with session.fenced(write):
+        pass
+
+
+def _begin(session: Session, declared: Declared) -> dict[str, Any]:
+    operation_id = declare_operation(session, declared)
+    if operation_id is not None:
+        return {
+            "status": "begun",
+            "operation_id": operation_id,
+            "next": "do the effect now, then call effect_end with this operation_id",
+        }
+    recorded = _recorded(session, declared)
+    return {
+        "status": "already_done",
+        "operation_id": recorded.operation_id,
+        "attempt": recorded.epoch,
+        "outcome": (recorded.outcome or {}).get("value"),
+        "receipt": recorded.external_receipt,
+        "confirmed_by": (recorded.outcome or {}).get("source"),
+        "next": "this effect already happened for this TASK: do NOT do it again",
+    }
+
+
+def _recorded(session: Session, declared: Declared) -> Operation:
+    fingerprint = operation_fingerprint(declared.name, declared.args)
+    with session.services.store.snapshot() as connection:
+        found = operations.latest_by_fingerprint(connection, session.task_id, fingerprint)
+    assert found is not None  # declare_operation just read it as succeeded
+    return found
+
+
+def _end(
+    session: Session,
+    operation_id: int,
+    outcome: str,
+    receipt: str | None,
+    value: Any,
+    error: str | None,
+) -> dict[str, Any]:
+    _fence(session, "operation_outcome")
+    with session.services.store.snapshot() as connection:
+        found = operations.get(connection, operation_id)
+    if found is None or found.attempt_id != session.attempt.attempt_id:
+        raise ValidationFailed(
+            "operation_id", f"{operation_id} is not an operation this session began"
+        )
+    if found.state is not OperationState.INTENT:
+        return {"status": "already_recorded", **_outcome_of(found)}
+    failed = outcome == "failed"
+    why = (error or "the agent reported that the effect failed") if failed else None
+    settle_operation(session, operation_id, value=value, receipt=receipt, error=why)
+    return {"status": "recorded", "operation_id": operation_id, "outcome": outcome}
+
+
+def _outcome_of(operation: Operation) -> Mapping[str, Any]:
+    return {
+        "operation_id": operation.operation_id,
+        "outcome": operation.state.value,
+        "receipt": operation.external_receipt,
+    }
+
+
+def _brief(grant: Grant) -> dict[str, Any]:
+    _fence(grant.session, "recovery_brief")
+    session = grant.session
+    return brief_for(session.services.store, session.task_id, session.attempt).to_dict()
