@@ -22,6 +22,7 @@ from surehand.facade import Surehand
 from surehand.hosts import HostAllowlist, HostRule
 from surehand.principals import Authenticator, TenantViews
 from surehand.store import migrate
+from surehand.ui import create_console
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +64,9 @@ def create_app(sh: Surehand | None = None) -> FastAPI:
     app.state.store_metrics = metrics.store_registry(surehand.store)
     app.openapi = lambda: openapi.document(app)  # type: ignore[method-assign]
     app.include_router(router)
+    # The review console (/ui/): inside the host allowlist and body limit, signed in with
+    # the same principals, reading through the same tenant views.
+    app.mount("/ui", create_console(surehand, app.state.auth, views), name="ui")
     _add_operations(app)
     _add_error_handlers(app)
     app.add_middleware(BodyLimit, max_bytes=surehand.settings.api_max_body_bytes)
