@@ -24,11 +24,9 @@ from typing import TYPE_CHECKING
 from surehand.agents.builtin import register_demo
 from surehand.config import DEFAULT_HOME, Settings
 from surehand.dispatcher import dispatch
-from surehand.dispatcher.reconciler import reconcile_loop
 from surehand.facade import Surehand
-from surehand.queue.celery_app import DEFAULT_QUEUE, MEMORY_BROKER, configure_worker_queues
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # Celery and the reconciler are imported by start(): the CLI loads this module
     from surehand.serving import BackgroundServer
 
 log = logging.getLogger(__name__)
@@ -38,6 +36,8 @@ _JOIN_TIMEOUT_S = 30.0
 
 def embedded_settings(settings: Settings) -> Settings:
     """``settings`` with the embedded defaults filled in (memory broker, files under home)."""
+    from surehand.queue.celery_app import MEMORY_BROKER
+
     update: dict[str, object] = {"broker_url": settings.broker_url or MEMORY_BROKER}
     if "work_dir" not in settings.model_fields_set and settings.home != DEFAULT_HOME:
         update["work_dir"] = settings.home / "sessions"
@@ -69,6 +69,8 @@ class Embedded:
     @property
     def memory_broker(self) -> bool:
         """True for the in-process transport (nothing outside this process can consume it)."""
+        from surehand.queue.celery_app import MEMORY_BROKER
+
         return self.settings.broker_url == MEMORY_BROKER
 
     def start(self) -> None:
@@ -79,6 +81,8 @@ class Embedded:
         self._start_worker()
         if self.memory_broker:
             self._republish_inbox()
+        from surehand.dispatcher.reconciler import reconcile_loop
+
         interval = self.settings.reconcile_interval_seconds
         self._spawn(
             "surehand-reconciler", reconcile_loop, self.sh.reconciler, self.stopping, interval
@@ -100,6 +104,8 @@ class Embedded:
         self.api_url = server.url
 
     def _start_worker(self) -> None:
+        from surehand.queue.celery_app import DEFAULT_QUEUE, configure_worker_queues
+
         app = self.sh.celery
         queues = [queue.name for queue in configure_worker_queues(app, self.roles)]
         self.worker = app.WorkController(

@@ -10,9 +10,7 @@ import weakref
 from collections.abc import Callable, Mapping
 from functools import cached_property
 from types import TracebackType
-from typing import Any, Literal
-
-from celery import Celery
+from typing import TYPE_CHECKING, Any, Literal
 
 from surehand import metrics
 from surehand.agents.builtin import register_builtin_agents
@@ -20,13 +18,8 @@ from surehand.agents.registry import AgentHandler, AgentRegistry, Probe, declare
 from surehand.clock import Clock, SystemClock
 from surehand.config import Settings
 from surehand.dispatcher import diagnostics, lifecycle, reports, submissions
-from surehand.dispatcher.admission import Admitter
 from surehand.dispatcher.context import Publisher, Services
 from surehand.dispatcher.dispatch import publish_after_commit, publish_successor
-from surehand.dispatcher.reconciler import PassReport, Reconciler
-from surehand.dispatcher.recovery import Recovery, RecoveryOutcome
-from surehand.dispatcher.runner import SessionOutcome, SessionRunner
-from surehand.dispatcher.worker import register_tasks
 from surehand.errors import CaseNotFound, ConfigError, TaskNotFound
 from surehand.model import (
     Action,
@@ -43,12 +36,7 @@ from surehand.model import (
     WriteReportResult,
     WriteTaskResult,
 )
-from surehand.notices import register_hold_notice, send_hold_notices
 from surehand.principals import Principal, local_principal
-from surehand.queue import broker_pools
-from surehand.queue.celery_app import SESSION_TASK_NAME, make_celery, publish_session
-from surehand.queue.leases import LeaseStore
-from surehand.queue.redis_client import connect_redis
 from surehand.requests import (
     CaseQuery,
     ReportRequest,
@@ -64,6 +52,16 @@ from surehand.store import attempts as attempt_rows
 from surehand.store import cases as case_rows
 from surehand.store import operations as operation_rows
 from surehand.store import reports as report_rows
+
+if TYPE_CHECKING:
+    # Imported where they are used: a process that only reads or writes the store (the CLI's
+    # `tasks`, `show`, `submit`) never imports Celery, kombu, redis or fakeredis.
+    from celery import Celery
+
+    from surehand.dispatcher.reconciler import PassReport, Reconciler
+    from surehand.dispatcher.recovery import Recovery, RecoveryOutcome
+    from surehand.dispatcher.runner import SessionOutcome, SessionRunner
+    from surehand.queue.leases import LeaseStore
 
 _ACTING_LOCK = threading.Lock()
 
@@ -317,21 +315,31 @@ class Surehand:
 
     @cached_property
     def leases(self) -> LeaseStore:
+        from surehand.queue.leases import LeaseStore
+        from surehand.queue.redis_client import connect_redis
+
         client = connect_redis(self.settings.redis_url)
         self._closers.append(client.close)
         return LeaseStore(client, namespace=self.settings.redis_namespace)
 
     @cached_property
     def runner(self) -> SessionRunner:
+        from surehand.dispatcher.runner import SessionRunner
+
         return SessionRunner(self.services, self.registry, self.leases)
 
     @cached_property
     def recovery(self) -> Recovery:
+        from surehand.dispatcher.admission import Admitter
+        from surehand.dispatcher.recovery import Recovery
+
         admitter = Admitter(self.services, self.leases, self.registry.probe)
         return Recovery(admitter)
 
     @cached_property
     def reconciler(self) -> Reconciler:
+        from surehand.dispatcher.reconciler import Reconciler
+
         live = self._live_jobs if self.settings.broker_url else None
         return Reconciler(self.recovery, live_jobs=live)
 
@@ -339,6 +347,8 @@ class Surehand:
         """TASK ids of the sessions the workers report running (Celery ``inspect active``)."""
         # Asked only once a grace has run out; keep the wait a small part of that grace so the
         # detection bound (TTL + reconcile interval + grace) still holds.
+        from surehand.queue.celery_app import SESSION_TASK_NAME
+
         timeout = min(1.0, max(0.1, self.settings.lost_grace_seconds / 4))
         replies = self.celery.control.inspect(timeout=timeout).active() or {}
         return {
@@ -351,8 +361,12 @@ class Surehand:
     @cached_property
     def celery(self) -> Celery:
         """The Celery app with surehand's session and reconcile tasks registered."""
+        from surehand.dispatcher.worker import register_tasks
+        from surehand.notices import register_hold_notice
+        from surehand.queue.celery_app import make_celery
+
         app = make_celery(self.settings)
-        self._closers.append(broker_pools.use(app))
+        self._closers.append(lambda: _close_celery(app))
         # The app becomes the process default (held globally): its tasks reach this instance
         # through a weak reference, so that the instance can still be dropped.
         owner = weakref.ref(self)
@@ -371,11 +385,15 @@ class Surehand:
 
     def publish(self, task: Task) -> None:
         """Publish ``run_session`` for a TASK to its recipient's queue (raises PublishFailed)."""
+        from surehand.queue.celery_app import publish_session
+
         publish_session(self.celery, task.task_id, task.fields.recipient, task.fields.priority)
 
     def _notify_hold(self, case: InterruptionCase) -> None:
         # Only with a broker: a hold notice is a Celery task, shown by Flower (notices.py).
         if self.settings.broker_url:
+            from surehand.notices import send_hold_notices
+
             held = {"task_id": case.task_id, "case_id": case.case_id}
             send_hold_notices(self.celery, [{**held, "attempt": case.interrupted_epoch}])
 
@@ -387,6 +405,8 @@ class Surehand:
         """One reconciler pass: find lost sessions, open cases, admit successors."""
         report = self.reconciler.run_once()
         if report.held and self.settings.broker_url:
+            from surehand.notices import send_hold_notices
+
             send_hold_notices(self.celery, report.held)  # so Flower shows the held TASKs
         return report
 
@@ -492,6 +512,13 @@ def _close_all(closers: list[Callable[[], None]]) -> None:
             failure = failure or error
     if failure is not None:
         raise failure
+
+
+def _close_celery(app: Celery) -> None:
+    pool = getattr(app, "_pool", None)  # the broker connection pool, if a publish made one
+    if pool is not None:
+        pool.force_close_all()
+    app.close()
 
 
 def _alive(owner: weakref.ReferenceType[Surehand]) -> Surehand:

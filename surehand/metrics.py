@@ -33,7 +33,6 @@ from socketserver import ThreadingMixIn
 from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
-from celery.signals import task_postrun, worker_ready
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
     REGISTRY,
@@ -236,7 +235,6 @@ def serve_metrics(host: str, port: int, token: str = "") -> WSGIServer:
     return server
 
 
-@task_postrun.connect(weak=False)
 def _count_session(sender: Any = None, retval: Any = None, **_: Any) -> None:
     """Count a finished ``surehand.run_session`` by the outcome in its return value."""
     if getattr(sender, "name", None) != SESSION_TASK:
@@ -245,9 +243,18 @@ def _count_session(sender: Any = None, retval: Any = None, **_: Any) -> None:
     observe_session(str(outcome) if outcome else "error")
 
 
-@worker_ready.connect(weak=False)
 def _serve_worker_metrics(**_: Any) -> None:
     """A ``surehand worker`` has no API: serve its counters on SUREHAND_METRICS_PORT if set."""
     settings = Settings()
     if settings.metrics_port:
         serve_metrics(settings.metrics_host, settings.metrics_port, settings.metrics_token)
+
+
+def connect_celery_signals() -> None:
+    """Count finished sessions and serve a worker's metrics port from Celery's signals
+    (idempotent). Called where the session tasks are registered on an app, so a process that
+    never builds one -- ``surehand tasks`` -- does not import Celery to count nothing."""
+    from celery.signals import task_postrun, worker_ready
+
+    task_postrun.connect(_count_session, weak=False, dispatch_uid="surehand.metrics.sessions")
+    worker_ready.connect(_serve_worker_metrics, weak=False, dispatch_uid="surehand.metrics.serve")

@@ -11,21 +11,16 @@ from dataclasses import asdict, dataclass
 from typing import Annotated, Literal
 
 import typer
-from kombu import Connection
 from rich.table import Table
 from sqlalchemy import select
 from sqlalchemy.exc import SQLAlchemyError
 
 from surehand.cli.app import app
 from surehand.cli.common import EXIT_ERROR, EXIT_OK, DatabaseUrl, JsonFlag, console, emit_json
-from surehand.cli.dispatch_check import check_dispatch
 from surehand.config import Settings
 from surehand.errors import ConfigError, SurehandError
 from surehand.facade import Surehand
 from surehand.model import OperationState
-from surehand.queue.celery_app import MEMORY_BROKER
-from surehand.queue.leases import LeaseStore
-from surehand.queue.redis_client import connect_redis
 from surehand.store import Store, migrate, schema
 
 Status = Literal["ok", "warn", "fail"]
@@ -92,6 +87,9 @@ def check_redis(settings: Settings) -> list[Check]:
                 "fine for `surehand up`; workers in several processes need a shared Redis",
             )
         ]
+    from surehand.queue.leases import LeaseStore  # not at import: `surehand tasks` needs none
+    from surehand.queue.redis_client import connect_redis
+
     client = connect_redis(settings.redis_url)
     try:
         LeaseStore(client, namespace=settings.redis_namespace).ping()
@@ -128,6 +126,10 @@ def check_broker(settings: Settings) -> list[Check]:
                 "fine with `surehand up` (its sweep picks TASKs up); set it for workers",
             )
         ]
+    from kombu import Connection
+
+    from surehand.queue.celery_app import MEMORY_BROKER
+
     if url.startswith(MEMORY_BROKER.rstrip("/")):
         return [Check("broker", "warn", "memory:// is in-process only", "use it only with `up`")]
     connection = Connection(url, connect_timeout=CONNECT_TIMEOUT_S)
@@ -229,6 +231,8 @@ def check(
     overrides = {"database_url": database_url, "redis_url": redis_url, "broker_url": broker_url}
     settings = Settings().model_copy(update={k: v for k, v in overrides.items() if v is not None})
     checks = [*check_database(settings), *check_redis(settings), *check_broker(settings)]
+    from surehand.cli.dispatch_check import check_dispatch  # imports Celery
+
     # Undispatchable TASKs and roles nobody claims (dispatch_check.py): warnings, never fails.
     checks += [Check(*finding) for finding in check_dispatch(settings)]
     checks += check_probes(settings)

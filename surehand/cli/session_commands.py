@@ -6,10 +6,9 @@ import os
 import subprocess
 import sys
 import time
-from typing import Annotated, Any, cast
+from typing import TYPE_CHECKING, Annotated, Any, cast
 
 import typer
-from celery.utils.nodenames import default_nodename, host_format
 
 from surehand.cli.app import app
 from surehand.cli.common import (
@@ -23,14 +22,14 @@ from surehand.cli.common import (
 )
 from surehand.cli.render import cases_table
 from surehand.config import Settings
-from surehand.dispatcher.operations import run_operation
-from surehand.dispatcher.sessions import Session
 from surehand.errors import OperationFailed, SessionError
 from surehand.facade import Surehand
 from surehand.model import RetryPolicy
-from surehand.queue.celery_app import DEFAULT_QUEUE, configure_worker_queues
-from surehand.requests import Effect
 from surehand.store import attempts, tasks
+
+if TYPE_CHECKING:  # the rest is imported by the commands that use it (CLI start-up time)
+    from surehand.dispatcher.sessions import Session
+    from surehand.requests import Effect
 
 RedisUrl = Annotated[
     str | None, typer.Option("--redis-url", envvar="SUREHAND_REDIS_URL", help="Redis for leases.")
@@ -101,6 +100,10 @@ def worker(
     for role in role_list:
         sh.registry.get(role)  # fail now, not at the first message, if a role has no agent
     announce_probes(sh)  # the reconciler's passes run in workers: admission asks these
+    from celery.utils.nodenames import default_nodename, host_format
+
+    from surehand.queue.celery_app import DEFAULT_QUEUE, configure_worker_queues
+
     queues = configure_worker_queues(sh.celery, role_list)
     names = [queue.name for queue in queues] + [DEFAULT_QUEUE]
     # Name workers after their roles (Flower lists them by name): surehand-DEV-QA@host.
@@ -196,7 +199,7 @@ def review(
 ) -> None:
     """Release a held TASK by stating whether its interrupted effect happened."""
     # Checked by the service layer like every door's (ValidationFailed naming effect: exit 5).
-    verdict = cast(Effect, effect)
+    verdict = cast("Effect", effect)
     sh = _open(database_url=database_url, redis_url=redis_url, broker_url=broker_url, tenant=tenant)
     case = sh.review(case_id, effect=verdict, note=note, actor=actor)
     if as_json:
@@ -246,6 +249,8 @@ def effect(
     argv = list(ctx.args)
     if not argv:
         raise typer.BadParameter("give the command after --, e.g. surehand effect --name x -- cmd")
+    from surehand.dispatcher.operations import run_operation
+
     session = _current_session(_open(database_url=database_url))
     try:
         outcome = run_operation(
@@ -271,6 +276,8 @@ def _current_session(sh: Surehand) -> Session:
             "surehand effect runs inside a session: SUREHAND_TASK_ID and SUREHAND_ATTEMPT_ID "
             "are set by the command agent"
         )
+    from surehand.dispatcher.sessions import Session
+
     with sh.store.snapshot() as connection:
         task = tasks.get(connection, task_id)
         attempt = attempts.get(connection, attempt_id)

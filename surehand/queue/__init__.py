@@ -10,19 +10,49 @@ the app that :func:`make_celery` returns.
 
 from __future__ import annotations
 
-from surehand.queue.celery_app import (
-    SESSION_TASK_NAME,
-    celery_priority,
-    configure_worker_queues,
-    make_celery,
-    publish_session,
-    queue_for_role,
-    role_queue,
-)
-from surehand.queue.heartbeat import Heartbeat
-from surehand.queue.keys import generation_key, lease_key
-from surehand.queue.leases import LeaseStore
-from surehand.queue.redis_client import connect_redis
+from typing import TYPE_CHECKING
+
+from surehand.lazy import exports
+
+if TYPE_CHECKING:
+    from surehand.queue.celery_app import (
+        SESSION_TASK_NAME,
+        celery_priority,
+        configure_worker_queues,
+        make_celery,
+        publish_session,
+        queue_for_role,
+        role_queue,
+    )
+    from surehand.queue.heartbeat import Heartbeat
+    from surehand.queue.keys import generation_key, lease_key
+    from surehand.queue.leases import LeaseStore
+    from surehand.queue.redis_client import connect_redis
+
+# Imported on first use (PEP 562): a process that only reads the store (``surehand tasks``)
+# imports ``surehand.queue.keys`` without paying for Celery, kombu, redis and fakeredis.
+_HOMES: dict[str, str] = {
+    **dict.fromkeys(
+        (
+            "SESSION_TASK_NAME",
+            "celery_priority",
+            "configure_worker_queues",
+            "make_celery",
+            "publish_session",
+            "queue_for_role",
+            "role_queue",
+        ),
+        "surehand.queue.celery_app",
+    ),
+    "Heartbeat": "surehand.queue.heartbeat",
+    "generation_key": "surehand.queue.keys",
+    "lease_key": "surehand.queue.keys",
+    "LeaseStore": "surehand.queue.leases",
+    "connect_redis": "surehand.queue.redis_client",
+}
+
+
+__getattr__, __dir__ = exports(__name__, _HOMES)
 
 __all__ = [
     "SESSION_TASK_NAME",

@@ -79,13 +79,14 @@ class Store:
                 self._check_schema()
 
     def _check_schema(self) -> None:
-        if self._auto_upgrade:
+        # One SELECT when the schema is current: alembic is imported only to apply something.
+        if not migrate.is_current(self.engine):
+            if not self._auto_upgrade:
+                raise SchemaNotReady(
+                    f"the database at {self.describe()} is not at migration "
+                    f"{migrate.head_revision()}: run `surehand db upgrade`"
+                )
             migrate.upgrade(self.engine)
-        elif not migrate.is_current(self.engine):
-            raise SchemaNotReady(
-                f"the database at {self.describe()} is not at migration "
-                f"{migrate.head_revision()}: run `surehand db upgrade`"
-            )
         self._ready = True
 
     def upgrade(self) -> str:
