@@ -1,0 +1,135 @@
+"""An LLM-like agent declares its effects over MCP inside real ``surehand worker`` sessions, and
+the worker is SIGKILLed: an effect begun but not ended holds the TASK for review; an effect
+ended before the kill is ``already_done`` for the successor, which is briefed on it, and the
+ticket ledger the agent writes shows the effect once (seed 003)."""
+
+# ruff: noqa: F811  (test functions take the fixtures imported below)
+
+from __future__ import annotations
+
+import json
+import signal
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from surehand.config import Settings
+from surehand.facade import Surehand
+from surehand.model import Admission, Bucket, EffectFact, OperationState
+from surehand.store import Store
+from tests.procs import Proc, RedisServer, running, start_worker, wait_until
+from tests.session_helpers import attempts_of, operations_of, read_task, reports_of
+from tests.test_workers import broker, lease_url, worker_env  # noqa: F401  (fixture)
+
+pytestmark = pytest.mark.slow
+
+AGENT = Path(__file__).parent / "mcp_agent.py"
+
+
+def agent_env(store: Store, broker: RedisServer, tmp_path: Path, mode: str) -> dict[str, str]:
+    return worker_env(
+        store,
+        broker,
+        tmp_path,
+        SUREHAND_AGENTS="DEV=command",
+        SUREHAND_COMMAND_AGENT=f"{sys.executable} {AGENT} {mode}",
+        SUREHAND_LEASE_TTL_SECONDS="3",
+        AGENT_TEST_DIR=str(tmp_path),
+    )
+
+
+@pytest.fixture
+def client(store: Store, broker: RedisServer) -> Iterator[Surehand]:
+    """A handle on the workers' store, broker and leases that finds lost sessions at once."""
+    settings = Settings.model_validate(
+        {
+            "database_url": store.url,
+            "broker_url": broker.url,
+            "redis_url": lease_url(broker),
+            "lost_grace_seconds": 0.0,
+        }
+    )
+    handle = Surehand(settings=settings)
+    yield handle
+    handle.close()
+
+
+def killed_at(client: Surehand, env: dict[str, str], tmp_path: Path, marker: str) -> str:
+    """Submit a TASK, wait for the agent's ``marker`` in attempt 1, SIGKILL the worker."""
+    with running(start_worker(env, tmp_path / "worker-1.log")) as worker:
+        created = client.write_task(
+            sender="PM", recipient="DEV", subject="Rotate the API keys", body="Open a ticket."
+        )
+        assert created.task_id is not None
+        wait_until(
+            lambda: _alive(worker) and (tmp_path / f"{marker}-1").exists(),
+            timeout=90,
+            what=f"the agent to reach {marker}",
+        )
+        worker.kill(signal.SIGKILL)
+    return created.task_id
+
+
+def _alive(worker: Proc) -> bool:
+    if worker.returncode is not None:
+        pytest.fail(f"the worker exited:\n{worker.output()[-3000:]}")
+    return True
+
+
+def test_an_effect_begun_over_mcp_and_killed_in_the_middle_is_held_for_review(
+    store: Store, broker: RedisServer, client: Surehand, tmp_path: Path
+) -> None:
+    env = agent_env(store, broker, tmp_path, "hang_in_effect")
+    task_id = killed_at(client, env, tmp_path, "in_effect")
+
+    def held() -> bool:
+        client.reconciler.run_once()
+        return read_task(store, task_id).hold is not None
+
+    wait_until(held, timeout=60, interval=0.5, what="the TASK to be held")
+
+    [case] = client.cases()
+    assert (case.effect_fact, case.admission) == (EffectFact.UNKNOWN, Admission.HOLD_FOR_REVIEW)
+    [op] = operations_of(store, task_id)
+    assert (op.name, op.state) == ("ticket.create", OperationState.INTENT)
+    assert read_task(store, task_id).bucket is Bucket.ACTIVE
+    assert (tmp_path / "ledger.txt").read_text().count("created") == 1
+
+
+def test_an_effect_ended_before_the_kill_is_already_done_for_the_briefed_successor(
+    store: Store, broker: RedisServer, client: Surehand, tmp_path: Path
+) -> None:
+    env = agent_env(store, broker, tmp_path, "hang_after_effect")
+    task_id = killed_at(client, env, tmp_path, "after_effect")
+
+    with running(start_worker(env, tmp_path / "worker-2.log")) as second:
+
+        def settled() -> bool:
+            client.reconciler.run_once()  # finds the lost session, admits attempt 2
+            return _alive(second) and read_task(store, task_id).bucket is Bucket.REVIEW
+
+        wait_until(settled, timeout=120, interval=0.5, what="the successor to settle")
+
+    assert (tmp_path / "ledger.txt").read_text().splitlines() == [
+        "created Rotate the API keys (attempt 1)"
+    ]
+    assert (tmp_path / "effect_already_done-2").exists()
+    [report] = reports_of(store, task_id)
+    assert report.body == "ticket already created: OPS-1"
+    [op] = operations_of(store, task_id)
+    assert (op.state, op.external_receipt, op.epoch) == (OperationState.SUCCEEDED, "OPS-1", 1)
+    brief = json.loads((tmp_path / "brief-2.json").read_text())
+    assert brief["recovering"] is True
+    assert [(e["name"], e["status"], e["receipt"]) for e in brief["effects"]] == [
+        ("ticket.create", "done", "OPS-1")
+    ]
+    [first, successor] = attempts_of(store, task_id)
+    task_file = (Path(env["SUREHAND_WORK_DIR"]) / successor.attempt_id / "TASK.md").read_text()
+    assert "## Recovery" in task_file
+    assert "**done**: `ticket.create`" in task_file
+    assert 'receipt "OPS-1"' in task_file
+    assert "Do not repeat an effect listed as done" in task_file
+    first_file = (Path(env["SUREHAND_WORK_DIR"]) / first.attempt_id / "TASK.md").read_text()
+    assert "## Recovery" not in first_file
