@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
+from typing import Any
 
+from rich.console import Group, RenderableType
 from rich.markup import escape
+from rich.panel import Panel
 from rich.table import Table
+from rich.text import Text
 
 from surehand.model import (
     Attempt,
@@ -50,13 +55,13 @@ def tasks_table(tasks: Sequence[Task], notes: Mapping[str, str] | None = None) -
     if notes:
         table.add_column("dispatch")
     for task in tasks:
-        row = [
+        row: list[RenderableType] = [
             task.task_id,
             bucket_label(task),
             f"{task.fields.sender}→{task.fields.recipient}",
             task.fields.priority.value,
             str(task.epoch or "-"),
-            task.fields.subject[:60],
+            Text(task.fields.subject[:60]),  # literal: a subject may contain "[/x]"
         ]
         if notes:
             row.append(_note(notes.get(task.task_id)))
@@ -71,50 +76,78 @@ def _note(note: str | None) -> str:
     return f"[{style}]{escape(note)}[/]"
 
 
+def _plain(value: Any) -> Text:
+    """A value as literal text (never markup: a subject may say ``[bold]``), folded, not cut."""
+    shown = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
+    return Text(shown, overflow="fold")
+
+
 def task_table(task: Task, note: str | None = None) -> Table:
+    """Every field of the TASK but its body (see :func:`task_view`), values in full."""
     table = Table(show_header=False, box=None, title=task.task_id)
+    table.add_column(no_wrap=True)
+    table.add_column(overflow="fold")
     for key, value in task.to_dict().items():
-        if key == "body":
-            continue
-        table.add_row(f"[bold]{key}[/]", str(value))
+        if key != "body":
+            table.add_row(f"[bold]{key}[/]", _plain(value))
     if task.hold:
-        table.add_row("[bold red]hold[/]", f"case {task.hold.case_id}: {task.hold.reason}")
+        table.add_row("[bold red]hold[/]", _plain(f"case {task.hold.case_id}: {task.hold.reason}"))
     if note:
         table.add_row("[bold]dispatch[/]", _note(note))
     return table
 
 
+def task_view(task: Task, note: str | None = None) -> RenderableType:
+    """The whole TASK: its fields, then its body in full (wrapped to the terminal)."""
+    if not task.fields.body:
+        return task_table(task, note)
+    return Group(task_table(task, note), Panel(_plain(task.fields.body), title="body"))
+
+
 def history_table(history: Sequence[TaskEvent]) -> Table:
+    """The history, oldest first; reason and data in full (wrapped, never cut)."""
     table = Table(title="history")
-    for column in ("at", "kind", "action", "from→to", "by", "reason / data"):
-        table.add_column(column)
+    for column in ("at", "kind", "action", "from→to", "by"):
+        table.add_column(column, no_wrap=column == "at")
+    table.add_column("reason / data", overflow="fold", ratio=1)
     for event in history:
         moves = f"{event.from_bucket or '-'}→{event.to_bucket or '-'}" if event.to_bucket else ""
-        detail = event.reason or (str(dict(event.data)) if event.data else "")
+        detail = [_plain(part) for part in (event.reason, dict(event.data) or None) if part]
         table.add_row(
             event.at.strftime("%H:%M:%S.%f")[:-3],
             event.kind.value,
-            event.action or "",
+            _plain(event.action or ""),
             moves,
-            event.by,
-            detail[:80],
+            _plain(event.by),
+            Text("\n").join(detail),
         )
     return table
 
 
 def reports_table(reports: Sequence[Report]) -> Table:
+    """One row per REPORT; the body column shows each body's first line, folded, not cut."""
     table = Table(title="reports")
-    for column in ("report_id", "rev", "status", "reporter→recipient", "body"):
+    for column in ("report_id", "rev", "status", "reporter→recipient"):
         table.add_column(column)
+    table.add_column("body", overflow="fold", ratio=1)
     for report in reports:
         table.add_row(
             report.report_id,
             str(report.revision),
             report.status.value,
-            f"{report.reporter}→{report.recipient}",
-            report.body.splitlines()[0][:60] if report.body else "",
+            _plain(f"{report.reporter}→{report.recipient}"),
+            _plain(report.body.splitlines()[0] if report.body else ""),
         )
     return table
+
+
+def report_view(report: Report) -> Panel:
+    """One REPORT in full: who, status, when, and the whole body."""
+    title = (
+        f"REPORT {report.report_id} rev {report.revision}: {report.reporter}→{report.recipient}, "
+        f"{report.status.value}, {report.created_at:%Y-%m-%d %H:%M:%S}"
+    )
+    return Panel(_plain(report.body or "(empty)"), title=escape(title), title_align="left")
 
 
 def diagnosis_table(diagnosis: SubmissionDiagnosis) -> Table:

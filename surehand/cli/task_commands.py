@@ -20,6 +20,7 @@ from surehand.cli.common import (
     emit_json,
     err_console,
     handle_errors,
+    open_existing,
 )
 from surehand.cli.render import (
     attempts_table,
@@ -27,9 +28,11 @@ from surehand.cli.render import (
     diagnosis_table,
     history_table,
     operations_table,
+    report_view,
     reports_table,
     result_table,
     task_table,
+    task_view,
     tasks_table,
 )
 from surehand.cli.watch import WatchSpec, parse_buckets
@@ -206,12 +209,12 @@ def list_tasks(
     """List TASKs, newest first; --watch keeps the table live."""
     if watch or until_bucket:
         _watch(
-            _open(database_url, tenant),
+            open_existing(database_url, tenant),
             WatchSpec(bucket, recipient, limit, interval, _buckets(until_bucket), task, timeout),
             as_json=as_json,
         )
         return
-    sh = _open(database_url, tenant)
+    sh = open_existing(database_url, tenant)
     found = sh.list_tasks(bucket=bucket, recipient=recipient, limit=limit)
     if as_json:
         emit_json([task.to_dict() for task in found])
@@ -251,8 +254,9 @@ def show(
     tenant: Tenant = None,
     as_json: JsonFlag = False,
 ) -> None:
-    """Show a TASK with its history and REPORTs."""
-    sh = _open(database_url, tenant)
+    """Show a whole TASK: its fields and body, history, REPORTs (the latest in full),
+    attempts, operations and interruption cases. Long text wraps; nothing is cut."""
+    sh = open_existing(database_url, tenant)
     task = sh.get_task(task_id)
     history = sh.history(task_id)
     found_reports = sh.reports(task_id)
@@ -273,10 +277,11 @@ def show(
             }
         )
         return
-    console.print(task_table(task, note))
+    console.print(task_view(task, note))
     console.print(history_table(history))
     if found_reports:
         console.print(reports_table(found_reports))
+        console.print(report_view(found_reports[-1]))  # the latest, in full
     if found_attempts:
         console.print(attempts_table(found_attempts))
     if found_operations:
@@ -299,7 +304,7 @@ def diagnose(
     as_json: JsonFlag = False,
 ) -> None:
     """Read-only diagnostics of a submission's receipt (never repairs anything)."""
-    sh = _open(database_url, tenant)
+    sh = open_existing(database_url, tenant)
     if submission_id is None and not stalled:
         raise typer.BadParameter("give a client_submission_id or --stalled")
     found = sh.stalled_submissions() if stalled else [sh.diagnose_submission(submission_id or "")]
