@@ -12,10 +12,14 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import pytest
+from celery.exceptions import Retry
 
 from surehand.agents.context import SessionContext
+from surehand.dispatcher import claims
+from surehand.dispatcher import runner as runner_module
 from surehand.dispatcher.runner import SessionOutcome
-from surehand.errors import LeaseLost
+from surehand.dispatcher.worker import CLAIM_RETRY_SECONDS
+from surehand.errors import LeaseLost, StoreUnavailable
 from surehand.facade import Surehand
 from surehand.model import (
     Admission,
@@ -26,6 +30,7 @@ from surehand.model import (
     OperationState,
     ReportStatus,
 )
+from surehand.queue.celery_app import SESSION_TASK_NAME
 from tests.procs import wait_until
 from tests.session_helpers import (  # noqa: F401  (harness fixtures)
     Harness,
@@ -381,3 +386,59 @@ def test_a_paused_session_resuming_after_its_successor_took_over_is_fenced(
     expected = "operation_intent:deploy" if late_write == "operation" else "record_return"
     assert fenced.data["write"] == expected
     assert sh.leases.holder(task_id) == successor.attempt.attempt_id  # not released by the old
+
+
+# -- a store that drops connections under the claim ------------------------------------------
+
+
+def test_a_claim_the_store_refuses_several_times_is_repeated_and_the_session_runs(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A database restart kills every pooled connection: the claim is repeated with the
+    session writes' backoff, not once, and the TASK runs without waiting for the sweep."""
+    sh = with_agent(harness.surehand(), lambda _ctx: "done")
+    task_id = committed_task(sh)
+    monkeypatch.setattr("surehand.dispatcher.sessions.STORE_RETRY_DELAYS", (0.0,) * 4)
+    real_claim = claims.claim
+    refusals = iter(range(3))
+
+    def flaky_claim(*args: Any, **kwargs: Any) -> Any:
+        if next(refusals, None) is not None:
+            raise StoreUnavailable("server closed the connection unexpectedly")
+        return real_claim(*args, **kwargs)
+
+    monkeypatch.setattr(runner_module, "claim", flaky_claim)
+
+    outcome = sh.run_session(task_id)
+
+    assert (outcome.outcome, outcome.attempt) == ("settled", 1)
+    assert len(attempts_of(sh.store, task_id)) == 1
+
+
+def test_a_claim_that_cannot_reach_the_store_publishes_its_message_again(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The message was acked before the claim: when the store stays away past the retries,
+    the session task asks Celery to deliver it again instead of dropping it."""
+    sh = harness.surehand()
+    task_id = committed_task(sh)
+
+    def unreachable(*_args: Any, **_kwargs: Any) -> Any:
+        raise StoreUnavailable("the database is unreachable")
+
+    monkeypatch.setattr("surehand.dispatcher.sessions.STORE_RETRY_DELAYS", ())
+    monkeypatch.setattr(runner_module, "claim", unreachable)
+    session_task = sh.celery.tasks[SESSION_TASK_NAME]
+    retried: list[dict[str, Any]] = []
+
+    def retry(**options: Any) -> Retry:
+        retried.append(options)
+        return Retry("again")
+
+    monkeypatch.setattr(session_task, "retry", retry)
+
+    with pytest.raises(Retry):
+        session_task.run(task_id)
+
+    assert retried[0]["countdown"] == CLAIM_RETRY_SECONDS
+    assert isinstance(retried[0]["exc"], StoreUnavailable)

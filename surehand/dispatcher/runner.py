@@ -28,6 +28,7 @@ from surehand import metrics
 from surehand.agents.context import SessionContext
 from surehand.agents.registry import AgentRegistry
 from surehand.crashpoints import crash_point
+from surehand.dispatcher import sessions
 from surehand.dispatcher.claims import claim
 from surehand.dispatcher.context import Services
 from surehand.dispatcher.operations import run_operation
@@ -126,17 +127,30 @@ class SessionRunner:
 
     def run(self, task_id: str, *, message_id: str | None = None) -> SessionOutcome:
         """Claim and run one TASK; a TASK that is not claimable is acknowledged and skipped."""
-        try:
-            session = self._claim(task_id, message_id)
-        except StoreUnavailable:
-            # Pooled connections are not pinged before use: one that a database restart
-            # killed fails here, is invalidated, and the retry gets a fresh connection.
-            log.warning("store unavailable while claiming %s; retrying once", task_id)
-            session = self._claim(task_id, message_id)
+        session = self._claim_retrying(task_id, message_id)
         if session is None:
             return SessionOutcome(task_id, "not_claimed")
         crash_point("session.after_claim")
         return self.run_claimed(session)
+
+    def _claim_retrying(self, task_id: str, message_id: str | None) -> Session | None:
+        """The claim, repeated after ``StoreUnavailable`` with a session write's backoff
+        (``sessions.STORE_RETRY_DELAYS``); raises it when the retries run out.
+
+        Pooled connections are not pinged before use, and a database restart kills them all:
+        one retry is not enough. A repeat after a claim that committed unseen finds nothing
+        to claim; the attempt that claim made never takes its lease, so the reconciler judges
+        it lost and admits a successor on its (empty) effect facts.
+        """
+        for delay in (*sessions.STORE_RETRY_DELAYS, None):
+            try:
+                return self._claim(task_id, message_id)
+            except StoreUnavailable:
+                if delay is None:
+                    raise
+                log.warning("store unavailable while claiming %s; repeating the claim", task_id)
+                time.sleep(delay)
+        raise AssertionError("unreachable: the last try returns or raises")
 
     def _claim(self, task_id: str, message_id: str | None) -> Session | None:
         return claim(self.services, task_id, worker=worker_identity(), message_id=message_id)

@@ -22,9 +22,13 @@ from surehand import metrics
 from surehand.agents import groups
 from surehand.dispatcher.reconciler import Reconciler
 from surehand.dispatcher.runner import SessionRunner
+from surehand.errors import StoreUnavailable
 from surehand.queue.celery_app import SESSION_TASK_NAME
 
 RECONCILE_TASK_NAME = "surehand.reconcile"
+
+
+CLAIM_RETRY_SECONDS = 5.0
 
 
 class SessionTask(Task):  # type: ignore[type-arg]
@@ -40,7 +44,12 @@ class SessionTask(Task):  # type: ignore[type-arg]
     def run(self, task_id: str) -> dict[str, Any]:
         # The return value travels in the task-succeeded event, so Flower shows the attempt
         # number and how the session ended next to the TASK id (the task's only argument).
-        return self._runner().run(task_id, message_id=self.request.id).to_dict()
+        try:
+            return self._runner().run(task_id, message_id=self.request.id).to_dict()
+        except StoreUnavailable as error:
+            # The claim could not reach the store past its retries. The message was acked
+            # early: publish it again, or the TASK would wait for the sweep's republish.
+            raise self.retry(exc=error, countdown=CLAIM_RETRY_SECONDS) from error
 
 
 class ReconcileTask(Task):  # type: ignore[type-arg]
