@@ -1,0 +1,234 @@
+"""The review console in a real headless Chromium, against ``surehand up`` as a user runs it.
+
+A TASK is held the way it happens in life: ``surehand up`` runs a DEV agent that declares an
+effect without key or probe (``tests/ui_agents.py``) and is SIGKILLed inside it; the next ``up``
+finds the session lost, and admission holds the TASK for review. Then, in the browser: a DEV
+sees the case but no review form; another tenant's PM gets 404 for the TASK's and the case's
+URLs; the PM signs in, sees the held TASK on the board, opens its case, has a form without
+its CSRF token refused (403), reviews ``absent`` by keyboard, and watches the TASK run again
+and reach ``review`` on its page, which refreshes itself.
+
+The browser is Debian's ``chromium`` driven by Playwright's Python client (never a browser
+download). Without it these tests skip locally and fail in CI. Screenshots of the board, case,
+TASK and audit pages at 1280 and 390 px go to ``SUREHAND_TEST_ARTIFACTS`` (default: the test's
+temporary directory); the test prints where.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+from playwright.sync_api import Browser, Page, sync_playwright
+
+from tests.conftest import IN_CI
+from tests.procs import Proc, wait_until
+from tests.test_up import start_up, stop
+from tests.ui_agents import EFFECTS_ENV, started
+
+pytestmark = pytest.mark.slow
+
+TOKENS = "pm=alice:PM:acme,dev=dave:DEV:acme,other=olga:PM:globex"
+FAST = {
+    "SUREHAND_LEASE_TTL_SECONDS": "2",
+    "SUREHAND_HEARTBEAT_SECONDS": "0.5",
+    "SUREHAND_LOST_GRACE_SECONDS": "1",
+    "SUREHAND_RECONCILE_INTERVAL_SECONDS": "0.5",
+}
+WIDTHS = {1280: 900, 390: 844}
+WAIT_MS = 60_000
+
+
+def chromium_path() -> str:
+    """Debian's chromium, or skip (locally) / fail (in CI)."""
+    found = shutil.which("chromium")
+    if found:
+        return found
+    message = "chromium is not installed (apt-get install chromium); the browser tests need it"
+    if IN_CI:
+        pytest.fail(message)
+    pytest.skip(message)
+
+
+@pytest.fixture
+def browser() -> Iterator[Browser]:
+    executable = chromium_path()
+    args = ["--no-sandbox"] if os.geteuid() == 0 else []  # Chromium's sandbox refuses root
+    with sync_playwright() as playwright:
+        launched = playwright.chromium.launch(executable_path=executable, args=args)
+        yield launched
+        launched.close()
+
+
+@pytest.fixture
+def artifacts(tmp_path: Path) -> Path:
+    where = Path(os.environ.get("SUREHAND_TEST_ARTIFACTS") or tmp_path / "screenshots")
+    where.mkdir(parents=True, exist_ok=True)
+    print(f"\nreview console screenshots: {where}")
+    return where
+
+
+@dataclass
+class Held:
+    """``surehand up`` serving a TASK held for review."""
+
+    url: str
+    task_id: str
+    case_id: str
+    ledger: Path
+
+
+def _up_env(home: Path) -> dict[str, str]:
+    return {
+        "SUREHAND_API_TOKENS": TOKENS,
+        "SUREHAND_AGENTS": "DEV=tests.ui_agents:charge",
+        EFFECTS_ENV: str(home / "effects.jsonl"),
+        **FAST,
+    }
+
+
+def _submit(url: str) -> str:
+    answer = httpx.post(
+        f"{url}/v1/tasks",
+        headers={"Authorization": "Bearer pm", "Idempotency-Key": "charge-inv-42"},
+        json={
+            "sender": "PM",
+            "recipient": "DEV",
+            "subject": "Charge invoice INV-42",
+            "body": "Charge acme 5 EUR for INV-42 and report the receipt.",
+            "priority": "P1",
+            "references": ["invoice:INV-42"],
+        },
+        timeout=30,
+    )
+    assert answer.status_code == 201, answer.text
+    return str(answer.json()["task_id"])
+
+
+def _hold(url: str, task_id: str) -> dict[str, str] | None:
+    answer = httpx.get(f"{url}/v1/tasks/{task_id}", headers={"Authorization": "Bearer pm"})
+    return answer.json()["hold"]  # type: ignore[no-any-return]
+
+
+@pytest.fixture
+def held(tmp_path: Path) -> Iterator[Held]:
+    """Run the agent under ``up``, SIGKILL ``up`` inside its effect, start ``up`` again and
+    wait for the reconciler to hold the TASK."""
+    env, ledger = _up_env(tmp_path), tmp_path / "effects.jsonl"
+    first, ready = start_up(tmp_path, env=env)
+    try:
+        task_id = _submit(ready["api"])
+        wait_until(lambda: started(ledger) == [1], timeout=60, what="the effect to start")
+    finally:
+        first.kill(signal.SIGKILL)
+    second, ready = start_up(tmp_path, env=env)
+    try:
+        url = ready["api"]
+        wait_until(lambda: _hold(url, task_id) is not None, timeout=60, what="the hold")
+        hold = _hold(url, task_id)
+        assert hold is not None
+        yield Held(url, task_id, hold["case_id"], ledger)
+    finally:
+        _stop(second)
+
+
+def _stop(proc: Proc) -> None:
+    if proc.returncode is None:
+        assert stop(proc, signal.SIGINT) == 0, proc.output()[-3000:]
+
+
+def signed_in(browser: Browser, url: str, token: str) -> Page:
+    """A new browser session signed in with ``token`` through the sign-in form."""
+    page = browser.new_context(viewport={"width": 1280, "height": 900}).new_page()
+    page.goto(f"{url}/ui/")
+    assert page.url.endswith("/ui/sign-in")
+    page.fill("#token", token)
+    page.click("button[type=submit]")
+    page.wait_for_url(f"{url}/ui/")
+    return page
+
+
+def shoot(page: Page, artifacts: Path, name: str) -> None:
+    """Screenshots at 1280 and 390 px; neither may scroll sideways."""
+    for width, height in WIDTHS.items():
+        page.set_viewport_size({"width": width, "height": height})
+        overflow = page.evaluate("document.documentElement.scrollWidth")
+        assert overflow <= width, f"{name} at {width} px is {overflow} px wide"
+        page.screenshot(path=str(artifacts / f"{name}-{width}.png"), full_page=True)
+    page.set_viewport_size({"width": 1280, "height": 900})
+
+
+def test_a_dev_sees_the_case_but_no_review_form(held: Held, browser: Browser) -> None:
+    page = signed_in(browser, held.url, "dev")
+    page.goto(f"{held.url}/ui/cases/{held.case_id}")
+    assert page.locator("text=open intent without key or probe").count() >= 1
+    assert page.locator("#review-form").count() == 0
+    assert "you act as DEV" in page.inner_text("main")
+
+
+def test_another_tenants_task_is_not_reachable_by_url(held: Held, browser: Browser) -> None:
+    page = signed_in(browser, held.url, "other")
+    for path in (f"tasks/{held.task_id}", f"cases/{held.case_id}", f"tasks/{held.task_id}/audit"):
+        answer = page.goto(f"{held.url}/ui/{path}")
+        assert answer is not None
+        assert answer.status == 404, path
+    page.goto(f"{held.url}/ui/")
+    assert page.locator(f'[data-task="{held.task_id}"]').count() == 0
+
+
+def test_a_pm_reviews_a_held_task_and_watches_it_run_again(
+    held: Held, browser: Browser, artifacts: Path
+) -> None:
+    page = signed_in(browser, held.url, "pm")
+    card = page.locator(f'.card.held[data-task="{held.task_id}"]')
+    card.wait_for()
+    shoot(page, artifacts, "board")
+    card.locator("a.badge.hold").click()
+    page.wait_for_url(f"**/ui/cases/{held.case_id}")
+    assert page.locator("#review-form").count() == 1
+    shoot(page, artifacts, "case")
+    _refused_without_csrf(page)
+    _review_absent_by_keyboard(page, held)
+    page.click("text=follow it")
+    page.wait_for_url(f"**/ui/tasks/{held.task_id}")
+    page.evaluate("window.sameDocument = true")
+    page.wait_for_selector('#task-live [data-bucket="review"]', timeout=WAIT_MS)
+    page.wait_for_selector("#task-live[data-refreshed]", timeout=WAIT_MS)
+    assert page.evaluate("window.sameDocument") is True  # refreshed in place, not reloaded
+    assert "Charged on attempt 2." in page.inner_text("main")
+    shoot(page, artifacts, "task")
+    page.click("text=Admission audit")
+    assert page.locator(".decision").count() == 2
+    shoot(page, artifacts, "audit")
+    assert started(held.ledger) == [1, 2]  # absent: the effect ran again, once
+
+
+def _refused_without_csrf(page: Page) -> None:
+    """The same form with its CSRF token removed is refused, and nothing is recorded."""
+    page.evaluate("document.querySelector('#review-form [name=csrf_token]').remove()")
+    page.check("input[name=effect][value=absent]")
+    page.fill("#note", "posted without a CSRF token")
+    with page.expect_response(lambda r: r.url.endswith("/review")) as answer:
+        page.click("#review-form button[type=submit]")
+    assert answer.value.status == 403
+    page.go_back()
+    page.reload()
+    assert page.locator("#review-form").count() == 1  # still held
+
+
+def _review_absent_by_keyboard(page: Page, held: Held) -> None:
+    page.focus("input[name=effect][value=absent]")
+    page.keyboard.press("Space")
+    page.keyboard.press("Tab")
+    page.keyboard.type("Checked the billing ledger: no charge for INV-42.")
+    page.keyboard.press("Tab")
+    page.keyboard.press("Enter")
+    page.wait_for_url(f"**/ui/cases/{held.case_id}?reviewed=true")
+    assert page.inner_text("[data-admission]") == "reexecute"
+    assert page.inner_text("[data-review-effect]") == "absent"
