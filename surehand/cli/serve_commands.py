@@ -34,10 +34,10 @@ from surehand.facade import Surehand
 
 Host = Annotated[
     str | None,
-    typer.Option("--host", envvar="SUREHAND_API_HOST", help="Address to bind [default 127.0.0.1]."),
+    typer.Option("--host", envvar="SUREHAND_API_HOST", help="Address to bind (default 127.0.0.1)."),
 ]
 Port = Annotated[
-    int | None, typer.Option("--port", envvar="SUREHAND_API_PORT", help="Port [default 8000].")
+    int | None, typer.Option("--port", envvar="SUREHAND_API_PORT", help="Port (default 8000).")
 ]
 RedisUrl = Annotated[
     str | None, typer.Option("--redis-url", envvar="SUREHAND_REDIS_URL", help="Redis for leases.")
@@ -263,7 +263,7 @@ def flower(
     ] = None,
     broker_url: BrokerUrl = None,
 ) -> None:
-    """Run Flower on surehand's Celery app: sessions show as surehand.run_session[task_id].
+    """Run Flower on surehand's Celery app: sessions show as surehand.run_session(TASK id).
 
     Extra arguments go to Flower (e.g. --basic-auth=user:pass); its FLOWER_* variables apply.
     """

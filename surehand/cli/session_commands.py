@@ -37,6 +37,9 @@ RedisUrl = Annotated[
 BrokerUrl = Annotated[
     str | None, typer.Option("--broker-url", envvar="SUREHAND_BROKER_URL", help="Celery broker.")
 ]
+LogLevel = Annotated[
+    str, typer.Option(envvar="SUREHAND_LOGLEVEL", help="Celery log level: debug|info|warning.")
+]
 
 
 def _open(
@@ -77,12 +80,20 @@ def worker(
     roles: Annotated[
         str, typer.Option(envvar="SUREHAND_ROLES", help="Comma list of recipient roles to serve.")
     ],
-    concurrency: Annotated[int, typer.Option(envvar="SUREHAND_CONCURRENCY", min=1)] = 4,
+    concurrency: Annotated[
+        int, typer.Option(envvar="SUREHAND_CONCURRENCY", min=1, help="Sessions at once.")
+    ] = 4,
     pool: Annotated[
         str, typer.Option(envvar="SUREHAND_POOL", help="threads (default), prefork or solo.")
     ] = "threads",
-    loglevel: Annotated[str, typer.Option(envvar="SUREHAND_LOGLEVEL")] = "info",
-    hostname: Annotated[str | None, typer.Option(envvar="SUREHAND_WORKER_NAME")] = None,
+    loglevel: LogLevel = "info",
+    hostname: Annotated[
+        str | None,
+        typer.Option(
+            envvar="SUREHAND_WORKER_NAME",
+            help="Celery node name (default surehand-ROLES@host, as Flower lists it).",
+        ),
+    ] = None,
     database_url: DatabaseUrl = None,
     redis_url: RedisUrl = None,
     broker_url: BrokerUrl = None,
@@ -125,7 +136,7 @@ def worker(
 @app.command()
 @handle_errors
 def beat(
-    loglevel: Annotated[str, typer.Option(envvar="SUREHAND_LOGLEVEL")] = "info",
+    loglevel: LogLevel = "info",
     database_url: DatabaseUrl = None,
     redis_url: RedisUrl = None,
     broker_url: BrokerUrl = None,
@@ -237,7 +248,13 @@ def effect(
     policy: Annotated[
         str, typer.Option(envvar="SUREHAND_RETRY_POLICY", help="none or keyed.")
     ] = "none",
-    probe: Annotated[str | None, typer.Option(envvar="SUREHAND_PROBE")] = None,
+    probe: Annotated[
+        str | None,
+        typer.Option(
+            envvar="SUREHAND_PROBE",
+            help="Probe that can tell later whether CMD's effect happened (SUREHAND_PROBES).",
+        ),
+    ] = None,
     database_url: DatabaseUrl = None,
 ) -> None:
     """Run `-- CMD...` as a declared side effect of the current session (command agents).

@@ -76,7 +76,9 @@ def submit(
     priority: Annotated[
         str, typer.Option(envvar="SUREHAND_PRIORITY", help="P0-P3 or urgent/high/normal/low.")
     ] = "P2",
-    thread_key: Annotated[str, typer.Option(envvar="SUREHAND_THREAD_KEY")] = "",
+    thread_key: Annotated[
+        str, typer.Option(envvar="SUREHAND_THREAD_KEY", help="Groups related TASKs (free text).")
+    ] = "",
     parent: Annotated[str, typer.Option(envvar="SUREHAND_PARENT", help="Parent TASK id.")] = "",
     reference: Annotated[
         list[str] | None, typer.Option(envvar="SUREHAND_REFERENCES", help="Repeatable.")
@@ -121,13 +123,21 @@ def submit(
 def report(
     task_id: Annotated[str, typer.Argument(help="TASK id.")],
     reporter: Annotated[str, typer.Option(envvar="SUREHAND_REPORTER", help="Reporter role.")],
-    body: Annotated[str | None, typer.Option(envvar="SUREHAND_BODY")] = None,
-    body_file: Annotated[Path | None, typer.Option(envvar="SUREHAND_BODY_FILE")] = None,
+    body: Annotated[str | None, typer.Option(envvar="SUREHAND_BODY", help="REPORT body.")] = None,
+    body_file: Annotated[
+        Path | None,
+        typer.Option(envvar="SUREHAND_BODY_FILE", help="Read the body from a file ('-': stdin)."),
+    ] = None,
     status: Annotated[
         str, typer.Option(envvar="SUREHAND_REPORT_STATUS", help="done|in_progress|blocked|aborted.")
     ] = "done",
     submission_id: Annotated[
-        str | None, typer.Option("--id", envvar="SUREHAND_SUBMISSION_ID")
+        str | None,
+        typer.Option(
+            "--id",
+            envvar="SUREHAND_SUBMISSION_ID",
+            help="Stable id of this REPORT: reuse it on every retry.",
+        ),
     ] = None,
     database_url: DatabaseUrl = None,
     tenant: Tenant = None,
@@ -158,8 +168,20 @@ def move(
         typer.Argument(help="claim|submit|finish|approve|reject|archive|reopen."),
     ],
     actor: Annotated[str, typer.Option(envvar="SUREHAND_ACTOR", help="Acting role, e.g. PM.")],
-    reason: Annotated[str | None, typer.Option(envvar="SUREHAND_REASON")] = None,
-    report_id: Annotated[str | None, typer.Option(envvar="SUREHAND_REPORT_ID")] = None,
+    reason: Annotated[
+        str | None,
+        typer.Option(
+            envvar="SUREHAND_REASON",
+            help="Why, recorded in the history (reject, archive and reopen need one).",
+        ),
+    ] = None,
+    report_id: Annotated[
+        str | None,
+        typer.Option(
+            envvar="SUREHAND_REPORT_ID",
+            help="The REPORT submit or finish cites (default: the latest).",
+        ),
+    ] = None,
     database_url: DatabaseUrl = None,
     tenant: Tenant = None,
     as_json: JsonFlag = False,
@@ -177,9 +199,19 @@ def move(
 @app.command("tasks")
 @handle_errors
 def list_tasks(
-    bucket: Annotated[str | None, typer.Option(envvar="SUREHAND_BUCKET")] = None,
-    recipient: Annotated[str | None, typer.Option(envvar="SUREHAND_RECIPIENT")] = None,
-    limit: Annotated[int, typer.Option(envvar="SUREHAND_LIMIT", min=1, max=1000)] = 50,
+    bucket: Annotated[
+        str | None,
+        typer.Option(
+            envvar="SUREHAND_BUCKET", help="Only this bucket: inbox|active|review|done|archive."
+        ),
+    ] = None,
+    recipient: Annotated[
+        str | None, typer.Option(envvar="SUREHAND_RECIPIENT", help="Only TASKs sent to this role.")
+    ] = None,
+    limit: Annotated[
+        int,
+        typer.Option(envvar="SUREHAND_LIMIT", min=1, max=1000, help="At most this many (1-1000)."),
+    ] = 50,
     watch: Annotated[
         bool, typer.Option("--watch", envvar="SUREHAND_WATCH", help="Refresh until Ctrl-C.")
     ] = False,
