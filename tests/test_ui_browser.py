@@ -56,7 +56,7 @@ def chromium_path() -> str:
     pytest.skip(message)
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def browser() -> Iterator[Browser]:
     executable = chromium_path()
     args = ["--no-sandbox"] if os.geteuid() == 0 else []  # Chromium's sandbox refuses root
@@ -116,10 +116,12 @@ def _hold(url: str, task_id: str) -> dict[str, str] | None:
     return answer.json()["hold"]  # type: ignore[no-any-return]
 
 
-@pytest.fixture
-def held(tmp_path: Path) -> Iterator[Held]:
+@pytest.fixture(scope="module")
+def held(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Held]:
     """Run the agent under ``up``, SIGKILL ``up`` inside its effect, start ``up`` again and
-    wait for the reconciler to hold the TASK."""
+    wait for the reconciler to hold the TASK. Shared by this module's tests, which run in
+    file order: the ones that only look come first, the PM's review last."""
+    tmp_path = tmp_path_factory.mktemp("up")
     env, ledger = _up_env(tmp_path), tmp_path / "effects.jsonl"
     first, ready = start_up(tmp_path, env=env)
     try:
@@ -168,6 +170,7 @@ def test_a_dev_sees_the_case_but_no_review_form(held: Held, browser: Browser) ->
     page = signed_in(browser, held.url, "dev")
     page.goto(f"{held.url}/ui/cases/{held.case_id}")
     assert page.locator("text=open intent without key or probe").count() >= 1
+    assert page.locator("text=What a successor would do").count() == 1  # still held
     assert page.locator("#review-form").count() == 0
     assert "you act as DEV" in page.inner_text("main")
 

@@ -29,7 +29,9 @@ from surehand.model import (
 )
 from surehand.principals import Principal
 
-SCAN_LIMIT = 1000  # TASKs read per bucket for counts and filters
+# TASKs read per bucket (newest first) for the board's counts and filters; a fuller bucket shows
+# its count as "300+". The service layer has no count or text query, so the board filters these.
+SCAN_LIMIT = 300
 SHOWN_PER_BUCKET = 50
 PRIORITIES = ("P0", "P1", "P2", "P3")
 

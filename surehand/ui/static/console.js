@@ -3,7 +3,7 @@
 // the refresh.
 "use strict";
 (function () {
-  var EVERY_MS = 2000;
+  var EVERY_MS = 3000;
   function refresh(region) {
     if (document.hidden) { return; }
     fetch(region.getAttribute("data-live"), { credentials: "same-origin", headers: { "Accept": "text/html" } })
