@@ -9,8 +9,8 @@ its CSRF token refused (403), reviews ``absent`` by keyboard, and watches the TA
 and reach ``review`` on its page, which refreshes itself.
 
 The browser is Debian's ``chromium`` driven by Playwright's Python client (never a browser
-download). Without it these tests skip locally and fail in CI. Screenshots of the board, case,
-TASK and audit pages at 1280 and 390 px go to ``SUREHAND_TEST_ARTIFACTS`` (default: the test's
+download). Without it these tests skip locally and fail in CI. Screenshots of the board, held,
+case, TASK and audit pages at 1280 and 390 px go to ``SUREHAND_TEST_ARTIFACTS`` (default: the test's
 temporary directory); the test prints where.
 """
 
@@ -192,6 +192,10 @@ def test_a_pm_reviews_a_held_task_and_watches_it_run_again(
     card = page.locator(f'.card.held[data-task="{held.task_id}"]')
     card.wait_for()
     shoot(page, artifacts, "board")
+    page.click("nav >> text=Held")
+    assert page.locator(f'a[href$="/cases/{held.case_id}"]').count() == 1
+    shoot(page, artifacts, "held")
+    page.go_back()
     card.locator("a.badge.hold").click()
     page.wait_for_url(f"**/ui/cases/{held.case_id}")
     assert page.locator("#review-form").count() == 1

@@ -29,7 +29,7 @@ from surehand.principals import Authenticator, TenantViews
 from surehand.problem import status_for
 from surehand.ui.routes import router
 from surehand.ui.sessions import PREFIX, SessionCodec, SignInRequired
-from surehand.ui.views import consequence
+from surehand.ui.views import approver_names, consequence
 
 log = logging.getLogger(__name__)
 HERE = Path(__file__).resolve().parent
@@ -72,6 +72,7 @@ def _templates() -> Jinja2Templates:
     templates.env.filters["compact"] = _compact
     templates.env.globals["base"] = PREFIX
     templates.env.globals["consequence"] = consequence
+    templates.env.globals["approvers"] = approver_names
     return templates
 
 

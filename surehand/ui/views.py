@@ -133,6 +133,11 @@ def may_review(principal: Principal, task: Task) -> bool:
     return principal.role in approvers(task)
 
 
+def approver_names(task: Task) -> str:
+    """The roles that may review (and approve) ``task``, for the pages."""
+    return " or ".join(sorted(approvers(task), reverse=True))
+
+
 def unsettled(operation: Operation) -> bool:
     """Open (intent only) or raised with its effect unknown: what a review speaks for."""
     return operation.state in (OperationState.INTENT, OperationState.FAILED) and (
