@@ -8,6 +8,11 @@ no-op surehand agent. Workers import it with ``PYTHONPATH=bench``::
 surehand's Celery settings (events on, prefetch 1, priority steps, its Redis transport)
 instead of Celery's defaults, which separates the cost of those settings from the cost of a
 session.
+``BENCH_PLAIN_CONFIG=celery+db`` gives it what a user who wants Celery to be durable would set:
+``task_acks_late``, ``task_track_started``, ``task_reject_on_worker_lost``, prefetch 1 and the
+SQLAlchemy database result backend ``BENCH_RESULT_BACKEND`` (``db+postgresql+psycopg://...``);
+its task ``bench.durable`` stores its result there (STARTED, then SUCCESS), the bench counts
+SUCCESS rows in ``celery_taskmeta``.
 ``BENCH_DONE_FILE`` names a file that each finished plain task appends one byte to: that is how
 the bench counts completions without adding a Redis command per task.
 
@@ -35,6 +40,7 @@ from surehand.config import Settings
 from surehand.queue.celery_app import make_celery
 
 PLAIN_TASK = "bench.noop"
+DURABLE_TASK = "bench.durable"
 FLOOR_TASK = "bench.floor"
 FLOOR_TABLE_DDL = (
     "CREATE TABLE IF NOT EXISTS bench_floor (key text PRIMARY KEY, state text NOT NULL, "
@@ -46,6 +52,20 @@ def _app() -> Celery:
     broker = os.environ.get("BENCH_BROKER_URL", "memory://")
     if os.environ.get("BENCH_PLAIN_CONFIG") == "surehand":
         return make_celery(Settings.model_validate({"broker_url": broker}))
+    if os.environ.get("BENCH_PLAIN_CONFIG") == "celery+db":
+        durable = Celery(
+            "durable",
+            broker=broker,
+            backend=os.environ["BENCH_RESULT_BACKEND"],
+            set_as_current=False,
+        )
+        durable.conf.update(
+            task_acks_late=True,
+            task_track_started=True,
+            task_reject_on_worker_lost=True,
+            worker_prefetch_multiplier=1,
+        )
+        return durable
     app = Celery("plain", broker=broker, set_as_current=False)
     app.conf.task_ignore_result = True
     return app
@@ -69,6 +89,12 @@ def _mark_done() -> None:
 def noop() -> None:
     """The plain Celery task: does nothing but count itself."""
     _mark_done()
+
+
+@app.task(name=DURABLE_TASK)
+def durable() -> str:
+    """The no-op task of ``celery+db``: its result (and its STARTED state) go to the database."""
+    return "ok"
 
 
 _LEASE_TAKE = "return redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2])"

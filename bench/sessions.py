@@ -17,6 +17,20 @@ database 1), never on a shared Redis. Side by side in one run:
       lease taken (``SET NX PX`` script) and released (compare-and-delete script), a durable
       single-row UPDATE to settle (``celery_noop.floor``). What it reaches against ``plain``
       bounds what a session with a durable claim and settle can reach on this machine;
+    * ``celery+db`` (with Postgres): what a user who wants plain Celery to be durable would
+      deploy: the no-op task with ``task_acks_late``, ``task_track_started``,
+      ``task_reject_on_worker_lost``, prefetch 1 and the SQLAlchemy database result backend
+      (``db+postgresql+psycopg://``) on the bench's Postgres database; otherwise Celery's
+      defaults. Counted by its SUCCESS rows in ``celery_taskmeta``;
+    * ``dbos`` (with Postgres): the durable-execution alternative: ``--workers`` processes of
+      ``bench/dbos_worker.py``, each serving one DBOS queue with ``worker_concurrency`` =
+      ``--concurrency`` (the same total concurrency) and ``--dbos-polling`` seconds between
+      queue polls (DBOS's default is 1 s, which would cap a worker at ``--concurrency`` workflows
+      a second), its system database ``surehand_bench_dbos`` on the same Postgres; one
+      workflow with one no-op step per message. A batch is enqueued with ``DBOSClient`` while
+      the queue's worker concurrency is 0 (not timed: the TASKs of the session variants are
+      created before their batch too) and timed from the moment it is set back; counted by the
+      workflows in state SUCCESS;
     * ``session/sqlite`` and ``session/postgres``: ``surehand worker`` running a no-op agent
       for committed TASKs (claim, lease, heartbeat thread, agent, record return, settle with a
       REPORT to ``review``, release). The Postgres admin URL comes from
@@ -68,14 +82,21 @@ import redis
 from celery import Celery
 from rich.console import Console
 from rich.table import Table
-from sqlalchemy import create_engine, func, select, text
+from sqlalchemy import func, select
 from sqlalchemy.engine import make_url
 
 BENCH = Path(__file__).resolve().parent
 REPO = BENCH.parent
 sys.path[:0] = [str(REPO), str(BENCH)]
 
-from celery_noop import FLOOR_TABLE_DDL, FLOOR_TASK, PLAIN_TASK, noop_agent  # noqa: E402
+from celery_noop import (  # noqa: E402
+    DURABLE_TASK,
+    FLOOR_TABLE_DDL,
+    FLOOR_TASK,
+    PLAIN_TASK,
+    noop_agent,
+)
+from databases import fresh_database, libpq  # noqa: E402
 from private_redis import RedisServer, wait_for  # noqa: E402
 from store_counts import counted  # noqa: E402
 
@@ -94,7 +115,14 @@ from surehand.store.schema import metadata  # noqa: E402
 RESULTS = BENCH / "results"
 DEFAULT_ADMIN_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 BENCH_DATABASE = "surehand_bench_sessions"
-TARGET_RATIO = 0.5
+DBOS_DATABASE = "surehand_bench_dbos"
+# Issue 13's targets: session/postgres against the floor and against what users would deploy.
+TARGETS = {
+    "session/postgres / floor": 0.85,
+    "session/postgres / celery+db": 5.0,
+    "session/postgres / dbos": 3.0,
+}
+BASES = ("plain", "plain+conf", "floor", "celery+db", "dbos")
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 console = Console(width=None if sys.stdout.isatty() else 160)  # saved logs keep every column
 
@@ -157,6 +185,8 @@ class Variant:
     publish: Callable[[int], None]
     completed: Callable[[], int]
     workers: list[Worker] = field(default_factory=list)
+    # Untimed work before a batch's clock starts (DBOS: enqueue the batch on a paused queue).
+    prepare: Callable[[int], None] = lambda _n: None
     batches: list[dict[str, Any]] = field(default_factory=list)
 
     def cpu_seconds(self) -> float:
@@ -209,14 +239,85 @@ def floor_variant(
 ) -> Variant:
     """The least a fenced session must do (see ``celery_noop.floor``), on surehand's Celery
     settings, the bench's Postgres database and the leases' Redis database."""
-    libpq = make_url(database_url).set(drivername="postgresql").render_as_string(False)
-    with psycopg.connect(libpq, autocommit=True) as connection:
+    with psycopg.connect(libpq(database_url), autocommit=True) as connection:
         connection.execute(FLOOR_TABLE_DDL)
         connection.execute("TRUNCATE bench_floor")
-    env = {"BENCH_FLOOR_DATABASE_URL": libpq, "BENCH_FLOOR_REDIS_URL": redis_server.url(1)}
+    env = {
+        "BENCH_FLOOR_DATABASE_URL": libpq(database_url),
+        "BENCH_FLOOR_REDIS_URL": redis_server.url(1),
+    }
     return plain_variant(
         "floor", redis_server, tmp, options, "surehand", task=FLOOR_TASK, extra_env=env
     )
+
+
+def celery_db_variant(
+    database_url: str, redis_server: RedisServer, tmp: Path, options: argparse.Namespace
+) -> Variant:
+    """Plain Celery made durable the usual way (see ``celery_noop``), results in Postgres."""
+    backend_url = "db+" + make_url(database_url).render_as_string(hide_password=False)
+    env = {"BENCH_PLAIN_CONFIG": "celery+db", "BENCH_RESULT_BACKEND": backend_url}
+    variant = plain_variant(
+        "celery+db", redis_server, tmp, options, "default", task=DURABLE_TASK, extra_env=env
+    )
+    connection = psycopg.connect(libpq(database_url), autocommit=True)
+
+    def completed() -> int:
+        try:
+            row = connection.execute(
+                "SELECT count(*) FROM celery_taskmeta WHERE status = 'SUCCESS'"
+            ).fetchone()
+        except psycopg.errors.UndefinedTable:  # the backend creates it on its first result
+            return 0
+        return int(row[0]) if row else 0
+
+    variant.completed = completed
+    return variant
+
+
+def dbos_variant(admin_url: str, tmp: Path, options: argparse.Namespace) -> Variant:
+    """A DBOS queue served by ``--workers`` processes of ``dbos_worker.py`` (see the docstring)."""
+    from dbos import DBOSClient
+    from dbos_worker import APP, QUEUE, WORKFLOW
+
+    system_database = libpq(fresh_database(admin_url, DBOS_DATABASE))
+    workers = []
+    for i in range(options.workers):  # one at a time: the first launch migrates the schema
+        workers.append(
+            start_worker(
+                [
+                    *(sys.executable, str(BENCH / "dbos_worker.py")),
+                    *("--worker-concurrency", str(options.concurrency)),
+                    *("--polling", str(options.dbos_polling)),
+                ],
+                {"BENCH_DBOS_DATABASE_URL": system_database, "BENCH_DBOS_EXECUTOR": f"dbos-{i}"},
+                tmp / f"dbos-{i}.log",
+            )
+        )
+    client = DBOSClient(system_database_url=system_database, application_name=APP)
+    queue = client.retrieve_queue(QUEUE)
+    assert queue is not None, "the DBOS workers registered no queue"
+    counter = psycopg.connect(system_database, autocommit=True)
+
+    def prepare(n: int) -> None:
+        queue.set_worker_concurrency(0)  # paused: every worker's budget is 0
+        for _ in range(n):
+            client.enqueue(
+                {"queue_name": QUEUE, "workflow_name": WORKFLOW, "app_version": "bench"},
+                uuid.uuid4().hex,
+            )
+
+    def publish(_n: int) -> None:
+        queue.set_worker_concurrency(options.concurrency)
+
+    def completed() -> int:
+        row = counter.execute(
+            "SELECT count(*) FROM dbos.workflow_status WHERE status = 'SUCCESS' AND name = %s",
+            (WORKFLOW,),
+        ).fetchone()
+        return int(row[0]) if row else 0
+
+    return Variant("dbos", publish, completed, workers, prepare=prepare)
 
 
 @dataclass
@@ -273,13 +374,7 @@ def session_variant(
 
 
 def postgres_url(admin_url: str) -> str:
-    parsed = make_url(admin_url)
-    admin = create_engine(parsed, isolation_level="AUTOCOMMIT")
-    with admin.connect() as connection:
-        connection.execute(text(f'DROP DATABASE IF EXISTS "{BENCH_DATABASE}" WITH (FORCE)'))
-        connection.execute(text(f'CREATE DATABASE "{BENCH_DATABASE}"'))
-    admin.dispose()
-    return parsed.set(database=BENCH_DATABASE).render_as_string(hide_password=False)
+    return fresh_database(admin_url, BENCH_DATABASE).render_as_string(hide_password=False)
 
 
 def prepare_backend(name: str, url: str, role: str, count: int, redis_url: str) -> SessionBackend:
@@ -302,7 +397,15 @@ def prepare_backend(name: str, url: str, role: str, count: int, redis_url: str) 
                 client_submission_id=f"bench-{uuid.uuid4().hex}",
             )
     backend = SessionBackend(name, url, role, handle)
-    backend.pending = handle.list_tasks(bucket=Bucket.INBOX, limit=count)
+    while len(backend.pending) < count:  # the store lists at most 1,000 at a time
+        page = handle.list_tasks(
+            bucket=Bucket.INBOX,
+            limit=min(1000, count - len(backend.pending)),
+            offset=len(backend.pending),
+        )
+        if not page:
+            break
+        backend.pending += page
     return backend
 
 
@@ -313,6 +416,7 @@ def run_batch(
     variant: Variant, n: int, redis_server: RedisServer, idle: dict[str, float]
 ) -> dict[str, Any]:
     target = variant.completed() + n
+    variant.prepare(n)
     commands, redis_cpu, worker_cpu = (
         redis_server.commandstats(),
         redis_server.cpu_seconds(),
@@ -528,6 +632,8 @@ def throughput_table(summaries: list[dict[str, Any]], ratios: dict[str, float]) 
         "vs plain",
         "vs plain+conf",
         "vs floor",
+        "vs celery+db",
+        "vs dbos",
         "Redis cmds/msg",
         "worker CPU ms/msg",
         "redis CPU ms/msg",
@@ -542,6 +648,8 @@ def throughput_table(summaries: list[dict[str, Any]], ratios: dict[str, float]) 
             _ratio(ratios.get(f"{s['name']} / plain")),
             _ratio(ratios.get(f"{s['name']} / plain+conf")),
             _ratio(ratios.get(f"{s['name']} / floor")),
+            _ratio(ratios.get(f"{s['name']} / celery+db")),
+            _ratio(ratios.get(f"{s['name']} / dbos")),
             f"{s['redis_commands_per_message']:.1f}",
             f"{s['worker_cpu_ms_per_message']:.2f}",
             f"{s['redis_cpu_ms_per_message']:.3f}",
@@ -638,6 +746,10 @@ def parse_options() -> argparse.Namespace:
     parser.add_argument("--no-postgres", action="store_true", help="SQLite only")
     parser.add_argument("--leases", type=int, default=1000, help="concurrent heartbeats")
     parser.add_argument("--heartbeat-window", type=float, help="seconds (default 30, quick 12)")
+    parser.add_argument(
+        "--dbos-polling", type=float, default=0.01, help="DBOS queue polling seconds"
+    )
+    parser.add_argument("--no-peers", action="store_true", help="without celery+db and dbos")
     options = parser.parse_args()
     options.rounds = options.rounds or (2 if options.quick else 3)
     options.sessions = options.sessions or (150 if options.quick else 400)
@@ -660,6 +772,7 @@ def measure_rounds(
     idle = idle_rates(redis_server)
     for variant in variants:  # connections, imports and caches; not measured
         target = variant.completed() + WARMUP
+        variant.prepare(WARMUP)
         variant.publish(WARMUP)
         wait_for(_reached(variant, target), 300, f"the warm-up of {variant.name}")
     per_round: list[dict[str, float]] = []
@@ -681,7 +794,7 @@ def ratios_of(
     names = [s["name"] for s in summaries]
     for name in names:
         if name.startswith("session/") or name == "floor":
-            for base in ("plain", "plain+conf", "floor"):
+            for base in BASES:
                 if base in names and base != name:
                     ratios[f"{name} / {base}"] = statistics.median(
                         r[name] / r[base] for r in per_round
@@ -704,14 +817,49 @@ def start_variants(
     for backend in backends:
         if backend.name == "postgres":
             variants.append(floor_variant(backend.url, redis_server, tmp, options))
+            if not options.no_peers:
+                variants.append(celery_db_variant(backend.url, redis_server, tmp, options))
+                admin = os.environ.get("SUREHAND_BENCH_DATABASE_URL", DEFAULT_ADMIN_URL)
+                variants.append(dbos_variant(admin, tmp, options))
+
+
+def ratios_by_round(per_round: list[dict[str, float]]) -> dict[str, list[float]]:
+    """Every round's ratio of each session variant (and the floor) to each base."""
+    found: dict[str, list[float]] = {}
+    for rates in per_round:
+        for name in rates:
+            if not (name.startswith("session/") or name == "floor"):
+                continue
+            for base in BASES:
+                if base in rates and base != name:
+                    found.setdefault(f"{name} / {base}", []).append(rates[name] / rates[base])
+    return found
+
+
+def rounds_table(by_round: dict[str, list[float]]) -> Table:
+    table = Table(title="Ratios in every round (each within one round)")
+    table.add_column("ratio")
+    rounds = max((len(v) for v in by_round.values()), default=0)
+    for number in range(rounds):
+        table.add_column(f"round {number + 1}", justify="right")
+    table.add_column("median", justify="right")
+    table.add_column("target", justify="right")
+    for key, values in by_round.items():
+        target = TARGETS.get(key)
+        table.add_row(
+            key,
+            *(f"{v:.2f}" for v in values),
+            f"{statistics.median(values):.2f}",
+            "" if target is None else f">= {target:g}",
+        )
+    return table
 
 
 def print_verdicts(ratios: dict[str, float]) -> None:
-    for key, value in ratios.items():
-        if key.endswith("/ plain"):
-            verdict = "meets" if value >= TARGET_RATIO else "misses"
-            what = "the least a fenced session must do" if key.startswith("floor") else "a session"
-            console.print(f"{key}: {value:.2f}x ({what}; {verdict} the {TARGET_RATIO}x target)")
+    for key, target in TARGETS.items():
+        if key in ratios:
+            verdict = "meets" if ratios[key] >= target else "misses"
+            console.print(f"{key}: {ratios[key]:.2f}x ({verdict} the {target:g}x target)")
 
 
 def main() -> int:
@@ -751,7 +899,9 @@ def main() -> int:
 
     summaries = [summarise(v) for v in variants]
     ratios = ratios_of(summaries, per_round)
+    by_round = ratios_by_round(per_round)
     console.print(throughput_table(summaries, ratios))
+    console.print(rounds_table(by_round))
     console.print(commands_table(summaries))
     console.print(phases_table(profiles))
     console.print(heartbeat_table(heartbeat))
@@ -778,7 +928,22 @@ def main() -> int:
         "variants": summaries,
         "per_round_per_second": per_round,
         "ratios": ratios,
-        "target_ratio": TARGET_RATIO,
+        "ratios_by_round": by_round,
+        "targets": TARGETS,
+        "peers": {
+            "celery+db": (
+                "celery no-op task returning 'ok'; task_acks_late, task_track_started, "
+                "task_reject_on_worker_lost, worker_prefetch_multiplier=1, result_backend "
+                "db+postgresql+psycopg (SQLAlchemy database backend, same Postgres server and "
+                "database); otherwise Celery defaults; threads pool, same broker and workers"
+            ),
+            "dbos": (
+                f"DBOS queue, worker_concurrency={options.concurrency} on each of "
+                f"{options.workers} processes, polling_interval_sec={options.dbos_polling}, "
+                "one @DBOS.workflow with one no-op @DBOS.step per message; system database on "
+                "the same Postgres server; enqueued by DBOSClient on the paused queue (untimed)"
+            ),
+        },
         "profiles": profiles,
         "heartbeat": heartbeat,
         "one_attempt_per_task": one_attempt,

@@ -12,6 +12,23 @@ at the start of each run), with 1 and 8 client threads:
 (b) a retry of a committed id (reuse) vs create;
 (c) 64 threads with one id released by a barrier: latency to the answer, p50 and p99.
 
+On Postgres, in the same rounds:
+
+* ``bare/driver``: the strict bare, one INSERT+COMMIT of the same row on a raw psycopg
+  connection (no SQLAlchemy; connections handed out by a ``queue.Queue``, one per client);
+* ``dbos start``: a DBOS workflow started under a key (``SetWorkflowID`` with a new id) and run
+  to its end: it takes the request as its input and has one step that returns a TASK id
+  (DBOS 3.4, launched in this process, system database ``surehand_bench_dbos_submit`` on the
+  same Postgres). It records less than write_task does (no application row, no document);
+* ``dbos replay``: the same call under an id that already finished (DBOS returns the recorded
+  result without running anything), the counterpart of reuse;
+* ``dbos enqueue``: a keyed enqueue of that workflow (``SetWorkflowID`` +
+  ``DBOS.enqueue_workflow``) on a queue nobody serves: only the durable record of the work,
+  the nearest DBOS counterpart of create (which records the TASK and publishes it).
+
+DBOS is optional (``pip install -e '.[bench]'``); without it, or with ``--no-dbos``, those
+variants are left out.
+
 The variants of (a) and (b) are interleaved in rounds (in a shuffled order each round) so that
 they share the machine's noise; each ratio is taken within a round, and the median across
 rounds is reported. A profile pass counts statements, transactions and connection checkouts
@@ -22,9 +39,11 @@ This is a benchmark, not a test: it asserts nothing about time.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
+import queue
 import random
 import statistics
 import tempfile
@@ -38,13 +57,16 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import sqlalchemy
+from databases import fresh_database, libpq  # bench/ is the script's directory
+from psycopg.types.json import Json
 from rich.console import Console
 from rich.table import Table
-from sqlalchemy import Column, MetaData, create_engine, insert, text
+from sqlalchemy import JSON, Column, MetaData, create_engine, insert, text
 from sqlalchemy import Table as SqlTable
 from sqlalchemy.engine import make_url
-from store_counts import ASYNC_COMMIT, counted  # bench/ is the script's directory
+from store_counts import ASYNC_COMMIT, counted
 
 from surehand.clock import SystemClock
 from surehand.config import Settings
@@ -60,6 +82,7 @@ from surehand.store.schema import metadata, tasks
 RESULTS = Path(__file__).resolve().parent / "results"
 DEFAULT_ADMIN_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 BENCH_DATABASE = "surehand_bench"
+DBOS_DATABASE = "surehand_bench_dbos_submit"
 TENANT = "bench"
 REQUEST: dict[str, Any] = {
     "sender": "PM",
@@ -71,8 +94,21 @@ REQUEST: dict[str, Any] = {
     "risk_level": "medium",
 }
 VARIANTS = ("bare", "create", "reuse")
+POSTGRES_VARIANTS = ("bare/driver",)
+DBOS_VARIANTS = ("dbos start", "dbos replay", "dbos enqueue")
 CREATE_TARGET = 0.5  # create >= 0.5x bare
 REUSE_TARGET = 1.0  # reuse >= 1x bare
+# (numerator, denominator, target or None): every ratio taken within a round when both ran.
+RATIOS: tuple[tuple[str, str, float | None], ...] = (
+    ("create", "bare", CREATE_TARGET),
+    ("reuse", "bare", REUSE_TARGET),
+    ("create", "bare/driver", 0.6),  # issue 13, 1 client on Postgres
+    ("reuse", "bare/driver", None),
+    ("create", "dbos start", 5.0),  # issue 13
+    ("create", "dbos enqueue", None),
+    ("reuse", "dbos replay", None),
+    ("bare", "bare/driver", None),
+)
 CONVERGE_CALLERS = 64
 
 
@@ -87,6 +123,10 @@ class Backend:
     bare: SqlTable
     bare_row: dict[str, Any]
     reuse_ids: list[str]
+    variants: tuple[str, ...] = VARIANTS
+    driver: queue.Queue[psycopg.Connection[Any]] | None = None
+    driver_sql: str = ""
+    dbos_replay_ids: list[str] | None = None
 
 
 def postgres_url(admin_url: str) -> str:
@@ -148,6 +188,36 @@ def row_like_write_task() -> dict[str, Any]:
     }
 
 
+def open_driver(backend: Backend, connections: int) -> None:
+    """Raw psycopg connections (not autocommit: INSERT, then COMMIT) for ``bare/driver``."""
+    backend.driver = queue.Queue()
+    for _ in range(connections):
+        backend.driver.put(psycopg.connect(libpq(backend.store.engine.url)))
+    columns = [c.name for c in backend.bare.columns]
+    backend.driver_sql = (
+        f"INSERT INTO {backend.bare.name} ({', '.join(map(quoted, columns))}) "
+        f"VALUES ({', '.join(['%s'] * len(columns))})"
+    )
+    backend.variants += POSTGRES_VARIANTS
+
+
+def quoted(name: str) -> str:
+    return '"' + name + '"'
+
+
+def close_driver(backend: Backend) -> None:
+    while backend.driver is not None and not backend.driver.empty():
+        backend.driver.get().close()
+
+
+def driver_params(backend: Backend, task_id: str) -> list[Any]:
+    row = {**backend.bare_row, "task_id": task_id}
+    return [
+        Json(row.get(c.name)) if isinstance(c.type, JSON) else row.get(c.name)
+        for c in backend.bare.columns
+    ]
+
+
 def open_backend(name: str, url: str, reuse_pool: int) -> Backend:
     store = Store(url, auto_upgrade=True)
     store.ensure_schema()
@@ -178,6 +248,17 @@ def op_bare(backend: Backend, _index: int) -> None:
         connection.execute(insert(backend.bare).values(**row))
 
 
+def op_bare_driver(backend: Backend, _index: int) -> None:
+    assert backend.driver is not None
+    connection = backend.driver.get()
+    try:
+        params = driver_params(backend, "BARE-" + uuid.uuid4().hex[:24])
+        connection.execute(backend.driver_sql, params)
+        connection.commit()
+    finally:
+        backend.driver.put(connection)
+
+
 def op_create(backend: Backend, _index: int) -> None:
     result = write_task(
         backend.services, {**REQUEST, "client_submission_id": new_id()}, tenant=TENANT
@@ -193,10 +274,33 @@ def op_reuse(backend: Backend, index: int) -> None:
     assert not result.action_taken, result
 
 
+def op_dbos_start(_backend: Backend, _index: int) -> None:
+    from bench_dbos import start
+
+    start(new_id(), REQUEST)
+
+
+def op_dbos_replay(backend: Backend, index: int) -> None:
+    from bench_dbos import start
+
+    assert backend.dbos_replay_ids
+    start(backend.dbos_replay_ids[index % len(backend.dbos_replay_ids)], REQUEST)
+
+
+def op_dbos_enqueue(_backend: Backend, _index: int) -> None:
+    from bench_dbos import enqueue
+
+    enqueue(new_id(), REQUEST)
+
+
 OPERATIONS: dict[str, Callable[[Backend, int], None]] = {
     "bare": op_bare,
     "create": op_create,
     "reuse": op_reuse,
+    "bare/driver": op_bare_driver,
+    "dbos start": op_dbos_start,
+    "dbos replay": op_dbos_replay,
+    "dbos enqueue": op_dbos_enqueue,
 }
 
 
@@ -273,7 +377,7 @@ def percentile(values: list[float], q: float) -> float:
 def profile(backend: Backend, ops: int) -> dict[str, dict[str, float]]:
     """Per-operation counts for each variant (single client)."""
     report: dict[str, dict[str, float]] = {}
-    for variant in VARIANTS:
+    for variant in VARIANTS:  # the store's own variants (the others do not use it)
         with counted(backend.store) as seen:
             for i in range(ops):
                 OPERATIONS[variant](backend, i)
@@ -347,28 +451,31 @@ def server_version(backend: Backend) -> str:
 
 
 Rates = dict[tuple[str, int, str], list[float]]
+CLIENTS = (1, 8)
 
 
 def measure_throughput(
     backends: list[Backend], rounds: int, ops: int, status: Any
 ) -> tuple[Rates, Rates]:
-    """ops/s of each variant, and create/bare and reuse/bare taken within each round."""
+    """ops/s of each variant, and every ratio of RATIOS taken within each round (keyed by
+    ``(database, clients, "numerator / denominator")``)."""
     rates: Rates = {}
     ratios: Rates = {}
     rng = random.Random(1)
     for number in range(rounds):
         for backend in backends:
-            for clients in (1, 8):
-                order = list(VARIANTS)
+            for clients in CLIENTS:
+                order = list(backend.variants)
                 rng.shuffle(order)
                 status.update(f"round {number + 1}/{rounds}: {backend.name}, {clients} clients")
                 measured = {v: throughput(backend, v, clients, ops) for v in order}
                 for variant, rate in measured.items():
                     rates.setdefault((backend.name, clients, variant), []).append(rate)
-                for variant in ("create", "reuse"):
-                    ratios.setdefault((backend.name, clients, variant), []).append(
-                        measured[variant] / measured["bare"]
-                    )
+                for top, bottom, _target in RATIOS:
+                    if top in measured and bottom in measured:
+                        ratios.setdefault((backend.name, clients, f"{top} / {bottom}"), []).append(
+                            measured[top] / measured[bottom]
+                        )
     return rates, ratios
 
 
@@ -398,11 +505,11 @@ def measure_convergence(backend: Backend, rounds: int, status: Any) -> dict[str,
 def summarize(backends: list[Backend], rates: Rates, ratios: Rates) -> list[dict[str, Any]]:
     rows = []
     for backend in backends:
-        for clients in (1, 8):
+        for clients in CLIENTS:
             key = (backend.name, clients)
-            rate = {v: statistics.median(rates[(*key, v)]) for v in VARIANTS}
-            create_ratio = statistics.median(ratios[(*key, "create")])
-            reuse_ratio = statistics.median(ratios[(*key, "reuse")])
+            rate = {v: statistics.median(rates[(*key, v)]) for v in backend.variants}
+            create_ratio = statistics.median(ratios[(*key, "create / bare")])
+            reuse_ratio = statistics.median(ratios[(*key, "reuse / bare")])
             reuse_create = [
                 r / c for r, c in zip(rates[(*key, "reuse")], rates[(*key, "create")], strict=True)
             ]
@@ -418,11 +525,61 @@ def summarize(backends: list[Backend], rates: Rates, ratios: Rates) -> list[dict
                     "reuse_over_create": round(statistics.median(reuse_create), 3),
                     "create_target_met": create_ratio >= CREATE_TARGET,
                     "reuse_target_met": reuse_ratio >= REUSE_TARGET,
-                    "create_over_bare_by_round": [round(r, 3) for r in ratios[(*key, "create")]],
-                    "reuse_over_bare_by_round": [round(r, 3) for r in ratios[(*key, "reuse")]],
+                    "create_over_bare_by_round": [
+                        round(r, 3) for r in ratios[(*key, "create / bare")]
+                    ],
+                    "reuse_over_bare_by_round": [
+                        round(r, 3) for r in ratios[(*key, "reuse / bare")]
+                    ],
+                    "ops_s": {v: round(r, 1) for v, r in rate.items()},
+                    "ops_s_by_round": {
+                        v: [round(r, 1) for r in rates[(*key, v)]] for v in backend.variants
+                    },
+                    "ratios": {
+                        name: {
+                            "median": round(statistics.median(ratios[(*key, name)]), 3),
+                            "by_round": [round(r, 3) for r in ratios[(*key, name)]],
+                            "target": target,
+                        }
+                        for top, bottom, target in RATIOS
+                        if (*key, name := f"{top} / {bottom}") in ratios
+                    },
                 }
             )
     return rows
+
+
+def print_ratio_tables(console: Console, document: dict[str, Any]) -> None:
+    every = Table(title="Every ratio, every round (each taken within one round)")
+    for column in ("database", "clients", "ratio", "by round", "median", "target"):
+        every.add_column(column, justify="left" if column in ("ratio", "by round") else "right")
+    for row in document["throughput"]:
+        for name, ratio in row["ratios"].items():
+            target = ratio["target"]
+            every.add_row(
+                row["database"],
+                str(row["clients"]),
+                name,
+                " ".join(f"{r:.2f}" for r in ratio["by_round"]),
+                f"{ratio['median']:.2f}",
+                ""
+                if target is None
+                else f">= {target:g}" + (" met" if ratio["median"] >= target else " MISSED"),
+            )
+    console.print(every)
+    rates = Table(title="ops/s, median of rounds")
+    for column in ("database", "clients", "variant", "ops/s", "by round"):
+        rates.add_column(column, justify="left" if column in ("variant", "by round") else "right")
+    for row in document["throughput"]:
+        for variant, rate in row["ops_s"].items():
+            rates.add_row(
+                row["database"],
+                str(row["clients"]),
+                variant,
+                f"{rate:.0f}",
+                " ".join(f"{r:.0f}" for r in row["ops_s_by_round"][variant]),
+            )
+    console.print(rates)
 
 
 def print_report(console: Console, title: str, document: dict[str, Any]) -> None:
@@ -444,6 +601,8 @@ def print_report(console: Console, title: str, document: dict[str, Any]) -> None
             *("yes" if row[k] else "NO" for k in ("create_target_met", "reuse_target_met")),
         )
     console.print(table)
+
+    print_ratio_tables(console, document)
 
     converge = Table(title=f"{CONVERGE_CALLERS} callers, one id, released by a barrier")
     for column in ("database", "rounds", "p50 ms", "p99 ms", "max ms", "slowest p50 ms", "bad"):
@@ -490,6 +649,7 @@ def main() -> int:
     parser.add_argument("--ops", type=int, help="operations per variant per round")
     parser.add_argument("--convergence-rounds", type=int, help="64-way rounds per database")
     parser.add_argument("--no-postgres", action="store_true", help="SQLite only")
+    parser.add_argument("--no-dbos", action="store_true", help="without the DBOS variants")
     args = parser.parse_args()
     rounds = args.rounds or (3 if args.quick else 8)
     ops = args.ops or (80 if args.quick else 240)
@@ -500,9 +660,17 @@ def main() -> int:
     backends = [open_backend("sqlite", f"sqlite:///{scratch.name}/bench.sqlite3", 64)]
     if not args.no_postgres:
         admin = os.environ.get("SUREHAND_BENCH_DATABASE_URL", DEFAULT_ADMIN_URL)
-        backends.append(open_backend("postgres", postgres_url(admin), 64))
+        postgres = open_backend("postgres", postgres_url(admin), 64)
+        backends.append(postgres)
+        open_driver(postgres, max(CLIENTS))
+        if not args.no_dbos and _has_dbos():
+            from bench_dbos import launch
+
+            system_database = libpq(fresh_database(admin, DBOS_DATABASE))
+            postgres.dbos_replay_ids = launch(system_database, REQUEST, 64)
+            postgres.variants += DBOS_VARIANTS
     for backend in backends:  # warm up every path (connections, statement caches)
-        for variant in VARIANTS:
+        for variant in backend.variants:
             throughput(backend, variant, 1, 10)
 
     started = time.perf_counter()
@@ -517,6 +685,7 @@ def main() -> int:
     info = machine()
     info["servers"] = {backend.name: server_version(backend) for backend in backends}
     info["load_average_at_end"] = list(os.getloadavg())
+    info["packages"] = _versions("psycopg", "dbos", "celery")
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     document = {
         "benchmark": "submit",
@@ -528,6 +697,8 @@ def main() -> int:
             "convergence_rounds": converge_rounds,
             "quick": args.quick,
             "targets": {"create_over_bare": CREATE_TARGET, "reuse_over_bare": REUSE_TARGET},
+            "ratio_targets": {f"{a} / {b}": t for a, b, t in RATIOS if t is not None},
+            "variants": {b.name: list(b.variants) for b in backends},
         },
         "machine": info,
         "throughput": summarize(backends, rates, ratios),
@@ -543,11 +714,34 @@ def main() -> int:
     path.write_text(json.dumps(document, indent=2) + "\n")
     console.print(f"saved bench/results/{path.name} ({elapsed:.0f} s measured)")
     for backend in backends:
+        close_driver(backend)
         if backend.name == "postgres":
             backend.bare.drop(backend.store.engine, checkfirst=True)
         backend.store.dispose()
+    if any(b.dbos_replay_ids for b in backends):
+        from bench_dbos import shutdown
+
+        shutdown()
     scratch.cleanup()
     return 0
+
+
+def _has_dbos() -> bool:
+    try:
+        import dbos  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def _versions(*names: str) -> dict[str, str]:
+    from importlib.metadata import PackageNotFoundError, version
+
+    found = {}
+    for name in names:
+        with contextlib.suppress(PackageNotFoundError):
+            found[name] = version(name)
+    return found
 
 
 if __name__ == "__main__":
