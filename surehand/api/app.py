@@ -66,7 +66,7 @@ def create_app(sh: Surehand | None = None) -> FastAPI:
     app.include_router(router)
     # The review console (/ui/): inside the host allowlist and body limit, signed in with
     # the same principals, reading through the same tenant views.
-    app.mount("/ui", create_console(surehand, app.state.auth, views), name="ui")
+    app.mount("/ui", create_console(app.state.auth, views), name="ui")
     _add_operations(app)
     _add_error_handlers(app)
     app.add_middleware(BodyLimit, max_bytes=surehand.settings.api_max_body_bytes)

@@ -24,7 +24,6 @@ from fastapi.templating import Jinja2Templates
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from surehand.errors import SurehandError
-from surehand.facade import Surehand
 from surehand.principals import Authenticator, TenantViews
 from surehand.problem import status_for
 from surehand.ui.routes import router
@@ -50,9 +49,9 @@ class Console:
     templates: Jinja2Templates
 
 
-def create_console(sh: Surehand, auth: Authenticator, views: TenantViews) -> FastAPI:
-    """The console for ``sh``, signing in the principals ``auth`` knows."""
-    del sh  # every page reads through ``views``, scoped to the signed-in principal
+def create_console(auth: Authenticator, views: TenantViews) -> FastAPI:
+    """The console: signs in the principals ``auth`` knows, and reads through ``views`` (the
+    API's per-tenant handles), each acting as the signed-in principal."""
     console = FastAPI(docs_url=None, redoc_url=None, openapi_url=None)
     console.state.console = Console(auth, views, SessionCodec(), _templates())
     console.include_router(router)
