@@ -1,0 +1,189 @@
+"""Presets for agent CLIs (``SUREHAND_COMMAND_AGENT=claude`` / ``codex``): the command lines and
+MCP config files they produce, and the final message captured as the REPORT. Stand-in
+``claude`` and ``codex`` programs record what they were given; no LLM runs. Also the
+"Recovery" section a successor's TASK.md gets."""
+
+# ruff: noqa: F811  (test functions take the fixtures imported below)
+
+from __future__ import annotations
+
+import json
+import os
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from surehand.agents.presets import AGENT_PROMPT, program_for, write_mcp_configs
+from surehand.errors import ConfigError
+from surehand.fcop import render_recovery
+from tests.session_helpers import (  # noqa: F401  (harness fixtures)
+    Harness,
+    attempts_of,
+    committed_task,
+    harness,
+    reports_of,
+)
+
+URL = "http://127.0.0.1:4242/tasks/TASK-20260101-001/mcp"
+
+# A stand-in CLI: records its argv, cwd and MCP env; prints noise, then its "final message";
+# as codex, also writes the final message where --output-last-message says.
+STAND_IN = """#!/bin/sh
+python3 - "$@" <<'EOF'
+import json, os, sys
+args = sys.argv[1:]
+record = {"argv": args, "cwd": os.getcwd(), "url": os.environ.get("SUREHAND_MCP_URL"),
+          "token": bool(os.environ.get("SUREHAND_MCP_TOKEN"))}
+open(os.environ["AGENT_TEST_RECORD"], "w").write(json.dumps(record))
+if "--output-last-message" in args:
+    path = args[args.index("--output-last-message") + 1]
+    open(path, "w").write("final message from codex")
+    print("codex progress noise")
+else:
+    print("final message from claude")
+EOF
+"""
+
+
+def test_claude_runs_print_mode_on_the_session_mcp_config_with_its_tools_allowed() -> None:
+    program = program_for("claude --model sonnet")
+
+    assert program.argv(URL) == [
+        "claude",
+        "-p",
+        "Do the TASK in TASK.md, following the instructions about the surehand tools.",
+        "--append-system-prompt",
+        AGENT_PROMPT,
+        "--mcp-config",
+        ".mcp.json",
+        "--strict-mcp-config",
+        "--allowedTools",
+        "mcp__surehand",
+        "--output-format",
+        "text",
+        "--model",
+        "sonnet",
+    ]
+    assert program.report_file is None  # the text output is the final message
+
+
+def test_codex_runs_exec_with_the_server_as_config_overrides_and_a_last_message_file() -> None:
+    program = program_for("codex --full-auto")
+
+    assert program.argv(URL) == [
+        "codex",
+        "exec",
+        "--skip-git-repo-check",
+        "--output-last-message",
+        "last-message.txt",
+        "-c",
+        f'mcp_servers.surehand.url="{URL}"',
+        "-c",
+        'mcp_servers.surehand.bearer_token_env_var="SUREHAND_MCP_TOKEN"',
+        "--full-auto",
+        AGENT_PROMPT,
+    ]
+    assert program.report_file == "last-message.txt"
+
+
+def test_any_other_program_runs_as_given_and_none_is_a_config_error() -> None:
+    assert program_for("sh 'my agent.sh' --fast").argv(URL) == ["sh", "my agent.sh", "--fast"]
+    with pytest.raises(ConfigError, match="SUREHAND_COMMAND_AGENT"):
+        program_for("  ")
+
+
+def test_the_mcp_config_files_name_the_server_and_leave_the_token_in_the_environment(
+    tmp_path: Path,
+) -> None:
+    write_mcp_configs(tmp_path, URL)
+
+    claude = json.loads((tmp_path / ".mcp.json").read_text())
+    assert claude == {
+        "mcpServers": {
+            "surehand": {
+                "type": "http",
+                "url": URL,
+                "headers": {"Authorization": "Bearer ${SUREHAND_MCP_TOKEN}"},
+            }
+        }
+    }
+    codex = tomllib.loads((tmp_path / ".codex" / "config.toml").read_text())
+    assert codex == {
+        "mcp_servers": {"surehand": {"url": URL, "bearer_token_env_var": "SUREHAND_MCP_TOKEN"}}
+    }
+
+
+@pytest.mark.parametrize("cli", ["claude", "codex"])
+def test_a_preset_session_gets_its_files_and_url_and_its_final_message_is_the_report(
+    cli: str, harness: Harness, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / cli).write_text(STAND_IN, encoding="utf-8")
+    (bin_dir / cli).chmod(0o755)
+    record = tmp_path / "record.json"
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("AGENT_TEST_RECORD", str(record))
+    sh = harness.surehand(agents="DEV=command", command_agent=cli)
+    task_id = committed_task(sh)
+
+    outcome = sh.run_session(task_id)
+
+    assert outcome.outcome == "settled", outcome
+    [report] = reports_of(sh.store, task_id)
+    assert report.body == f"final message from {cli}"
+    seen = json.loads(record.read_text())
+    [attempt] = attempts_of(sh.store, task_id)
+    work_dir = harness.work_dir / attempt.attempt_id
+    assert seen["cwd"] == str(work_dir.resolve())
+    assert seen["url"].endswith(f"/tasks/{task_id}/mcp")
+    assert seen["token"]
+    assert seen["argv"] == program_for(cli).argv(seen["url"])[1:]
+    assert (work_dir / ".mcp.json").exists()
+    assert (work_dir / ".codex" / "config.toml").exists()
+
+
+def test_the_recovery_section_lists_what_is_done_reviewed_and_open() -> None:
+    facts = {
+        "task_id": "TASK-20260101-001",
+        "attempt": 3,
+        "interruptions": [
+            {"case_id": "CASE-1", "attempt": 1, "effect_fact": "unknown",
+             "admission": "hold_for_review",
+             "review": {"by": "PM", "effect": "absent", "note": "no ticket in Jira"}},
+            {"case_id": "CASE-2", "attempt": 2, "effect_fact": "none_verified",
+             "admission": "reexecute", "review": None},
+        ],
+        "effects": [
+            {"operation_id": 1, "attempt": 1, "name": "ticket.create", "args": {"t": 1},
+             "status": "confirmed_absent", "idempotency_key": None, "receipt": None,
+             "confirmed_by": "review:PM", "error": None},
+            {"operation_id": 2, "attempt": 2, "name": "ticket.create", "args": {"t": 1},
+             "status": "done", "idempotency_key": "k", "receipt": "OPS-7",
+             "confirmed_by": None, "error": None},
+        ],
+        "instruction": "Do not repeat an effect listed as done.",
+    }  # fmt: skip
+
+    section = render_recovery(facts)
+
+    assert section.splitlines() == [
+        "## Recovery",
+        "",
+        "This is attempt 3 at TASK-20260101-001. Earlier attempts were interrupted; "
+        "surehand's records say:",
+        "",
+        "- attempt 1 (CASE-1): effect fact unknown, admission hold_for_review; reviewed by PM: "
+        "effect absent (no ticket in Jira)",
+        "- attempt 2 (CASE-2): effect fact none_verified, admission reexecute",
+        "",
+        "Effects declared by earlier attempts:",
+        "",
+        '- **confirmed_absent**: `ticket.create` {"t": 1} (operation 1, attempt 1, confirmed '
+        'by "review:PM")',
+        '- **done**: `ticket.create` {"t": 1} (operation 2, attempt 2, idempotency key "k", '
+        'receipt "OPS-7")',
+        "",
+        "**Do not repeat an effect listed as done.**",
+    ]
