@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import socket
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -32,6 +33,10 @@ if TYPE_CHECKING:  # Celery and the reconciler are imported by start(): the CLI 
 log = logging.getLogger(__name__)
 
 _JOIN_TIMEOUT_S = 30.0
+PROGRESS_EVERY_S = 5.0
+
+# progress(TASK ids still running, seconds since the shutdown began)
+Progress = Callable[[list[str], float], None]
 
 
 def embedded_settings(settings: Settings) -> Settings:
@@ -149,14 +154,56 @@ class Embedded:
         """Every part still running (a dead worker thread means the process should exit)."""
         return all(thread.is_alive() for thread in self._threads)
 
-    def stop(self) -> None:
-        """Warm shutdown: stop taking work, let running sessions finish, release everything."""
+    def running_sessions(self) -> list[str]:
+        """TASK ids of the sessions this process's worker is running now."""
+        from celery.worker import state
+
+        from surehand.queue.celery_app import SESSION_TASK_NAME
+
+        running = [r for r in list(state.active_requests) if r.task_name == SESSION_TASK_NAME]
+        return sorted(str(request.args[0]) for request in running if request.args)
+
+    def stop(self, progress: Progress | None = None) -> None:
+        """Warm shutdown: stop taking work, let running sessions finish, release everything.
+
+        ``progress(running, waited_s)`` hears the TASK ids still running: at once, whenever
+        one finishes, every PROGRESS_EVERY_S seconds meanwhile (``[]`` once none is left)."""
         self.stopping.set()
         if self._api is not None:
             self._api.stop()
         worker = getattr(self, "worker", None)
         if worker is not None:
-            worker.stop()  # finishes running sessions; each releases its own lease
+            if progress is None:
+                worker.stop()  # finishes running sessions; each releases its own lease
+            else:
+                self._watched(worker.stop, progress)
         for thread in self._threads:
             thread.join(_JOIN_TIMEOUT_S)
         self.sh.close()
+
+    def _watched(self, stop_worker: Callable[[], object], progress: Progress) -> None:
+        """Run ``stop_worker`` while telling ``progress`` which sessions it waits for."""
+        started = time.monotonic()
+        done = threading.Event()
+        watcher = threading.Thread(
+            target=self._report_running, args=(progress, done, started), daemon=True
+        )
+        watcher.start()
+        try:
+            stop_worker()
+        finally:
+            done.set()
+            watcher.join(_JOIN_TIMEOUT_S)
+
+    def _report_running(self, progress: Progress, done: threading.Event, started: float) -> None:
+        last: list[str] | None = None
+        said_at = started
+        while True:
+            running = [] if done.is_set() else self.running_sessions()
+            now = time.monotonic()
+            if running != last or now - said_at >= PROGRESS_EVERY_S:
+                progress(running, now - started)
+                last, said_at = running, now
+            if not running and done.is_set():
+                return
+            done.wait(0.2)

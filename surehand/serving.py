@@ -14,7 +14,7 @@ import signal
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from types import FrameType
 from typing import Any
 
@@ -35,7 +35,8 @@ def bind(host: str, port: int, *, setting: str = "SUREHAND_API_PORT") -> socket.
     except OSError as exc:
         sock.close()
         raise ConfigError(
-            f"cannot listen on {host}:{port} ({exc.strerror}); choose another --port",
+            f"cannot listen on {host}:{port} ({exc.strerror}): is another server using port "
+            f"{port}? Choose another with --port or {setting}",
             setting=setting,
         ) from None
     sock.listen(2048)
@@ -48,11 +49,27 @@ def _config(app: Any, log_level: str) -> uvicorn.Config:
     return uvicorn.Config(app, log_level=log_level, access_log=log_level == "debug")
 
 
+def url_of(host: str, port: int) -> str:
+    """``http://host:port`` (an IPv6 host in brackets)."""
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+
 def serve(
-    app: Any, host: str, port: int, *, log_level: str = "info", setting: str = "SUREHAND_API_PORT"
+    app: Any,
+    host: str,
+    port: int,
+    *,
+    log_level: str = "info",
+    setting: str = "SUREHAND_API_PORT",
+    announce: Callable[[str], object] | None = None,
 ) -> None:
-    """Run ``app`` in this (main) thread until SIGINT/SIGTERM, then return normally."""
+    """Run ``app`` in this (main) thread until SIGINT/SIGTERM, then return normally.
+
+    ``announce(url)`` is called once the socket listens (with the real port when 0 was asked
+    for): a URL printed before that could name a port some other server holds."""
     sock = bind(host, port, setting=setting)
+    if announce is not None:
+        announce(url_of(host, sock.getsockname()[1]))
     with quiet_signals():
         uvicorn.Server(_config(app, log_level)).run(sockets=[sock])
 
@@ -94,8 +111,7 @@ class BackgroundServer:
     @property
     def url(self) -> str:
         """``http://host:port`` as bound (the real port when 0 was asked for)."""
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"http://{host}:{self.port}"
+        return url_of(self.host, self.port)
 
     def start(self) -> BackgroundServer:
         """Start serving and wait until uvicorn accepts connections."""

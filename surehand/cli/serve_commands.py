@@ -28,7 +28,7 @@ from surehand.cli.common import (
 )
 from surehand.cli.demo import run_demo
 from surehand.config import DEFAULT_HOME, Settings
-from surehand.embedded import Embedded
+from surehand.embedded import Embedded, Progress
 from surehand.errors import ConfigError
 from surehand.facade import Surehand
 
@@ -109,9 +109,7 @@ def up(
             err_console.print("[red]a part of `surehand up` stopped unexpectedly; exiting[/]")
             code = EXIT_ERROR
             break
-    if not as_json:
-        err_console.print("stopping: no new sessions; waiting for running ones to finish…")
-    embedded.stop()
+    embedded.stop(progress=_stopping(as_json))
     if as_json:
         emit_event({"event": "stopped", "exit_code": code})
     else:
@@ -124,6 +122,31 @@ def _missing_extra(extra: str, error: ImportError) -> ConfigError:
         f"this command needs the {extra} extra: pip install 'surehand[{extra}]' "
         f"({error.name or error} is not installed)"
     )
+
+
+def _stopping(as_json: bool) -> Progress:
+    """Say which sessions a shutdown waits for, and that a second Ctrl-C stops at once."""
+    said: list[int] = []
+
+    def progress(running: list[str], waited_s: float) -> None:
+        ids = ", ".join(running)
+        if as_json:
+            emit_event({"event": "stopping", "running": running, "waited_s": round(waited_s, 1)})
+        elif not said:
+            what = f"waiting for {len(running)} running session(s) ({ids})" if running else ""
+            hint = "; press Ctrl-C again to stop now" if running else ""
+            err_console.print(f"stopping: {what or 'no session running'}{hint}", soft_wrap=True)
+        elif running:
+            err_console.print(
+                f"  still waiting for {len(running)} ({ids}) after {waited_s:.0f} s; "
+                "Ctrl-C again stops now",
+                soft_wrap=True,
+            )
+        else:
+            err_console.print("  every running session finished")
+        said.append(len(running))
+
+    return progress
 
 
 def _trap_signals(stop: threading.Event) -> None:
@@ -210,8 +233,12 @@ def api(
     from surehand.cli.session_commands import announce_probes  # (keeps `up` first in --help)
 
     announce_probes(sh)
-    err_console.print(f"surehand API on http://{bind_host}:{bind_port} (OpenAPI at /docs)")
-    serve(create_app(sh), bind_host, bind_port, log_level=loglevel)
+    serve(create_app(sh), bind_host, bind_port, log_level=loglevel, announce=_api_listening)
+
+
+def _api_listening(url: str) -> None:
+    """Said once the socket listens (a taken port fails first, naming SUREHAND_API_PORT)."""
+    err_console.print(f"surehand API on {url} (OpenAPI at {url}/docs)", soft_wrap=True)
 
 
 @app.command()

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import logging
+import sys
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
@@ -93,4 +94,11 @@ def run_http(host: str, port: int, sh: Surehand | None = None) -> None:
     auth = Authenticator(surehand.settings)
     auth.check_bind(host, "the MCP HTTP server")
     app = http_app(build_server(surehand), auth, HostRule.from_settings(surehand.settings))
-    serve(app, host, port, log_level="warning", setting="SUREHAND_MCP_PORT")
+    serve(app, host, port, log_level="warning", setting="SUREHAND_MCP_PORT", announce=_listening)
+
+
+def _listening(url: str) -> None:
+    # stderr: the one line a person (or a script waiting for the server) looks for.
+    print(
+        f"surehand MCP (streamable HTTP) listening on {url}{MCP_PATH}", file=sys.stderr, flush=True
+    )
