@@ -6,7 +6,8 @@ It connects to ``SUREHAND_MCP_URL`` with ``SUREHAND_MCP_TOKEN``, asks ``recovery
 (saved as ``brief-<attempt>.json`` in ``AGENT_TEST_DIR``), then creates one ticket as a
 declared effect. The ticket "system" is the file ``ledger.txt`` in ``AGENT_TEST_DIR``: a line is
 appended only when the agent really creates the ticket, so the ledger shows each effect once.
-Marker files (``<step>-<attempt>``) tell the test how far it got. Modes:
+With ``AGENT_TICKET_KEY`` set, the effect is declared with that idempotency key under the
+``keyed`` retry policy. Marker files (``<step>-<attempt>``) tell the test how far it got. Modes:
 
 - ``hang_in_effect``: begin the effect, then wait to be killed (the effect's outcome unknown);
 - ``hang_after_effect``: begin, create, end the effect, then wait to be killed on attempt 1
@@ -45,7 +46,10 @@ async def call(client: Client, tool: str, args: dict[str, Any]) -> dict[str, Any
 
 
 async def create_ticket(client: Client, hang_before_end: bool) -> str:
-    begun = await call(client, "effect_begin", {"name": "ticket.create", "args": TICKET})
+    declared: dict[str, Any] = {"name": "ticket.create", "args": TICKET}
+    if key := os.environ.get("AGENT_TICKET_KEY"):  # the ticket system deduplicates on it
+        declared |= {"idempotency_key": key, "retry_policy": "keyed"}
+    begun = await call(client, "effect_begin", declared)
     mark(f"effect_{begun['status']}")
     if begun["status"] == "already_done":
         return f"ticket already created: {begun['receipt']}"
