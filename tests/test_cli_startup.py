@@ -1,0 +1,97 @@
+"""CLI start-up imports only what a command uses (issue 12, finding 11): reading or writing
+the store never imports Celery, kombu, redis, fakeredis, alembic or the web stack.
+
+A behavioural guard, not a timing assertion: ``bench/cli_startup.py`` measures the time.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import surehand
+from surehand.facade import Surehand
+from surehand.store import migrate
+
+HEAVY = ("celery", "kombu", "redis", "fakeredis", "alembic", "fastapi", "uvicorn", "mcp")
+
+# Runs the CLI's main in-process with the given arguments, then prints the heavy packages
+# that ended up imported (stdout carries the command's own output first).
+PROBE = """
+import json, sys
+from surehand.cli import main
+heavy = set(json.loads(sys.argv[2]))
+sys.argv = ["surehand", *json.loads(sys.argv[1])]
+try:
+    main()
+except SystemExit as exit:
+    code = exit.code
+else:
+    code = 0
+loaded = sorted({name.split(".")[0] for name in sys.modules} & heavy)
+print("\\nPROBE", json.dumps({"code": code, "loaded": loaded}))
+"""
+
+
+def _imports(home: Path, *args: str) -> list[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SUREHAND_")}
+    env["SUREHAND_DATABASE_URL"] = f"sqlite:///{home / 'db.sqlite3'}"
+    done = subprocess.run(
+        [sys.executable, "-c", PROBE, json.dumps(args), json.dumps(HEAVY)],
+        env=env,
+        cwd=home,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    last = done.stdout.strip().splitlines()[-1] if done.stdout.strip() else ""
+    assert last.startswith("PROBE "), done.stdout + done.stderr
+    found = json.loads(last.removeprefix("PROBE "))
+    assert found["code"] in (0, None), done.stdout + done.stderr
+    return list(found["loaded"])
+
+
+@pytest.fixture
+def store_home(tmp_path: Path) -> tuple[Path, str]:
+    """A migrated SQLite store with one TASK."""
+    with Surehand(database_url=f"sqlite:///{tmp_path / 'db.sqlite3'}") as sh:
+        task_id = str(sh.write_task(sender="PM", recipient="DEV", subject="x").task_id)
+    return tmp_path, task_id
+
+
+def test_tasks_json_imports_no_queue_migration_or_web_stack(store_home: tuple[Path, str]) -> None:
+    home, _ = store_home
+    assert _imports(home, "tasks", "--json") == []
+
+
+def test_show_and_submit_without_a_broker_import_none_of_it(store_home: tuple[Path, str]) -> None:
+    home, task_id = store_home
+    assert _imports(home, "show", task_id) == []
+    submit = ["submit", "--sender", "PM", "--recipient", "DEV", "--subject", "y", "--json"]
+    assert _imports(home, *submit) == []  # nothing to publish to: no Celery
+    assert _imports(home, "--help") == []
+
+
+def test_head_revision_without_alembic_is_alembics() -> None:
+    from alembic.script import ScriptDirectory
+
+    assert (
+        migrate.head_revision()
+        == ScriptDirectory.from_config(migrate._config("")).get_current_head()
+    )
+
+
+def test_the_package_still_exports_its_public_names() -> None:
+    from surehand import Surehand as Exported
+
+    assert Exported is Surehand
+    assert all(getattr(surehand, name) is not None for name in surehand.__all__)
+    assert set(surehand.__all__) <= set(dir(surehand))
+    with pytest.raises(AttributeError):
+        surehand.not_a_name  # noqa: B018
