@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import secrets
 import threading
 from collections.abc import Awaitable, Callable, MutableMapping
@@ -138,7 +139,8 @@ def build_session_server(tools: SessionTools) -> MCPServer[Any]:
 class SessionMcp:
     """This process's session MCP server for one store; :meth:`shared` gives the one to use."""
 
-    _shared: ClassVar[dict[str, SessionMcp]] = {}
+    # By (pid, store URL): a forked child (a prefork pool's) starts a server of its own.
+    _shared: ClassVar[dict[tuple[int, str], SessionMcp]] = {}
     _shared_lock: ClassVar[threading.Lock] = threading.Lock()
 
     def __init__(self, services: Services) -> None:
@@ -151,11 +153,12 @@ class SessionMcp:
     def shared(cls, settings: Settings) -> SessionMcp:
         """The server of this process for the store ``settings`` name (created once)."""
         url = settings.resolved_database_url()
+        key = (os.getpid(), url)
         with cls._shared_lock:
-            if url not in cls._shared:
+            if key not in cls._shared:
                 store = Store(url, pool_size=settings.database_pool_size)
-                cls._shared[url] = cls(Services(store=store, settings=settings))
-            return cls._shared[url]
+                cls._shared[key] = cls(Services(store=store, settings=settings))
+            return cls._shared[key]
 
     def base_url(self) -> str:
         """``http://127.0.0.1:PORT``, starting the server on first use."""

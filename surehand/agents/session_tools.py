@@ -41,6 +41,34 @@ recovery_brief() first: it lists what earlier attempts of this TASK already did.
 """
 
 
+EffectName = Annotated[
+    str,
+    Field(min_length=1, max_length=255, description="What the effect does: github.open_pr."),
+]
+EffectArgs = Annotated[
+    dict[str, Any],
+    Field(
+        description="What makes this effect this one (repository, title, recipient...): "
+        "the same name and args are the same effect."
+    ),
+]
+IdempotencyKey = Annotated[
+    str | None, Field(max_length=255, description="A key the far side deduplicates on.")
+]
+Policy = Annotated[
+    Literal["none", "keyed"],
+    Field(description="keyed: a successor may repeat an interrupted effect with the same key."),
+]
+ProbeName = Annotated[
+    str | None,
+    Field(description="A probe registered in the workers that tells whether it happened."),
+]
+Receipt = Annotated[
+    str | None,
+    Field(max_length=2000, description="The external id it produced (PR URL, message id...)."),
+]
+
+
 @dataclass(frozen=True)
 class Grant:
     """One session's right to the tools: its token, its attempt, and whether it still runs."""
@@ -95,39 +123,11 @@ class SessionTools:
 
     def effect_begin(
         self,
-        name: Annotated[
-            str,
-            Field(
-                min_length=1,
-                max_length=255,
-                description="What the effect does, e.g. github.open_pull_request.",
-            ),
-        ],
-        args: Annotated[
-            dict[str, Any],
-            Field(
-                description="What makes this effect this one "
-                "(repository, title, recipient...): the same name "
-                "and args are the same effect."
-            ),
-        ],
-        idempotency_key: Annotated[
-            str | None,
-            Field(max_length=255, description="A key the far side deduplicates on, if it has one."),
-        ] = None,
-        retry_policy: Annotated[
-            Literal["none", "keyed"],
-            Field(
-                description="keyed: a successor may repeat an interrupted effect with the same key."
-            ),
-        ] = "none",
-        probe: Annotated[
-            str | None,
-            Field(
-                description="A probe registered in the workers that "
-                "can tell whether the effect happened."
-            ),
-        ] = None,
+        name: EffectName,
+        args: EffectArgs,
+        idempotency_key: IdempotencyKey = None,
+        retry_policy: Policy = "none",
+        probe: ProbeName = None,
         ctx: Context | None = None,
     ) -> CallToolResult:
         """Declare an effect BEFORE doing it. Returns {status: "begun", operation_id}: do the
@@ -140,13 +140,7 @@ class SessionTools:
         self,
         operation_id: Annotated[int, Field(description="The id effect_begin returned.")],
         outcome: Literal["succeeded", "failed"],
-        receipt: Annotated[
-            str | None,
-            Field(
-                max_length=2000,
-                description="The external id the effect produced (PR URL, message id...).",
-            ),
-        ] = None,
+        receipt: Receipt = None,
         value: Annotated[Any, Field(description="Any JSON result worth recording.")] = None,
         error: Annotated[str | None, Field(max_length=4000, description="Why it failed.")] = None,
         ctx: Context | None = None,
