@@ -76,6 +76,49 @@ class SchemaNotReady(StoreError):
     code = "schema_not_ready"
 
 
+class DatabaseUnreachable(StoreUnavailable):
+    """The database server could not be reached (refused, unknown host, timed out): check the
+    host and port in SUREHAND_DATABASE_URL and that the server runs, then retry."""
+
+
+class DatabaseBusy(StoreUnavailable):
+    """The database has no free connection slot (too many connections); retry later, or lower
+    SUREHAND_DATABASE_POOL_SIZE / the number of processes, or raise max_connections."""
+
+
+class DatabaseMissing(StoreUnavailable, ConfigError):
+    """The database server answers but the database SUREHAND_DATABASE_URL names does not exist:
+    create it or fix the name, then run `surehand db upgrade`. Retrying will not help.
+
+    A ``StoreUnavailable`` too, so a running session that meets it stops as interrupted (its
+    effects judged from the record) instead of failing its TASK."""
+
+    code = "database_missing"
+    retryable = False
+
+
+class DatabaseAuthFailed(StoreUnavailable, ConfigError):
+    """The database refused the login: fix the user and password in SUREHAND_DATABASE_URL (or
+    the server's pg_hba.conf). Retrying will not help."""
+
+    code = "database_auth_failed"
+    retryable = False
+
+
+class BadDatabaseUrl(ConfigError):
+    """SUREHAND_DATABASE_URL is not a URL surehand can use: write sqlite:///path/file.sqlite3 or
+    postgresql+psycopg://user:password@host:5432/dbname."""
+
+    code = "bad_database_url"
+
+
+class StoreMissing(ConfigError):
+    """There is no surehand store where this command looked (read commands never create one):
+    run `surehand up` or `surehand db upgrade` first, or point SUREHAND_DATABASE_URL at it."""
+
+    code = "store_missing"
+
+
 class NotFound(StoreError, LookupError):
     """The named record does not exist (or belongs to another tenant)."""
 

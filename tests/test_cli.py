@@ -154,7 +154,7 @@ def test_recovery_commands(cli: Cli) -> None:
         code=EXIT_NOT_FOUND,
     )
     assert missing["error"]["code"] == "case_not_found"
-    assert cli.json("reconcile")["running"] == 0
+    assert cli.json("reconcile", "--embedded")["running"] == 0
 
 
 def test_admin_commands(cli: Cli, tmp_path: Path) -> None:
@@ -201,6 +201,7 @@ def test_check_fails_clearly_on_bad_urls(cli: Cli) -> None:
 
 
 def test_check_embedded_defaults_pass(cli: Cli) -> None:
+    cli("db", "upgrade")
     report = cli.json("check")
     assert report["ok"] is True
     assert {item["name"] for item in report["checks"]} == {
@@ -208,6 +209,7 @@ def test_check_embedded_defaults_pass(cli: Cli) -> None:
         "migrations",
         "redis",
         "broker",
+        "agents",  # none configured: `up` runs the demo agent
     }
 
 
@@ -220,6 +222,7 @@ def test_check_passes_against_real_services(cli: Cli, tmp_path: Path, pg_url: st
             "SUREHAND_DATABASE_URL": pg_url,
             "SUREHAND_REDIS_URL": REDIS_URL,
             "SUREHAND_BROKER_URL": broker.url,
+            "SUREHAND_AGENTS": "DEV=demo",  # a deployment has no default agent
         }
         cli("db", "upgrade", env=env)
         report = cli.json("check", env=env)
@@ -230,6 +233,7 @@ def test_check_passes_against_real_services(cli: Cli, tmp_path: Path, pg_url: st
         "redis": "ok",
         "redis-lua": "ok",
         "broker": "ok",
+        "agent DEV": "ok",
     }
     assert PG_URL
 
@@ -252,7 +256,7 @@ def test_flower_needs_a_shared_broker(cli: Cli) -> None:
 def test_api_mcp_worker_and_beat_start_and_stop(cli: Cli, tmp_path: Path) -> None:
     env = {"SUREHAND_DATABASE_URL": cli.env["SUREHAND_DATABASE_URL"]}
     port = free_port()
-    api = spawn(["api", "--port", str(port)], env, tmp_path / "api.log")
+    api = spawn(["api", "--embedded", "--port", str(port)], env, tmp_path / "api.log")
     wait_until(lambda: _healthy(port) or api.returncode is not None, timeout=60, what="api")
     os.killpg(api.process.pid, signal.SIGINT)
     assert api.process.wait(timeout=30) == 0, api.output()

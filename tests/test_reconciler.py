@@ -406,7 +406,7 @@ def test_reconcile_once_from_the_cli_prints_the_pass(rig: Rig) -> None:
     rig.interrupted()
     result = CliRunner().invoke(
         app,
-        ["reconcile", "--once", "--json", "--database-url", rig.store.url],
+        ["reconcile", "--once", "--embedded", "--json", "--database-url", rig.store.url],
         env={"SUREHAND_REDIS_NAMESPACE": rig.sh.settings.redis_namespace},
     )
     assert result.exit_code == 0, result.output

@@ -8,7 +8,15 @@ from typing import Annotated
 import typer
 
 from surehand.cli.app import db_app, fcop_app
-from surehand.cli.common import DatabaseUrl, JsonFlag, Tenant, console, emit_json, handle_errors
+from surehand.cli.common import (
+    DatabaseUrl,
+    JsonFlag,
+    Tenant,
+    console,
+    emit_json,
+    handle_errors,
+    open_existing,
+)
 from surehand.facade import Surehand
 from surehand.fcop_export import export_workspace
 from surehand.store import migrate
@@ -30,7 +38,7 @@ def db_upgrade(database_url: DatabaseUrl = None, as_json: JsonFlag = False) -> N
 @handle_errors
 def db_current(database_url: DatabaseUrl = None, as_json: JsonFlag = False) -> None:
     """Show the database's migration and the newest one this version ships."""
-    sh = Surehand(database_url=database_url)
+    sh = open_existing(database_url)
     current = migrate.current_revision(sh.store.engine)
     head = migrate.head_revision()
     if as_json:
@@ -48,7 +56,7 @@ def fcop_export(
     as_json: JsonFlag = False,
 ) -> None:
     """Write (or rebuild) the FCoP mirror: fcop/_lifecycle/<bucket>/ and fcop/reports/."""
-    sh = Surehand(database_url=database_url, tenant=tenant)
+    sh = open_existing(database_url, tenant)
     summary = export_workspace(sh.services, directory, tenant=sh.tenant)
     if as_json:
         emit_json({"tasks": summary.tasks, "reports": summary.reports, "removed": summary.removed})

@@ -1,7 +1,8 @@
-"""``surehand check``: can this configuration run? Database, migrations, Redis, broker.
+"""``surehand check``: can this configuration run? Database, migrations, Redis, broker, agents.
 
 Each check says what it found and, when something is wrong, what to do about it. Exit 0 when
 nothing failed (warnings are fine), 1 otherwise, so it can gate a deploy or a healthcheck.
+It only reads: a SQLite store that does not exist yet is reported, never created.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from surehand.errors import ConfigError, SurehandError
 from surehand.facade import Surehand
 from surehand.model import OperationState
 from surehand.store import Store, migrate, schema
+from surehand.store.engine import sqlite_file
 
 Status = Literal["ok", "warn", "fail"]
 CONNECT_TIMEOUT_S = 5
@@ -37,8 +39,40 @@ class Check:
     fix: str = ""
 
 
+AGENT_FIX = (
+    "set SUREHAND_AGENTS: ROLE=demo (built-in demo), ROLE=command with "
+    "SUREHAND_COMMAND_AGENT, or ROLE=package.module:function; e.g. DEV=demo,QA=command"
+)
+
+
+def is_deployment(settings: Settings) -> bool:
+    """A shared broker: workers in other processes, so nothing falls back to `up`'s defaults."""
+    return bool(settings.broker_url) and not settings.broker_url.startswith("memory")
+
+
+def missing_store(settings: Settings) -> Check | None:
+    """The finding for a SQLite store that does not exist (warn for `up`, which creates it;
+    fail for a deployment); None when there is one, or the database is Postgres."""
+    path = sqlite_file(settings.resolved_database_url())
+    if path is None or path.is_file():
+        return None
+    return Check(
+        "database",
+        "fail" if is_deployment(settings) else "warn",
+        f"no surehand store at {path.resolve()} yet",
+        "`surehand up` or `surehand db upgrade` creates it; or point SUREHAND_DATABASE_URL at "
+        "the store",
+    )
+
+
 def check_database(settings: Settings) -> list[Check]:
     """Connect, then compare the schema's migration with the newest one shipped."""
+    try:
+        missing = missing_store(settings)
+    except SurehandError as error:  # a URL that does not parse
+        return [Check("database", "fail", error.message, "fix SUREHAND_DATABASE_URL")]
+    if missing is not None:
+        return [missing]
     # libpq reads this: an unreachable Postgres host fails in seconds instead of minutes.
     os.environ.setdefault("PGCONNECT_TIMEOUT", str(CONNECT_TIMEOUT_S))
     store = Store(settings.resolved_database_url(), pool_size=settings.database_pool_size)
@@ -46,9 +80,7 @@ def check_database(settings: Settings) -> list[Check]:
     try:
         current = migrate.current_revision(store.engine)
     except SurehandError as error:
-        return [
-            Check("database", "fail", f"{where}: {error.message}", "check SUREHAND_DATABASE_URL")
-        ]
+        return [Check("database", "fail", f"{where}: {error.message}", _database_fix(error))]
     finally:
         store.dispose()
     head = migrate.head_revision()
@@ -74,6 +106,70 @@ def check_database(settings: Settings) -> list[Check]:
             )
         )
     return found
+
+
+def _store_exists(settings: Settings) -> bool:
+    """False for a SQLite file that is not there or a URL that does not parse."""
+    try:
+        return missing_store(settings) is None
+    except SurehandError:
+        return False
+
+
+def _database_fix(error: SurehandError) -> str:
+    if error.retryable:
+        return "check SUREHAND_DATABASE_URL and that the database runs; retry when it answers"
+    return "fix SUREHAND_DATABASE_URL (or the database) as the message says"
+
+
+def check_agents(settings: Settings, roles: list[str]) -> list[Check]:
+    """The agent of each served role (SUREHAND_ROLES, else every role in SUREHAND_AGENTS) with
+    the probes its module registers. A deployment has no default agent: none is a failure."""
+    specs = _agent_specs(settings.agents)
+    if not specs and not roles and not is_deployment(settings):
+        return [
+            Check(
+                "agents",
+                "ok",
+                "none configured: `surehand up` runs the demo agent for DEV, QA and OPS",
+                "set SUREHAND_AGENTS to run your own handlers",
+            )
+        ]
+    if not specs and not roles:
+        detail = "SUREHAND_AGENTS is empty: workers refuse to start (no default agent)"
+        return [Check("agents", "fail", detail, AGENT_FIX)]
+    return [_agent_check(settings, role, specs.get(role)) for role in roles or list(specs)]
+
+
+def _agent_specs(agents: str) -> dict[str, str]:
+    """SUREHAND_AGENTS as role -> target (``demo``, ``command`` or ``module:function``)."""
+    pairs = (item.partition("=") for item in agents.split(",") if item.strip())
+    return {role.strip(): target.strip() for role, _, target in pairs}
+
+
+def _agent_check(settings: Settings, role: str, target: str | None) -> Check:
+    name = f"agent {role}"
+    if target is None:
+        return Check(name, "fail", "no agent for this role: its worker refuses to start", AGENT_FIX)
+    from surehand.agents.builtin import register_builtin_agents  # only `check` needs them
+    from surehand.agents.registry import AgentRegistry
+
+    registry = AgentRegistry()
+    register_builtin_agents(registry, settings)
+    try:
+        registry.load(f"{role}={target}")
+    except SurehandError as error:
+        return Check(name, "fail", error.message, "fix SUREHAND_AGENTS")
+    probes = ", ".join(registry.probe_names()) or "none"
+    return Check(name, "ok", f"{_describe_agent(settings, target)}; probes: {probes}")
+
+
+def _describe_agent(settings: Settings, target: str) -> str:
+    if target == "demo":
+        return "demo (built-in demo agent)"
+    if target == "command":
+        return f"command: {settings.command_agent} (SUREHAND_COMMAND_AGENT)"
+    return target
 
 
 def check_redis(settings: Settings) -> list[Check]:
@@ -149,14 +245,17 @@ def check_broker(settings: Settings) -> list[Check]:
     return [Check("broker", "ok", f"{connection.as_uri()} accepts connections")]
 
 
-def check_probes(settings: Settings) -> list[Check]:
+def check_probes(settings: Settings, *, read_intents: bool = True) -> list[Check]:
     """The probes this configuration registers, and those open intents name but it lacks.
 
     Admission asks a probe only where it runs (workers, api, reconcile, up): an open intent
     whose probe is missing there is held after SUREHAND_PROBE_WAIT_SECONDS instead of decided.
     Says nothing when no probe is registered or named.
     """
-    sh = Surehand(settings=settings)
+    try:
+        sh = Surehand(settings=settings)
+    except SurehandError:
+        return []  # a database URL that does not parse: the database check says so
     try:
         # Built the way every deciding process builds it: SUREHAND_AGENTS, then SUREHAND_PROBES.
         registered = sh.registry.probe_names()
@@ -164,7 +263,7 @@ def check_probes(settings: Settings) -> list[Check]:
         return [Check("probes", "fail", error.message, "fix SUREHAND_PROBES / SUREHAND_AGENTS")]
     finally:
         sh.close()
-    named = _probes_named_by_open_intents(settings)
+    named = _probes_named_by_open_intents(settings) if read_intents else {}
     missing = {name: tasks for name, tasks in named.items() if name not in registered}
     if not registered and not missing:
         return []
@@ -224,18 +323,30 @@ def check(
     broker_url: Annotated[
         str | None, typer.Option("--broker-url", envvar="SUREHAND_BROKER_URL", help="Broker.")
     ] = None,
+    roles: Annotated[
+        str,
+        typer.Option(
+            envvar="SUREHAND_ROLES",
+            help="Comma list of roles the workers serve; each needs an agent (default: every "
+            "role in SUREHAND_AGENTS).",
+        ),
+    ] = "",
     as_json: JsonFlag = False,
 ) -> None:
-    """Test the database (connection, migrations), Redis (ping, Lua) and the broker; list the
-    probes registered here (SUREHAND_PROBES, SUREHAND_AGENTS) and those open intents lack."""
+    """Test the database (connection, migrations), Redis (ping, Lua) and the broker; list each
+    served role's agent and probes, the probes registered here (SUREHAND_PROBES,
+    SUREHAND_AGENTS) and those open intents lack. Fails on a deployment (a shared broker)
+    with no agent for a served role."""
     overrides = {"database_url": database_url, "redis_url": redis_url, "broker_url": broker_url}
     settings = Settings().model_copy(update={k: v for k, v in overrides.items() if v is not None})
     checks = [*check_database(settings), *check_redis(settings), *check_broker(settings)]
+    checks += check_agents(settings, [role.strip() for role in roles.split(",") if role.strip()])
+    stored = _store_exists(settings)  # nothing below may create a missing store
     from surehand.cli.dispatch_check import check_dispatch  # imports Celery
 
     # Undispatchable TASKs and roles nobody claims (dispatch_check.py): warnings, never fails.
-    checks += [Check(*finding) for finding in check_dispatch(settings)]
-    checks += check_probes(settings)
+    checks += [Check(*finding) for finding in check_dispatch(settings)] if stored else []
+    checks += check_probes(settings, read_intents=stored)
     ok = all(item.status != "fail" for item in checks)
     if as_json:
         emit_json({"ok": ok, "checks": [asdict(item) for item in checks]})

@@ -6,19 +6,26 @@ import functools
 import json
 import sys
 from collections.abc import Callable
-from typing import Annotated, Any, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, ParamSpec, TypeVar
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
+from surehand.config import Settings
 from surehand.errors import (
+    ConfigError,
     LifecycleError,
     NotFound,
     RecoveryError,
     SessionError,
+    StoreMissing,
     SurehandError,
     ValidationFailed,
 )
+
+if TYPE_CHECKING:
+    from surehand.facade import Surehand
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -47,6 +54,88 @@ Tenant = Annotated[
 JsonFlag = Annotated[
     bool, typer.Option("--json", envvar="SUREHAND_JSON", help="Print machine-readable JSON.")
 ]
+EmbeddedFlag = Annotated[
+    bool,
+    typer.Option(
+        "--embedded",
+        envvar="SUREHAND_EMBEDDED",
+        help="Run without a shared broker or Redis: the in-process memory broker and fakeredis "
+        "leases, which no other process sees (trials on one machine; `surehand up` runs so by "
+        "default). Without it, a deployment command refuses to start unless "
+        "SUREHAND_BROKER_URL / SUREHAND_REDIS_URL are set.",
+    ),
+]
+
+# Why each deployment command needs each shared service (named in its refusal).
+_NEEDS: dict[str, dict[str, str]] = {
+    "worker": {
+        "SUREHAND_BROKER_URL": "the broker its TASKs are queued on",
+        "SUREHAND_REDIS_URL": "the Redis holding the session leases the reconciler checks",
+    },
+    "beat": {"SUREHAND_BROKER_URL": "the broker the workers take its reconciler passes from"},
+    "api": {
+        "SUREHAND_BROKER_URL": "the broker it publishes created TASKs to",
+        "SUREHAND_REDIS_URL": "the Redis whose leases recover and review requests check",
+    },
+    "reconcile": {"SUREHAND_REDIS_URL": "the Redis holding the session leases it checks"},
+}
+
+
+def require_services(settings: Settings, command: str, *, embedded: bool) -> None:
+    """Refuse to run deployment command ``command`` on in-process stand-ins (a memory broker
+    nobody else consumes, fakeredis leases nobody else sees) unless ``--embedded`` says so."""
+    if embedded:
+        return
+    present = {
+        "SUREHAND_BROKER_URL": bool(settings.broker_url)
+        and not settings.broker_url.startswith("memory"),
+        "SUREHAND_REDIS_URL": bool(settings.redis_url),
+    }
+    missing = {name: why for name, why in _NEEDS[command].items() if not present[name]}
+    if not missing:
+        return
+    needs = "; ".join(f"{name} ({why})" for name, why in missing.items())
+    raise ConfigError(
+        f"surehand {command} is a deployment command and needs shared services: set {needs}. "
+        "Or pass --embedded (SUREHAND_EMBEDDED=1) to run on in-process stand-ins that no other "
+        "process sees; `surehand up` runs everything in one process that way",
+        setting=next(iter(missing)),
+        missing=list(missing),
+    )
+
+
+def existing_store_settings(database_url: str | None = None) -> Settings:
+    """Settings for a command that only reads: StoreMissing, saying where it looked, when the
+    SQLite file is not there (reading must never create a store or its directory)."""
+    from surehand.store.engine import sqlite_file
+
+    settings = Settings()
+    if database_url is not None:
+        settings = settings.model_copy(update={"database_url": database_url})
+    path = sqlite_file(settings.resolved_database_url())
+    if path is not None and not path.is_file():
+        raise StoreMissing(
+            f"no surehand store at {path.resolve()} ({_store_source(settings)}); run `surehand "
+            "up` or `surehand db upgrade` first, or point SUREHAND_DATABASE_URL at the store",
+            path=str(path.resolve()),
+        )
+    return settings
+
+
+def _store_source(settings: Settings) -> str:
+    if settings.database_url:
+        return "from SUREHAND_DATABASE_URL / --database-url"
+    return (
+        f"the default under SUREHAND_HOME={settings.home}, relative to this directory; set "
+        "SUREHAND_HOME or SUREHAND_DATABASE_URL to read another"
+    )
+
+
+def open_existing(database_url: str | None = None, tenant: str | None = None) -> Surehand:
+    """A handle on an existing store, for read commands (see :func:`existing_store_settings`)."""
+    from surehand.facade import Surehand  # imported when used: `--help` stays quick
+
+    return Surehand(settings=existing_store_settings(database_url), tenant=tenant)
 
 
 def emit_json(data: Any) -> None:
@@ -82,7 +171,10 @@ def handle_errors(func: Callable[P, R]) -> Callable[P, R]:
             if kwargs.get("as_json"):
                 emit_json({"error": error.to_dict()})
             else:
-                err_console.print(f"[bold red]error[/] ({error.code}): {error.message}")
+                # Soft-wrapped (one line in a log, greppable) and escaped: a message quoting
+                # "[::1]" or "[default]" is not rich markup.
+                message = escape(error.message)
+                err_console.print(f"[bold red]error[/] ({error.code}): {message}", soft_wrap=True)
             raise typer.Exit(exit_code_for(error)) from None
 
     return wrapper

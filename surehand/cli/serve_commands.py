@@ -19,12 +19,14 @@ from surehand.cli.common import (
     EXIT_INTERRUPTED,
     EXIT_OK,
     DatabaseUrl,
+    EmbeddedFlag,
     JsonFlag,
     Tenant,
     console,
     emit_event,
     err_console,
     handle_errors,
+    require_services,
 )
 from surehand.cli.demo import run_demo
 from surehand.config import DEFAULT_HOME, Settings
@@ -210,11 +212,14 @@ def api(
     database_url: DatabaseUrl = None,
     redis_url: RedisUrl = None,
     broker_url: BrokerUrl = None,
+    embedded: EmbeddedFlag = False,
 ) -> None:
     """Serve the HTTP API (OpenAPI at /docs). Binds 127.0.0.1 unless --host says otherwise.
 
     Without SUREHAND_API_TOKENS every caller is a local ADMIN, so a non-loopback --host then
-    refuses to start.
+    refuses to start. Needs SUREHAND_BROKER_URL (to publish created TASKs) and
+    SUREHAND_REDIS_URL (leases, for recover and review); --embedded runs without them (TASKs
+    wait for a `surehand up` sweep).
     """
     try:
         from surehand.api import create_app
@@ -226,6 +231,7 @@ def api(
     settings = _settings(database_url=database_url, redis_url=redis_url, broker_url=broker_url)
     bind_host = host or settings.api_host
     Authenticator(settings).check_bind(bind_host, "the API")
+    require_services(settings, "api", embedded=embedded)
     bind_port = settings.api_port if port is None else port
     sh = Surehand(settings=settings)
     sh.store.ensure_schema()
@@ -293,6 +299,9 @@ def flower(
     """Run Flower on surehand's Celery app: sessions show as surehand.run_session(TASK id).
 
     Extra arguments go to Flower (e.g. --basic-auth=user:pass); its FLOWER_* variables apply.
+    On a loopback address its web UI and HTTP API (/api/tasks) answer without credentials
+    (FLOWER_UNAUTHENTICATED_API=true unless set); on any other address it refuses to start
+    without --basic-auth=user:password or FLOWER_BASIC_AUTH (or Flower's --auth).
     """
     settings = _settings(broker_url=broker_url)
     if not settings.broker_url or settings.broker_url.startswith("memory"):
@@ -301,6 +310,8 @@ def flower(
             "broker cannot be watched from another process)",
             setting="SUREHAND_BROKER_URL",
         )
+    bind_host = host or settings.flower_host
+    _flower_auth(bind_host, ctx.args)
     os.environ["SUREHAND_BROKER_URL"] = settings.broker_url
     argv = [
         sys.executable,
@@ -309,8 +320,34 @@ def flower(
         "-A",
         "surehand.celery_entry",
         "flower",
-        f"--address={host or settings.flower_host}",
+        f"--address={bind_host}",
         f"--port={settings.flower_port if port is None else port}",
         *ctx.args,
     ]
     os.execv(sys.executable, argv)
+
+
+_FLOWER_AUTH_OPTIONS = ("--basic-auth", "--basic_auth", "--auth")
+_FLOWER_AUTH_VARIABLES = ("FLOWER_BASIC_AUTH", "FLOWER_AUTH")
+
+
+def _flower_auth(host: str, args: list[str]) -> None:
+    """Loopback without credentials: Flower's API open to this machine (Flower 2 answers 401
+    otherwise). Elsewhere: credentials required, since Flower can revoke and terminate tasks."""
+    from surehand.principals import is_loopback
+
+    given = any(arg.split("=")[0] in _FLOWER_AUTH_OPTIONS for arg in args) or any(
+        os.environ.get(name) for name in _FLOWER_AUTH_VARIABLES
+    )
+    if given:
+        return
+    if is_loopback(host):
+        os.environ.setdefault("FLOWER_UNAUTHENTICATED_API", "true")
+        return
+    raise ConfigError(
+        f"refusing to start Flower on {host} without credentials: anyone who can reach it "
+        "could read every session and revoke or terminate tasks. Pass "
+        "--basic-auth=user:password or set FLOWER_BASIC_AUTH=user:password (or bind "
+        "127.0.0.1)",
+        setting="FLOWER_BASIC_AUTH",
+    )

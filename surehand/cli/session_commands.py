@@ -13,16 +13,19 @@ import typer
 from surehand.cli.app import app
 from surehand.cli.common import (
     DatabaseUrl,
+    EmbeddedFlag,
     JsonFlag,
     Tenant,
     console,
     emit_json,
     err_console,
     handle_errors,
+    open_existing,
+    require_services,
 )
 from surehand.cli.render import cases_table
 from surehand.config import Settings
-from surehand.errors import OperationFailed, SessionError
+from surehand.errors import NoAgentForRole, OperationFailed, SessionError
 from surehand.facade import Surehand
 from surehand.model import RetryPolicy
 from surehand.store import attempts, tasks
@@ -66,6 +69,26 @@ def announce_probes(sh: Surehand) -> None:
     err_console.print(f"probes registered in this process: {', '.join(names) or 'none'}")
 
 
+def require_agents(sh: Surehand, roles: list[str]) -> None:
+    """Every role this worker serves has an agent, or NoAgentForRole listing the choices.
+
+    No default agent here (unlike `surehand up`, whose demo agent suits a trial): a deployment
+    worker that silently ran the demo agent would answer real TASKs with fake REPORTs."""
+    missing = [role for role in roles if role not in sh.registry.roles()]
+    if not missing:
+        return
+    role = missing[0]
+    raise NoAgentForRole(
+        f"no agent for role{'s' if len(missing) > 1 else ''} {', '.join(missing)} in this "
+        f"worker: set SUREHAND_AGENTS, e.g. {role}=demo (the built-in demo agent, for a "
+        f"trial), {role}=command with SUREHAND_COMMAND_AGENT='your-program args' (runs it "
+        f"for each TASK), or {role}=package.module:function (a Python handler); several "
+        "roles: SUREHAND_AGENTS=DEV=demo,QA=command",
+        roles=missing,
+        setting="SUREHAND_AGENTS",
+    )
+
+
 def with_pool_for(settings: Settings, concurrency: int) -> Settings:
     """``settings`` with a database pool of at least ``concurrency`` connections: a thread
     beyond the pool's size would open (and close) a connection for every session."""
@@ -97,8 +120,13 @@ def worker(
     database_url: DatabaseUrl = None,
     redis_url: RedisUrl = None,
     broker_url: BrokerUrl = None,
+    embedded: EmbeddedFlag = False,
 ) -> None:
-    """Run a Celery worker that runs agent sessions for the given roles (and reconciles)."""
+    """Run a Celery worker that runs agent sessions for the given roles (and reconciles).
+
+    Needs SUREHAND_BROKER_URL, SUREHAND_REDIS_URL and an agent for each role (SUREHAND_AGENTS);
+    it refuses to start without them (--embedded: in-process stand-ins instead of the first two).
+    """
     threads = concurrency if pool == "threads" else 1  # prefork/solo: one per process
     sh = _open(
         database_url=database_url,
@@ -106,10 +134,10 @@ def worker(
         broker_url=broker_url,
         concurrency=threads,
     )
-    sh.store.ensure_schema()
+    require_services(sh.settings, "worker", embedded=embedded)
     role_list = [role.strip() for role in roles.split(",") if role.strip()]
-    for role in role_list:
-        sh.registry.get(role)  # fail now, not at the first message, if a role has no agent
+    require_agents(sh, role_list)  # fail now, not at the first message, if a role has none
+    sh.store.ensure_schema()
     announce_probes(sh)  # the reconciler's passes run in workers: admission asks these
     from celery.utils.nodenames import default_nodename, host_format
 
@@ -140,12 +168,16 @@ def beat(
     database_url: DatabaseUrl = None,
     redis_url: RedisUrl = None,
     broker_url: BrokerUrl = None,
+    embedded: EmbeddedFlag = False,
 ) -> None:
     """Run Celery beat: schedules the reconciler every SUREHAND_RECONCILE_INTERVAL_SECONDS.
 
-    Run exactly one beat per deployment (a second one only duplicates harmless passes).
+    Run exactly one beat per deployment (a second one only duplicates harmless passes). Needs
+    SUREHAND_BROKER_URL (--embedded: the in-process broker, which no worker sees). Its schedule
+    file is SUREHAND_HOME/celerybeat-schedule.
     """
     sh = _open(database_url=database_url, redis_url=redis_url, broker_url=broker_url)
+    require_services(sh.settings, "beat", embedded=embedded)
     announce_probes(sh)
     # Beat's schedule file lives under SUREHAND_HOME, not in whatever directory it started in.
     sh.settings.home.mkdir(parents=True, exist_ok=True)
@@ -159,10 +191,16 @@ def reconcile(
     once: Annotated[bool, typer.Option("--once", envvar="SUREHAND_ONCE", help="One pass.")] = True,
     database_url: DatabaseUrl = None,
     redis_url: RedisUrl = None,
+    embedded: EmbeddedFlag = False,
     as_json: JsonFlag = False,
 ) -> None:
-    """Find lost sessions, open interruption cases and admit successors (one pass)."""
+    """Find lost sessions, open interruption cases and admit successors (one pass).
+
+    Needs SUREHAND_REDIS_URL, the Redis whose leases say which sessions live (--embedded:
+    in-process fakeredis, where no worker's lease is ever seen)."""
     sh = _open(database_url=database_url, redis_url=redis_url)
+    _ = sh.registry  # a bad SUREHAND_AGENTS / SUREHAND_PROBES entry is named first
+    require_services(sh.settings, "reconcile", embedded=embedded)
     report = sh.reconcile()
     if as_json:
         emit_json(report.to_dict())
@@ -230,7 +268,7 @@ def cases(
     as_json: JsonFlag = False,
 ) -> None:
     """List interruption cases (newest first)."""
-    found = _open(database_url=database_url, tenant=tenant).cases(state=state)
+    found = open_existing(database_url, tenant).cases(state=state)
     if as_json:
         emit_json([case.to_dict() for case in found])
     else:

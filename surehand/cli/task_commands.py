@@ -20,6 +20,7 @@ from surehand.cli.common import (
     emit_json,
     err_console,
     handle_errors,
+    open_existing,
 )
 from surehand.cli.render import (
     attempts_table,
@@ -240,12 +241,12 @@ def list_tasks(
     """List TASKs, newest first; --watch keeps the table live."""
     if watch or until_bucket:
         _watch(
-            _open(database_url, tenant),
+            open_existing(database_url, tenant),
             WatchSpec(bucket, recipient, limit, interval, _buckets(until_bucket), task, timeout),
             as_json=as_json,
         )
         return
-    sh = _open(database_url, tenant)
+    sh = open_existing(database_url, tenant)
     found = sh.list_tasks(bucket=bucket, recipient=recipient, limit=limit)
     if as_json:
         emit_json([task.to_dict() for task in found])
@@ -287,7 +288,7 @@ def show(
 ) -> None:
     """Show a whole TASK: its fields and body, history, REPORTs (the latest in full),
     attempts, operations and interruption cases. Long text wraps; nothing is cut."""
-    sh = _open(database_url, tenant)
+    sh = open_existing(database_url, tenant)
     task = sh.get_task(task_id)
     history = sh.history(task_id)
     found_reports = sh.reports(task_id)
@@ -335,7 +336,7 @@ def diagnose(
     as_json: JsonFlag = False,
 ) -> None:
     """Read-only diagnostics of a submission's receipt (never repairs anything)."""
-    sh = _open(database_url, tenant)
+    sh = open_existing(database_url, tenant)
     if submission_id is None and not stalled:
         raise typer.BadParameter("give a client_submission_id or --stalled")
     found = sh.stalled_submissions() if stalled else [sh.diagnose_submission(submission_id or "")]

@@ -17,11 +17,15 @@ from pathlib import Path
 from typing import Any
 
 from sqlalchemy import Connection, Engine, create_engine, event, exc
-from sqlalchemy.engine import make_url
+from sqlalchemy.engine import URL, make_url
 
 from surehand.errors import (
-    ConfigError,
+    BadDatabaseUrl,
     Conflict,
+    DatabaseAuthFailed,
+    DatabaseBusy,
+    DatabaseMissing,
+    DatabaseUnreachable,
     DuplicateKey,
     SchemaNotReady,
     StoreError,
@@ -43,29 +47,78 @@ def make_engine(url: str, *, pool_size: int = DEFAULT_POOL_SIZE) -> Engine:
 
     The pool keeps up to ``pool_size`` connections, opened as needed; up to ``MAX_OVERFLOW``
     more are opened for callers beyond it and closed when returned (on Postgres each one is a
-    new server process, so set ``pool_size`` to the process's concurrency)."""
-    parsed = make_url(url)
+    new server process, so set ``pool_size`` to the process's concurrency).
+
+    Nothing is opened or created here: a SQLite file (and its directory) is created by the
+    first connection, so a handle that is never used leaves no trace on disk."""
+    parsed = parse_url(url)
     if parsed.get_backend_name() == "sqlite":
         return _forget_at_fork(_sqlite_engine(url, pool_size))
-    if parsed.get_backend_name() == "postgresql":
-        if parsed.drivername == "postgresql":
-            parsed = parsed.set(drivername="postgresql+psycopg")
-        # No pre-ping: it costs a round trip on every checkout. A connection that a database
-        # restart killed fails its first statement, SQLAlchemy invalidates the pool, and the
-        # caller gets StoreUnavailable; the session claim retries once on a fresh connection.
-        return _forget_at_fork(
-            create_engine(
-                parsed,
-                pool_pre_ping=False,
-                pool_size=pool_size,
-                max_overflow=MAX_OVERFLOW,
-                connect_args={"options": f"-c lock_timeout={PG_LOCK_TIMEOUT}"},
-            )
+    if parsed.drivername == "postgresql":
+        parsed = parsed.set(drivername="postgresql+psycopg")
+    # No pre-ping: it costs a round trip on every checkout. A connection that a database
+    # restart killed fails its first statement, SQLAlchemy invalidates the pool, and the
+    # caller gets StoreUnavailable; the session claim retries once on a fresh connection.
+    try:
+        engine = create_engine(
+            parsed,
+            pool_pre_ping=False,
+            pool_size=pool_size,
+            max_overflow=MAX_OVERFLOW,
+            connect_args={"options": f"-c lock_timeout={PG_LOCK_TIMEOUT}"},
         )
-    raise ConfigError(
-        f"unsupported database URL scheme {parsed.drivername!r}: use sqlite:///path or "
-        "postgresql+psycopg://user@host/db in SUREHAND_DATABASE_URL"
-    )
+    except (exc.NoSuchModuleError, ImportError) as error:
+        raise BadDatabaseUrl(
+            f"SUREHAND_DATABASE_URL uses the driver {parsed.drivername!r}, which is not "
+            "installed: write postgresql+psycopg://user:password@host:5432/dbname (pip install "
+            "'surehand[postgres]')",
+            setting="SUREHAND_DATABASE_URL",
+        ) from error
+    return _forget_at_fork(engine)
+
+
+_URL_FORMS = (
+    "write sqlite:///relative/file.sqlite3, sqlite:////absolute/file.sqlite3 or "
+    "postgresql+psycopg://user:password@host:5432/dbname"
+)
+
+
+def parse_url(url: str) -> URL:
+    """``url`` parsed, if surehand supports it (SQLite or Postgres); BadDatabaseUrl naming
+    SUREHAND_DATABASE_URL and the forms to write otherwise. The message never shows a
+    password: only the part after the last ``@`` of a URL that did not parse."""
+    try:
+        parsed = make_url(url)
+    except exc.ArgumentError as error:
+        shown = url.rpartition("@")[2]
+        plain = "://" not in url and "@" not in url
+        hint = f" (for a SQLite file: sqlite:///{shown})" if plain else ""
+        raise BadDatabaseUrl(
+            f"SUREHAND_DATABASE_URL {shown!r} is not a database URL{hint}: {_URL_FORMS}",
+            setting="SUREHAND_DATABASE_URL",
+        ) from error
+    if parsed.get_backend_name() not in ("sqlite", "postgresql"):
+        hint = " (postgres:// is spelled postgresql+psycopg:// here)" * (
+            parsed.drivername == "postgres"
+        )
+        raise BadDatabaseUrl(
+            f"unsupported database URL scheme {parsed.drivername!r} in SUREHAND_DATABASE_URL"
+            f"{hint} (surehand speaks SQLite and Postgres): {_URL_FORMS}",
+            setting="SUREHAND_DATABASE_URL",
+        )
+    return parsed
+
+
+def sqlite_file(url: str) -> Path | None:
+    """The file a SQLite URL names (relative to the current directory, as SQLite opens it);
+    None for Postgres and in-memory databases."""
+    parsed = parse_url(url)
+    database = parsed.database or ""
+    if parsed.get_backend_name() != "sqlite" or database in ("", ":memory:"):
+        return None
+    if database.startswith("file:"):
+        return None  # a SQLite URI filename: its options say what opening it does
+    return Path(database)
 
 
 def make_autocommit_engine(
@@ -173,12 +226,17 @@ class EngineLeases:
 
 
 def _sqlite_engine(url: str, pool_size: int) -> Engine:
-    parsed = make_url(url)
-    if parsed.database and parsed.database != ":memory:":
-        Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
+    path = sqlite_file(url)
     engine = create_engine(
         url, pool_size=pool_size, max_overflow=MAX_OVERFLOW, connect_args={"timeout": 30}
     )
+
+    @event.listens_for(engine, "do_connect")
+    def _make_directory(*_args: Any) -> None:
+        # At the first connection, not when the engine is made: opening a handle that only
+        # reads (or is never used) must not create directories.
+        if path is not None:
+            path.parent.mkdir(parents=True, exist_ok=True)
 
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_connection: Any, _record: Any) -> None:
@@ -206,7 +264,12 @@ def translate(error: exc.DBAPIError | exc.SQLAlchemyError) -> SurehandError:
     """Map a driver error to the surehand error a caller can act on."""
     if isinstance(error, exc.IntegrityError):
         return DuplicateKey(_table_of(error), "a row with this key already exists")
-    text = str(getattr(error, "orig", error)).lower()
+    original = str(getattr(error, "orig", error))
+    # Only a driver's own error says why a connection was refused (a pool timeout does not).
+    cause = _connection_cause(original) if isinstance(error, exc.DBAPIError) else None
+    if cause is not None:
+        return cause
+    text = original.lower()
     if "no such table" in text or ("does not exist" in text and "relation" in text):
         return SchemaNotReady("the database schema is missing: run `surehand db upgrade`")
     if "deadlock" in text or "could not serialize" in text:
@@ -223,6 +286,73 @@ def translate(error: exc.DBAPIError | exc.SQLAlchemyError) -> SurehandError:
             "writes are safe to repeat"
         )
     return StoreError(f"database error: {type(getattr(error, 'orig', error)).__name__}")
+
+
+_MISSING_DATABASE = re.compile(r'database "([^"]+)" does not exist', re.IGNORECASE)
+_AUTH_FAILED = (
+    "password authentication failed",
+    "no password supplied",
+    "peer authentication failed",
+    "no pg_hba.conf entry",
+    "authentication failed",
+)
+_ROLE_MISSING = re.compile(r'role "[^"]+" does not exist', re.IGNORECASE)
+_TOO_MANY = ("too many clients", "too many connections", "remaining connection slots")
+_UNREACHABLE = (
+    "connection refused",
+    "could not translate host name",
+    "name or service not known",
+    "nodename nor servname",
+    "no route to host",
+    "network is unreachable",
+    "timeout expired",
+    "connection timed out",
+)
+
+
+def _connection_cause(original: str) -> SurehandError | None:
+    """A typed error naming why a connection was refused (missing database, login, too many
+    connections, unreachable host) and the fix; None when the message is none of those."""
+    text = original.lower()
+    missing = _MISSING_DATABASE.search(original)
+    if missing:
+        name = missing.group(1)
+        return DatabaseMissing(
+            f'the database server answers, but database "{name}" does not exist: create it '
+            f"(`createdb {name}`, or CREATE DATABASE) or fix the name in "
+            "SUREHAND_DATABASE_URL, then run `surehand db upgrade`",
+            setting="SUREHAND_DATABASE_URL",
+        )
+    if any(phrase in text for phrase in _AUTH_FAILED) or _ROLE_MISSING.search(original):
+        return DatabaseAuthFailed(
+            f"the database refused the login ({_reason(original)}): fix the user and password "
+            "in SUREHAND_DATABASE_URL, or the server's pg_hba.conf",
+            setting="SUREHAND_DATABASE_URL",
+        )
+    if any(phrase in text for phrase in _TOO_MANY):
+        return DatabaseBusy(
+            f"the database has no free connection slot ({_reason(original)}): retry later; "
+            "lower SUREHAND_DATABASE_POOL_SIZE or the number of processes, or raise Postgres' "
+            "max_connections (see compose/DEPLOYMENT.md, Database connections)"
+        )
+    if any(phrase in text for phrase in _UNREACHABLE):
+        return DatabaseUnreachable(
+            f"cannot reach the database server ({_reason(original)}): check the host and port "
+            "in SUREHAND_DATABASE_URL and that the server runs; retry when it answers",
+            setting="SUREHAND_DATABASE_URL",
+        )
+    return None
+
+
+def _reason(original: str) -> str:
+    """The server's own words (after the last ``FATAL:`` or ``failed:``), one line, short."""
+    lines = original.strip().splitlines() or [original]
+    line = next((item for item in lines if "FATAL:" in item), lines[0])
+    for marker in ("FATAL:", "failed:"):
+        if marker in line:
+            line = line.rpartition(marker)[2]
+            break
+    return line.strip()[:200]
 
 
 def _table_of(error: exc.IntegrityError) -> str:
