@@ -20,6 +20,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+import yaml
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.pool import NullPool
@@ -459,3 +460,17 @@ def test_beat_keeps_its_schedule_under_surehand_home(tmp_path: Path, store_url: 
             beat.wait(timeout=30)
     assert [p.name for p in home.glob("celerybeat-schedule*")], log.read_text()
     assert list(elsewhere.iterdir()) == []
+
+
+def test_compose_workers_run_under_an_init_and_the_guide_says_why() -> None:
+    compose = yaml.safe_load((REPO / "compose" / "docker-compose.yml").read_text("utf-8"))
+    workers = [name for name in compose["services"] if name.startswith("worker-")]
+    assert workers
+    for name in workers:
+        assert compose["services"][name]["init"] is True, name
+    guide = " ".join((REPO / "compose" / "DEPLOYMENT.md").read_text(encoding="utf-8").split())
+    assert "Give worker services `init: true` so orphaned processes are reaped" in guide
+    assert "`.agent-groups/`" in guide
+    assert "## When the configuration is wrong" in guide
+    for needle in ("--embedded", "SUREHAND_EMBEDDED=1", "FLOWER_BASIC_AUTH", "createdb"):
+        assert needle in guide
