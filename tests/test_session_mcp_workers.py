@@ -10,18 +10,17 @@ from __future__ import annotations
 import json
 import signal
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from surehand.config import Settings
 from surehand.facade import Surehand
 from surehand.model import Admission, Bucket, EffectFact, OperationState
 from surehand.store import Store
 from tests.procs import Proc, RedisServer, running, start_worker, wait_until
 from tests.session_helpers import attempts_of, operations_of, read_task, reports_of
-from tests.test_workers import broker, lease_url, worker_env  # noqa: F401  (fixture)
+from tests.test_agent_groups import reconciling_client  # noqa: F401  (fixture)
+from tests.test_workers import broker, worker_env  # noqa: F401  (fixture)
 
 pytestmark = pytest.mark.slow
 
@@ -38,22 +37,6 @@ def agent_env(store: Store, broker: RedisServer, tmp_path: Path, mode: str) -> d
         SUREHAND_LEASE_TTL_SECONDS="3",
         AGENT_TEST_DIR=str(tmp_path),
     )
-
-
-@pytest.fixture
-def client(store: Store, broker: RedisServer) -> Iterator[Surehand]:
-    """A handle on the workers' store, broker and leases that finds lost sessions at once."""
-    settings = Settings.model_validate(
-        {
-            "database_url": store.url,
-            "broker_url": broker.url,
-            "redis_url": lease_url(broker),
-            "lost_grace_seconds": 0.0,
-        }
-    )
-    handle = Surehand(settings=settings)
-    yield handle
-    handle.close()
 
 
 def killed_at(client: Surehand, env: dict[str, str], tmp_path: Path, marker: str) -> str:
@@ -79,8 +62,9 @@ def _alive(worker: Proc) -> bool:
 
 
 def test_an_effect_begun_over_mcp_and_killed_in_the_middle_is_held_for_review(
-    store: Store, broker: RedisServer, client: Surehand, tmp_path: Path
+    store: Store, broker: RedisServer, reconciling_client: Surehand, tmp_path: Path
 ) -> None:
+    client = reconciling_client
     env = agent_env(store, broker, tmp_path, "hang_in_effect")
     task_id = killed_at(client, env, tmp_path, "in_effect")
 
@@ -99,8 +83,9 @@ def test_an_effect_begun_over_mcp_and_killed_in_the_middle_is_held_for_review(
 
 
 def test_an_effect_ended_before_the_kill_is_already_done_for_the_briefed_successor(
-    store: Store, broker: RedisServer, client: Surehand, tmp_path: Path
+    store: Store, broker: RedisServer, reconciling_client: Surehand, tmp_path: Path
 ) -> None:
+    client = reconciling_client
     env = agent_env(store, broker, tmp_path, "hang_after_effect")
     task_id = killed_at(client, env, tmp_path, "after_effect")
 
