@@ -25,8 +25,10 @@ database 1), never on a shared Redis. Side by side in one run:
     * ``dbos`` (with Postgres): the durable-execution alternative: ``--workers`` processes of
       ``bench/dbos_worker.py``, each serving one DBOS queue with ``worker_concurrency`` =
       ``--concurrency`` (the same total concurrency) and ``--dbos-polling`` seconds between
-      queue polls (DBOS's default is 1 s, which would cap a worker at ``--concurrency`` workflows
-      a second), its system database ``surehand_bench_dbos`` on the same Postgres; one
+      queue polls while its batch runs (DBOS's default is 1 s, which would cap a worker at
+      ``--concurrency`` workflows a second; between its batches the queue polls at that default,
+      so that 100 polls a second do not load the other variants' batches), its system
+      database ``surehand_bench_dbos`` on the same Postgres; one
       workflow with one no-op step per message. A batch is enqueued with ``DBOSClient`` while
       the queue's worker concurrency is 0 (not timed: the TASKs of the session variants are
       created before their batch too) and timed from the moment it is set back; counted by the
@@ -116,6 +118,7 @@ RESULTS = BENCH / "results"
 DEFAULT_ADMIN_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 BENCH_DATABASE = "surehand_bench_sessions"
 DBOS_DATABASE = "surehand_bench_dbos"
+DBOS_IDLE_POLLING = 1.0  # DBOS's default, between the dbos batches
 # Issue 13's targets: session/postgres against the floor and against what users would deploy.
 TARGETS = {
     "session/postgres / floor": 0.85,
@@ -185,8 +188,10 @@ class Variant:
     publish: Callable[[int], None]
     completed: Callable[[], int]
     workers: list[Worker] = field(default_factory=list)
-    # Untimed work before a batch's clock starts (DBOS: enqueue the batch on a paused queue).
+    # Untimed work before a batch's clock starts (DBOS: enqueue the batch on a paused queue)
+    # and after it stopped (DBOS: back to idle polling).
     prepare: Callable[[int], None] = lambda _n: None
+    finish: Callable[[], None] = lambda: None
     batches: list[dict[str, Any]] = field(default_factory=list)
 
     def cpu_seconds(self) -> float:
@@ -301,14 +306,19 @@ def dbos_variant(admin_url: str, tmp: Path, options: argparse.Namespace) -> Vari
 
     def prepare(n: int) -> None:
         queue.set_worker_concurrency(0)  # paused: every worker's budget is 0
+        queue.set_polling_interval_sec(options.dbos_polling)
         for _ in range(n):
             client.enqueue(
                 {"queue_name": QUEUE, "workflow_name": WORKFLOW, "app_version": "bench"},
                 uuid.uuid4().hex,
             )
+        time.sleep(DBOS_IDLE_POLLING * 1.1)  # every worker polls at the fast interval now
 
     def publish(_n: int) -> None:
         queue.set_worker_concurrency(options.concurrency)
+
+    def finish() -> None:  # idle polling while the other variants run
+        queue.set_polling_interval_sec(DBOS_IDLE_POLLING)
 
     def completed() -> int:
         row = counter.execute(
@@ -317,7 +327,8 @@ def dbos_variant(admin_url: str, tmp: Path, options: argparse.Namespace) -> Vari
         ).fetchone()
         return int(row[0]) if row else 0
 
-    return Variant("dbos", publish, completed, workers, prepare=prepare)
+    finish()
+    return Variant("dbos", publish, completed, workers, prepare=prepare, finish=finish)
 
 
 @dataclass
@@ -443,6 +454,7 @@ def run_batch(
         "machine_busy_percent": machine_busy_percent(machine, machine_cpu()),
     }
     variant.batches.append(batch)
+    variant.finish()
     return batch
 
 
@@ -775,6 +787,7 @@ def measure_rounds(
         variant.prepare(WARMUP)
         variant.publish(WARMUP)
         wait_for(_reached(variant, target), 300, f"the warm-up of {variant.name}")
+        variant.finish()
     per_round: list[dict[str, float]] = []
     for number in range(options.rounds):
         rates: dict[str, float] = {}

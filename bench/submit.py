@@ -143,16 +143,20 @@ def postgres_url(admin_url: str) -> str:
     return parsed.set(database=BENCH_DATABASE).render_as_string(hide_password=False)
 
 
+BARE_TABLE = "bench_bare_tasks"
+
+
+def bare_columns() -> list[Column[Any]]:
+    """The columns (and primary key) of ``tasks``, for a scratch table."""
+    return [
+        Column(c.name, c.type, primary_key=c.primary_key, nullable=c.nullable)
+        for c in tasks.columns
+    ]
+
+
 def bare_table(store: Store) -> SqlTable:
     """A scratch table with the columns (and primary key) of ``tasks``, created empty."""
-    table = SqlTable(
-        "bench_bare_tasks",
-        MetaData(),
-        *[
-            Column(c.name, c.type, primary_key=c.primary_key, nullable=c.nullable)
-            for c in tasks.columns
-        ],
-    )
+    table = SqlTable(BARE_TABLE, MetaData(), *bare_columns())
     table.drop(store.engine, checkfirst=True)
     table.create(store.engine)
     return table
@@ -193,29 +197,24 @@ def open_driver(backend: Backend, connections: int) -> None:
     backend.driver = queue.Queue()
     for _ in range(connections):
         backend.driver.put(psycopg.connect(libpq(backend.store.engine.url)))
-    columns = [c.name for c in backend.bare.columns]
-    backend.driver_sql = (
-        f"INSERT INTO {backend.bare.name} ({', '.join(map(quoted, columns))}) "
-        f"VALUES ({', '.join(['%s'] * len(columns))})"
-    )
+    backend.driver_sql = driver_insert_sql(list(backend.bare.columns))
     backend.variants += POSTGRES_VARIANTS
 
 
-def quoted(name: str) -> str:
-    return '"' + name + '"'
+def driver_insert_sql(columns: list[Column[Any]]) -> str:
+    """The bare INSERT of one row into the scratch table, in psycopg's placeholders."""
+    names = ", ".join('"' + c.name + '"' for c in columns)
+    return f"INSERT INTO {BARE_TABLE} ({names}) VALUES ({', '.join(['%s'] * len(columns))})"
+
+
+def driver_values(columns: list[Column[Any]], row: dict[str, Any]) -> list[Any]:
+    """``row`` in column order, JSON columns wrapped for the driver."""
+    return [Json(row.get(c.name)) if isinstance(c.type, JSON) else row.get(c.name) for c in columns]
 
 
 def close_driver(backend: Backend) -> None:
     while backend.driver is not None and not backend.driver.empty():
         backend.driver.get().close()
-
-
-def driver_params(backend: Backend, task_id: str) -> list[Any]:
-    row = {**backend.bare_row, "task_id": task_id}
-    return [
-        Json(row.get(c.name)) if isinstance(c.type, JSON) else row.get(c.name)
-        for c in backend.bare.columns
-    ]
 
 
 def open_backend(name: str, url: str, reuse_pool: int) -> Backend:
@@ -252,7 +251,8 @@ def op_bare_driver(backend: Backend, _index: int) -> None:
     assert backend.driver is not None
     connection = backend.driver.get()
     try:
-        params = driver_params(backend, "BARE-" + uuid.uuid4().hex[:24])
+        row = {**backend.bare_row, "task_id": "BARE-" + uuid.uuid4().hex[:24]}
+        params = driver_values(list(backend.bare.columns), row)
         connection.execute(backend.driver_sql, params)
         connection.commit()
     finally:

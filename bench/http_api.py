@@ -1,0 +1,378 @@
+"""Benchmark write_task through ``surehand api`` against a bare FastAPI insert on the same stack.
+
+    python bench/http_api.py [--quick] [--rounds N] [--requests N] [--clients 8,32]
+
+Two real server processes on loopback, each uvicorn in one process the way ``surehand api``
+serves (``surehand.serving``: access log off), on one Postgres database of the bench's own
+(``surehand_bench_http``, created empty; admin URL from ``SUREHAND_BENCH_DATABASE_URL``):
+
+* ``surehand api`` (no tokens: loopback callers are local admins; its broker and leases on a
+  private ``redis-server``), ``POST /v1/tasks`` with
+  * ``create``: a new ``client_submission_id`` each request (201; the TASK is published);
+  * ``reuse``: one of 64 ids created before the run (200, the first answer again);
+* ``bare`` (``bench/http_bare.py``): a FastAPI endpoint parsing the same body and doing one
+  INSERT+COMMIT of the row write_task stores, on a raw psycopg connection (201).
+
+Clients: ``--clients`` (8 and 32) concurrent clients in this process (asyncio, one
+``httpx.AsyncClient`` with that many keep-alive connections, each client sending its next
+request when the last one answered). The variants run in interleaved rounds, shuffled each
+round; ratios are taken within a round, the median across rounds is reported with every round.
+Throughput and p50/p99 latency per variant; any answer other than the expected status is
+counted and reported. Results go to ``bench/results/http-<UTC>.json``. Not a test: nothing is
+asserted about time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import random
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import httpx
+from rich.console import Console
+from rich.table import Table
+
+BENCH = Path(__file__).resolve().parent
+REPO = BENCH.parent
+sys.path[:0] = [str(REPO), str(BENCH)]
+
+from databases import fresh_database, libpq  # noqa: E402
+from private_redis import RedisServer, free_port, wait_for  # noqa: E402
+from submit import REQUEST, bare_table  # noqa: E402
+
+from surehand.store import Store  # noqa: E402
+
+RESULTS = BENCH / "results"
+DEFAULT_ADMIN_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
+BENCH_DATABASE = "surehand_bench_http"
+REUSE_IDS = 64
+VARIANTS = ("bare", "create", "reuse")
+EXPECTED = {"bare": 201, "create": 201, "reuse": 200}
+TARGETS = {"create / bare": 0.6, "reuse / bare": 1.2}  # issue 13, at 8 clients
+console = Console(width=None if sys.stdout.isatty() else 150)
+
+
+@dataclass
+class Server:
+    name: str
+    process: subprocess.Popen[bytes]
+    port: int
+    log: Path
+
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGTERM)
+            try:
+                self.process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.process.pid, signal.SIGKILL)
+                self.process.wait()
+
+
+def start_server(name: str, argv: list[str], env: dict[str, str], tmp: Path) -> Server:
+    port = free_port()
+    log = tmp / f"{name}.log"
+    with log.open("wb") as handle:
+        process = subprocess.Popen(
+            [*argv, "--port", str(port)],
+            env={**os.environ, **env},
+            cwd=REPO,
+            stdout=handle,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    server = Server(name, process, port, log)
+
+    def answers() -> bool:
+        if process.poll() is not None:
+            raise RuntimeError(f"{name} exited:\n{log.read_text()[-3000:]}")
+        try:
+            return httpx.get(server.url() + "/openapi.json", timeout=1).status_code < 500
+        except httpx.HTTPError:
+            return False
+
+    wait_for(answers, 60, f"the {name} server")
+    return server
+
+
+@dataclass
+class Batch:
+    requests: int
+    seconds: float
+    latencies: list[float]
+    unexpected: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def per_second(self) -> float:
+        return self.requests / self.seconds
+
+
+def body_for(variant: str, index: int, reuse_ids: list[str]) -> dict[str, Any]:
+    if variant == "reuse":
+        return {**REQUEST, "client_submission_id": reuse_ids[index % len(reuse_ids)]}
+    return {**REQUEST, "client_submission_id": "h-" + uuid.uuid4().hex}
+
+
+async def run_batch(
+    base: str, variant: str, clients: int, requests: int, reuse_ids: list[str]
+) -> Batch:
+    """``requests`` POSTs spread over ``clients`` concurrent keep-alive clients."""
+    limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
+    latencies: list[float] = []
+    unexpected: dict[str, int] = {}
+    per_client = max(1, requests // clients)
+    async with httpx.AsyncClient(base_url=base, limits=limits, timeout=60) as client:
+        # open every connection first (not timed)
+        await asyncio.gather(*(client.get("/openapi.json") for _ in range(clients)))
+
+        async def one_client(offset: int) -> None:
+            for i in range(per_client):
+                body = body_for(variant, offset * per_client + i, reuse_ids)
+                started = time.perf_counter()
+                response = await client.post("/v1/tasks", json=body)
+                latencies.append(time.perf_counter() - started)
+                if response.status_code != EXPECTED[variant]:
+                    key = str(response.status_code)
+                    unexpected[key] = unexpected.get(key, 0) + 1
+
+        started = time.perf_counter()
+        await asyncio.gather(*(one_client(n) for n in range(clients)))
+        seconds = time.perf_counter() - started
+    return Batch(per_client * clients, seconds, latencies, unexpected)
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
+
+
+def prepare_database(admin_url: str) -> str:
+    url = fresh_database(admin_url, BENCH_DATABASE).render_as_string(hide_password=False)
+    store = Store(url, auto_upgrade=True)
+    store.ensure_schema()
+    bare_table(store)
+    store.dispose()
+    return url
+
+
+def create_reuse_ids(base: str) -> list[str]:
+    ids = [f"reuse-{uuid.uuid4().hex}" for _ in range(REUSE_IDS)]
+    with httpx.Client(base_url=base, timeout=60) as client:
+        for submission_id in ids:
+            response = client.post(
+                "/v1/tasks", json={**REQUEST, "client_submission_id": submission_id}
+            )
+            assert response.status_code == 201, response.text
+    return ids
+
+
+def measure(
+    servers: dict[str, Server], options: argparse.Namespace, reuse_ids: list[str]
+) -> list[dict[str, Any]]:
+    """Every round: every clients count, the variants in a shuffled order."""
+    rounds: list[dict[str, Any]] = []
+    rng = random.Random(13)
+    for number in range(options.rounds):
+        for clients in options.clients:
+            order = list(VARIANTS)
+            rng.shuffle(order)
+            measured: dict[str, Batch] = {}
+            for variant in order:
+                base = servers["bare" if variant == "bare" else "surehand"].url()
+                with console.status(f"round {number + 1}: {variant}, {clients} clients"):
+                    measured[variant] = asyncio.run(
+                        run_batch(base, variant, clients, options.requests, reuse_ids)
+                    )
+            rounds.append(
+                {
+                    "round": number + 1,
+                    "clients": clients,
+                    "order": order,
+                    "variants": {
+                        v: {
+                            "requests": b.requests,
+                            "per_second": round(b.per_second, 1),
+                            "p50_ms": round(1000 * percentile(b.latencies, 0.5), 2),
+                            "p99_ms": round(1000 * percentile(b.latencies, 0.99), 2),
+                            "unexpected_status": b.unexpected,
+                        }
+                        for v, b in measured.items()
+                    },
+                    "ratios": {
+                        "create / bare": measured["create"].per_second
+                        / measured["bare"].per_second,
+                        "reuse / bare": measured["reuse"].per_second / measured["bare"].per_second,
+                        "reuse / create": measured["reuse"].per_second
+                        / measured["create"].per_second,
+                    },
+                }
+            )
+            console.log(
+                f"round {number + 1}, {clients} clients: "
+                + ", ".join(f"{v} {b.per_second:.0f}/s" for v, b in measured.items())
+            )
+    return rounds
+
+
+def summarise(rounds: list[dict[str, Any]], clients: list[int]) -> list[dict[str, Any]]:
+    rows = []
+    for count in clients:
+        mine = [r for r in rounds if r["clients"] == count]
+        row: dict[str, Any] = {"clients": count, "variants": {}, "ratios": {}}
+        for variant in VARIANTS:
+            batches = [r["variants"][variant] for r in mine]
+            row["variants"][variant] = {
+                key: statistics.median(b[key] for b in batches)
+                for key in ("per_second", "p50_ms", "p99_ms")
+            } | {"unexpected_status": sum(sum(b["unexpected_status"].values()) for b in batches)}
+        for name in mine[0]["ratios"]:
+            values = [r["ratios"][name] for r in mine]
+            target = TARGETS.get(name) if count == 8 else None
+            row["ratios"][name] = {
+                "median": round(statistics.median(values), 3),
+                "by_round": [round(v, 3) for v in values],
+                "target": target,
+            }
+        rows.append(row)
+    return rows
+
+
+def print_report(summary: list[dict[str, Any]]) -> None:
+    table = Table(title="POST /v1/tasks: medians of rounds")
+    for column in ("clients", "variant", "req/s", "p50 ms", "p99 ms", "unexpected"):
+        table.add_column(column, justify="left" if column == "variant" else "right")
+    for row in summary:
+        for variant, stats in row["variants"].items():
+            table.add_row(
+                str(row["clients"]),
+                variant,
+                f"{stats['per_second']:.0f}",
+                f"{stats['p50_ms']:.1f}",
+                f"{stats['p99_ms']:.1f}",
+                str(stats["unexpected_status"]),
+            )
+    console.print(table)
+    ratios = Table(title="Ratios of throughput, every round (each within one round)")
+    for column in ("clients", "ratio", "by round", "median", "target"):
+        ratios.add_column(column, justify="left" if column in ("ratio", "by round") else "right")
+    for row in summary:
+        for name, ratio in row["ratios"].items():
+            target = ratio["target"]
+            verdict = ""
+            if target is not None:
+                verdict = f">= {target:g} " + ("met" if ratio["median"] >= target else "MISSED")
+            ratios.add_row(
+                str(row["clients"]),
+                name,
+                " ".join(f"{v:.2f}" for v in ratio["by_round"]),
+                f"{ratio['median']:.2f}",
+                verdict,
+            )
+    console.print(ratios)
+
+
+def parse_options() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="a short run")
+    parser.add_argument("--rounds", type=int, help="interleaved rounds (default 5, quick 3)")
+    parser.add_argument("--requests", type=int, help="requests per batch (default 640, quick 320)")
+    parser.add_argument("--clients", default="8,32", help="concurrent clients, comma-separated")
+    options = parser.parse_args()
+    options.rounds = options.rounds or (3 if options.quick else 5)
+    options.requests = options.requests or (320 if options.quick else 640)
+    options.clients = [int(c) for c in options.clients.split(",")]
+    return options
+
+
+def main() -> int:
+    options = parse_options()
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix="surehand-bench-http-"))
+    redis_server = RedisServer(tmp)
+    servers: dict[str, Server] = {}
+    admin = os.environ.get("SUREHAND_BENCH_DATABASE_URL", DEFAULT_ADMIN_URL)
+    try:
+        url = prepare_database(admin)
+        with console.status("starting the servers"):
+            servers["surehand"] = start_server(
+                "surehand",
+                [sys.executable, "-m", "surehand", "api", "--loglevel", "warning"],
+                {
+                    "SUREHAND_DATABASE_URL": url,
+                    "SUREHAND_BROKER_URL": redis_server.url(0),
+                    "SUREHAND_REDIS_URL": redis_server.url(1),
+                },
+                tmp,
+            )
+            servers["bare"] = start_server(
+                "bare",
+                [sys.executable, str(BENCH / "http_bare.py"), "--loglevel", "warning"],
+                {"BENCH_HTTP_DATABASE_URL": libpq(url)},
+                tmp,
+            )
+        reuse_ids = create_reuse_ids(servers["surehand"].url())
+        for variant in VARIANTS:  # warm-up: thread pools, connections, statement caches
+            base = servers["bare" if variant == "bare" else "surehand"].url()
+            asyncio.run(run_batch(base, variant, max(options.clients), 64, reuse_ids))
+        rounds = measure(servers, options, reuse_ids)
+    finally:
+        for server in servers.values():
+            server.stop()
+        redis_server.stop()
+    summary = summarise(rounds, options.clients)
+    print_report(summary)
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    document = {
+        "benchmark": "http",
+        "started_utc": stamp,
+        "machine": {
+            "platform": platform.platform(),
+            "python": platform.python_version(),
+            "cpus": os.cpu_count(),
+            "load_average_at_end": list(os.getloadavg()),
+            "packages": _versions("fastapi", "uvicorn", "httpx", "psycopg", "pydantic"),
+        },
+        "settings": {
+            "rounds": options.rounds,
+            "requests_per_batch": options.requests,
+            "clients": options.clients,
+            "servers": (
+                "one uvicorn process each (surehand.serving, access log off, default loop and "
+                "HTTP implementation), sync endpoints on FastAPI's thread pool"
+            ),
+            "targets_at_8_clients": TARGETS,
+        },
+        "summary": summary,
+        "rounds": rounds,
+    }
+    path = RESULTS / f"http-{stamp}.json"
+    path.write_text(json.dumps(document, indent=2) + "\n", encoding="utf-8")
+    console.print(f"saved bench/results/{path.name}")
+    return 0
+
+
+def _versions(*names: str) -> dict[str, str]:
+    from importlib.metadata import version
+
+    return {name: version(name) for name in names}
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
