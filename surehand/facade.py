@@ -363,10 +363,11 @@ class Surehand:
         """The Celery app with surehand's session and reconcile tasks registered."""
         from surehand.dispatcher.worker import register_tasks
         from surehand.notices import register_hold_notice
+        from surehand.queue import broker_pools
         from surehand.queue.celery_app import make_celery
 
         app = make_celery(self.settings)
-        self._closers.append(lambda: _close_celery(app))
+        self._closers.append(broker_pools.use(app))
         # The app becomes the process default (held globally): its tasks reach this instance
         # through a weak reference, so that the instance can still be dropped.
         owner = weakref.ref(self)
@@ -512,13 +513,6 @@ def _close_all(closers: list[Callable[[], None]]) -> None:
             failure = failure or error
     if failure is not None:
         raise failure
-
-
-def _close_celery(app: Celery) -> None:
-    pool = getattr(app, "_pool", None)  # the broker connection pool, if a publish made one
-    if pool is not None:
-        pool.force_close_all()
-    app.close()
 
 
 def _alive(owner: weakref.ReferenceType[Surehand]) -> Surehand:
