@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import Engine, create_engine, text
 from sqlalchemy.engine import make_url
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.pool import NullPool
 
 from surehand.config import Settings
@@ -72,10 +73,19 @@ def _pg_store(pg_url: str) -> Iterator[Store]:
     store.dispose()
 
 
-def _truncate(store: Store) -> None:
+def _truncate(store: Store, *, renewed: bool = False) -> None:
     names = ", ".join(f'"{table.name}"' for table in metadata.sorted_tables)
-    with store.engine.begin() as connection:
-        connection.execute(text(f"TRUNCATE {names} RESTART IDENTITY CASCADE"))
+    try:
+        with store.engine.begin() as connection:
+            connection.execute(text(f"TRUNCATE {names} RESTART IDENTITY CASCADE"))
+    except DBAPIError as error:
+        if renewed or not error.connection_invalidated:
+            raise
+        # An earlier test killed this database's backends (pg_terminate_backend): every pool
+        # on its URL holds dead connections. Replace them all, not only the one that noticed.
+        for engine in (store.engine, store.one_statement_engine, store._async_commit_engine):
+            engine.dispose()
+        _truncate(store, renewed=True)
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
