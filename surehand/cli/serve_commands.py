@@ -132,6 +132,8 @@ def _stopping(as_json: bool) -> Progress:
 
     def progress(running: list[str], waited_s: float) -> None:
         ids = ", ".join(running)
+        if as_json and not (running or said):
+            return  # nothing to wait for: the stream goes on with "stopped"
         if as_json:
             emit_event({"event": "stopping", "running": running, "waited_s": round(waited_s, 1)})
         elif not said:
