@@ -13,8 +13,6 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-import yaml
-
 from surehand.model import Report, TaskEvent, TaskFields
 
 # Characters a YAML reader does not accept raw, or reads as line breaks (NEL, LS, PS): JSON
@@ -49,6 +47,8 @@ def _document(front: Mapping[str, Any], body: str) -> str:
 
 def parse_front_matter(document: str) -> dict[str, Any]:
     """The front matter of a document rendered here (any YAML reader reads it too)."""
+    import yaml  # only to read a document back (tests, tools): rendering does not need it
+
     header = document.split("---\n", 2)[1]
     parsed = yaml.safe_load(header)
     assert isinstance(parsed, dict)
