@@ -28,9 +28,7 @@ import argparse
 import asyncio
 import json
 import os
-import platform
 import random
-import signal
 import statistics
 import subprocess
 import sys
@@ -52,6 +50,7 @@ sys.path[:0] = [str(REPO), str(BENCH)]
 
 from databases import fresh_database, libpq  # noqa: E402
 from private_redis import RedisServer, free_port, wait_for  # noqa: E402
+from procs import machine, stop_group  # noqa: E402
 from submit import REQUEST, bare_table  # noqa: E402
 
 from surehand.store import Store  # noqa: E402
@@ -77,13 +76,7 @@ class Server:
         return f"http://127.0.0.1:{self.port}"
 
     def stop(self) -> None:
-        if self.process.poll() is None:
-            os.killpg(self.process.pid, signal.SIGTERM)
-            try:
-                self.process.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.process.pid, signal.SIGKILL)
-                self.process.wait()
+        stop_group(self.process)
 
 
 def start_server(name: str, argv: list[str], env: dict[str, str], tmp: Path) -> Server:
@@ -342,13 +335,9 @@ def main() -> int:
     document = {
         "benchmark": "http",
         "started_utc": stamp,
-        "machine": {
-            "platform": platform.platform(),
-            "python": platform.python_version(),
-            "cpus": os.cpu_count(),
-            "load_average_at_end": list(os.getloadavg()),
-            "packages": _versions("fastapi", "uvicorn", "httpx", "psycopg", "pydantic"),
-        },
+        "machine": machine(
+            packages=_versions("fastapi", "uvicorn", "httpx", "psycopg", "pydantic")
+        ),
         "settings": {
             "rounds": options.rounds,
             "requests_per_batch": options.requests,

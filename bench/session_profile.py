@@ -19,7 +19,6 @@ import argparse
 import cProfile
 import json
 import os
-import platform
 import pstats
 import sys
 import tempfile
@@ -41,6 +40,7 @@ sys.path[:0] = [str(BENCH.parent), str(BENCH)]
 from celery_noop import _LEASE_DROP, _LEASE_TAKE, FLOOR_TABLE_DDL, noop_agent  # noqa: E402
 from databases import fresh_database, libpq  # noqa: E402
 from private_redis import RedisServer  # noqa: E402
+from procs import machine  # noqa: E402
 from sessions import prepare_backend  # noqa: E402
 
 RESULTS = BENCH / "results"
@@ -161,12 +161,7 @@ def main() -> int:
     document = {
         "benchmark": "session-profile",
         "started_utc": stamp,
-        "machine": {
-            "platform": platform.platform(),
-            "python": platform.python_version(),
-            "cpus": os.cpu_count(),
-            "load_average_at_end": list(os.getloadavg()),
-        },
+        "machine": machine(),
         "sessions": n,
         "per_operation": {"session/postgres": session_costs, "floor": floor_costs},
         "top_own": own,

@@ -25,10 +25,10 @@ database 1), never on a shared Redis. Side by side in one run:
     * ``dbos`` (with Postgres): the durable-execution alternative: ``--workers`` processes of
       ``bench/dbos_worker.py``, each serving one DBOS queue with ``worker_concurrency`` =
       ``--concurrency`` (the same total concurrency) and ``--dbos-polling`` seconds between
-      queue polls while its batch runs (DBOS's default is 1 s, which would cap a worker at
-      ``--concurrency`` workflows a second; between its batches the queue polls at that default,
-      so that 100 polls a second do not load the other variants' batches), its system
-      database ``surehand_bench_dbos`` on the same Postgres; one
+      queue polls (DBOS's default is 1 s, which would cap a worker at ``--concurrency``
+      workflows a second); the worker processes are stopped (SIGSTOP) between its batches, so
+      that 100 polls a second do not load the other variants' batches (and continued before
+      the untimed enqueue), its system database ``surehand_bench_dbos`` on the same Postgres; one
       workflow with one no-op step per message. A batch is enqueued with ``DBOSClient`` while
       the queue's worker concurrency is 0 (not timed: the TASKs of the session variants are
       created before their batch too) and timed from the moment it is set back; counted by the
@@ -100,6 +100,7 @@ from celery_noop import (  # noqa: E402
 )
 from databases import fresh_database, libpq  # noqa: E402
 from private_redis import RedisServer, wait_for  # noqa: E402
+from procs import stop_group  # noqa: E402
 from store_counts import counted  # noqa: E402
 
 from surehand.config import Settings  # noqa: E402
@@ -118,7 +119,6 @@ RESULTS = BENCH / "results"
 DEFAULT_ADMIN_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 BENCH_DATABASE = "surehand_bench_sessions"
 DBOS_DATABASE = "surehand_bench_dbos"
-DBOS_IDLE_POLLING = 1.0  # DBOS's default, between the dbos batches
 # Issue 13's targets: session/postgres against the floor and against what users would deploy.
 TARGETS = {
     "session/postgres / floor": 0.85,
@@ -146,13 +146,7 @@ class Worker:
         return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS  # utime + stime
 
     def stop(self) -> None:
-        if self.process.poll() is None:
-            os.killpg(self.process.pid, signal.SIGTERM)
-            try:
-                self.process.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.process.pid, signal.SIGKILL)
-                self.process.wait()
+        stop_group(self.process)
 
 
 def start_worker(argv: list[str], env: dict[str, str], log: Path) -> Worker:
@@ -304,21 +298,24 @@ def dbos_variant(admin_url: str, tmp: Path, options: argparse.Namespace) -> Vari
     assert queue is not None, "the DBOS workers registered no queue"
     counter = psycopg.connect(system_database, autocommit=True)
 
+    def signal_workers(number: signal.Signals) -> None:
+        for worker in workers:
+            os.killpg(worker.process.pid, number)
+
     def prepare(n: int) -> None:
         queue.set_worker_concurrency(0)  # paused: every worker's budget is 0
-        queue.set_polling_interval_sec(options.dbos_polling)
+        signal_workers(signal.SIGCONT)
         for _ in range(n):
             client.enqueue(
                 {"queue_name": QUEUE, "workflow_name": WORKFLOW, "app_version": "bench"},
                 uuid.uuid4().hex,
             )
-        time.sleep(DBOS_IDLE_POLLING * 1.1)  # every worker polls at the fast interval now
 
     def publish(_n: int) -> None:
         queue.set_worker_concurrency(options.concurrency)
 
-    def finish() -> None:  # idle polling while the other variants run
-        queue.set_polling_interval_sec(DBOS_IDLE_POLLING)
+    def finish() -> None:  # stopped while the other variants run: no polls to load them
+        signal_workers(signal.SIGSTOP)
 
     def completed() -> int:
         row = counter.execute(
