@@ -309,6 +309,17 @@ def test_a_bad_database_url_is_a_config_error_without_traceback(
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.parametrize("command", [["tasks"], ["check"], ["worker", "--roles", "DEV"]])
+def test_a_setting_pydantic_refuses_is_named_without_traceback(
+    tmp_path: Path, command: list[str]
+) -> None:
+    shown = surehand(tmp_path, *command, code=1, SUREHAND_LEASE_TTL_SECONDS="thirty").stderr
+    assert "(config_error): invalid setting: SUREHAND_LEASE_TTL_SECONDS: Input should be " in (
+        shown
+    )
+    assert "thirty" not in shown  # a value is never echoed: it may be a secret
+
+
 # -- finding 4: read commands never create a store ---------------------------------------------
 
 

@@ -17,7 +17,15 @@ from sqlalchemy import select
 from sqlalchemy.exc import SQLAlchemyError
 
 from surehand.cli.app import app
-from surehand.cli.common import EXIT_ERROR, EXIT_OK, DatabaseUrl, JsonFlag, console, emit_json
+from surehand.cli.common import (
+    EXIT_ERROR,
+    EXIT_OK,
+    DatabaseUrl,
+    JsonFlag,
+    console,
+    emit_json,
+    handle_errors,
+)
 from surehand.config import Settings
 from surehand.errors import ConfigError, SurehandError
 from surehand.facade import Surehand
@@ -315,6 +323,7 @@ def _missing_probes(missing: dict[str, list[str]], settings: Settings) -> Check:
 
 
 @app.command()
+@handle_errors
 def check(
     database_url: DatabaseUrl = None,
     redis_url: Annotated[

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Annotated, Any, ParamSpec, TypeVar
 
 import typer
+from pydantic import ValidationError
 from rich.console import Console
 from rich.markup import escape
 
@@ -166,7 +167,12 @@ def handle_errors(func: Callable[P, R]) -> Callable[P, R]:
     @functools.wraps(func)
     def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
         try:
-            return func(*args, **kwargs)
+            try:
+                return func(*args, **kwargs)
+            except ValidationError as invalid:
+                if invalid.title != Settings.__name__:
+                    raise
+                raise settings_error(invalid) from invalid
         except SurehandError as error:
             if kwargs.get("as_json"):
                 emit_json({"error": error.to_dict()})
@@ -178,3 +184,18 @@ def handle_errors(func: Callable[P, R]) -> Callable[P, R]:
             raise typer.Exit(exit_code_for(error)) from None
 
     return wrapper
+
+
+def settings_error(invalid: ValidationError) -> ConfigError:
+    """A SUREHAND_* variable pydantic refused, as a ConfigError naming each one (never its
+    value, which may be a secret)."""
+    problems = [
+        (f"SUREHAND_{'_'.join(str(part) for part in item['loc']).upper()}", item["msg"])
+        for item in invalid.errors()
+    ]
+    return ConfigError(
+        "invalid setting: "
+        + "; ".join(f"{name}: {message}" for name, message in problems)
+        + ". Fix the environment variable (or the option that sets it)",
+        setting=problems[0][0],
+    )
