@@ -34,12 +34,16 @@ def _up(home: Path, *args: str) -> Proc:
         RELEASE_ENV: str(home / "release"),
     }
     proc = spawn(["up", "--no-api", *args], env, home / "up.log")
-    wait_until(
-        lambda: proc.returncode is not None or any(w in proc.output() for w in READY),
-        timeout=60,
-        what="surehand up to start",
-    )
-    assert proc.returncode is None, proc.output()
+    try:
+        wait_until(
+            lambda: proc.returncode is not None or any(w in proc.output() for w in READY),
+            timeout=60,
+            what="surehand up to start",
+        )
+        assert proc.returncode is None, proc.output()
+    except BaseException:
+        proc.kill()  # a failed start must not leave `up` running
+        raise
     return proc
 
 
@@ -117,7 +121,10 @@ def test_api_on_a_taken_port_names_it_and_prints_no_url(tmp_path: Path) -> None:
         port = taken.getsockname()[1]
         env = {**EMBEDDED, "SUREHAND_HOME": str(tmp_path), "SUREHAND_API_PORT": str(port)}
         proc = spawn(["api"], env, tmp_path / "api.log")
-        code = proc.process.wait(timeout=60)
+        try:
+            code = proc.process.wait(timeout=60)
+        finally:
+            proc.kill()  # no-op once it exited
     output = proc.output()
     assert code != 0, output
     assert f"port {port}" in output, output
