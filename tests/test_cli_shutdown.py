@@ -111,7 +111,7 @@ def test_mcp_http_says_where_it_listens(tmp_path: Path) -> None:
         with socket.create_connection(("127.0.0.1", port), timeout=5):
             pass  # it does listen once it says so
     finally:
-        proc.kill(signal.SIGINT)
+        proc.kill()
 
 
 def test_api_on_a_taken_port_names_it_and_prints_no_url(tmp_path: Path) -> None:
@@ -145,4 +145,4 @@ def test_api_prints_its_url_once_bound(tmp_path: Path) -> None:
         with socket.create_connection(("127.0.0.1", port), timeout=5):
             pass
     finally:
-        proc.kill(signal.SIGINT)
+        proc.kill()
