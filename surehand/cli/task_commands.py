@@ -281,14 +281,29 @@ def _watch(sh: Surehand, spec: WatchSpec, *, as_json: bool) -> None:
 @app.command()
 @handle_errors
 def show(
-    task_id: Annotated[str, typer.Argument(help="TASK id.")],
+    task_id: Annotated[
+        str | None, typer.Argument(help="TASK id; omit it with --id.", show_default=False)
+    ] = None,
+    submission_id: Annotated[
+        str | None,
+        typer.Option(
+            "--id",
+            "--client-submission-id",
+            envvar="SUREHAND_SUBMISSION_ID",
+            help="Show the TASK this submission created (the --id given to submit).",
+        ),
+    ] = None,
     database_url: DatabaseUrl = None,
     tenant: Tenant = None,
     as_json: JsonFlag = False,
 ) -> None:
     """Show a whole TASK: its fields and body, history, REPORTs (the latest in full),
     attempts, operations and interruption cases. Long text wraps; nothing is cut."""
+    if (task_id is None) == (submission_id is None):
+        raise typer.BadParameter("give a TASK id or --id SUBMISSION_ID (one of them)")
     sh = open_existing(database_url, tenant)
+    if task_id is None:
+        task_id = sh.diagnose_submission(submission_id or "").task_id
     task = sh.get_task(task_id)
     history = sh.history(task_id)
     found_reports = sh.reports(task_id)
