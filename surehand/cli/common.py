@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import functools
 import json
+import shutil
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, ParamSpec, TypeVar
 
 import typer
@@ -198,4 +200,22 @@ def settings_error(invalid: ValidationError) -> ConfigError:
         + "; ".join(f"{name}: {message}" for name, message in problems)
         + ". Fix the environment variable (or the option that sets it)",
         setting=problems[0][0],
+    )
+
+
+def invoked_as() -> str:
+    """How to run this ``surehand`` again from the current directory, for hints: ``surehand``
+    when that is what PATH finds, else the path that was run (``.venv/bin/surehand``), else
+    ``python -m surehand`` with this interpreter."""
+    ran = Path(sys.argv[0])
+    if ran.name != "surehand":
+        return f"{sys.executable} -m surehand"
+    found = shutil.which("surehand")
+    if found is not None and Path(found).resolve() == ran.resolve():
+        return "surehand"
+    absolute = ran.absolute()
+    return (
+        str(absolute.relative_to(Path.cwd()))
+        if absolute.is_relative_to(Path.cwd())
+        else (str(absolute))
     )

@@ -26,6 +26,7 @@ from surehand.cli.common import (
     emit_event,
     err_console,
     handle_errors,
+    invoked_as,
     require_services,
 )
 from surehand.cli.demo import run_demo
@@ -187,6 +188,7 @@ def _announce(embedded: Embedded, *, as_json: bool, hints: bool) -> None:
         return
     custom_home = not settings.database_url and settings.home != DEFAULT_HOME
     home = f"SUREHAND_HOME={settings.home} " if custom_home else ""
+    home += invoked_as()
     console.print("[bold green]surehand up[/]: everything in one process (Ctrl-C to stop)")
     console.print(f"  store       {store}")
     if embedded.api_url:
@@ -198,11 +200,10 @@ def _announce(embedded: Embedded, *, as_json: bool, hints: bool) -> None:
         return
     console.print("Submit from another terminal in this directory:")
     console.print(
-        f'  {home}surehand submit --sender PM --recipient DEV --subject "Say hello" '
-        "--id my-first-task",
+        f'  {home} submit --sender PM --recipient DEV --subject "Say hello" --id my-first-task',
         soft_wrap=True,
     )
-    console.print(f"  {home}surehand tasks --watch", soft_wrap=True)
+    console.print(f"  {home} tasks --watch", soft_wrap=True)
 
 
 @app.command()
