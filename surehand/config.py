@@ -59,6 +59,11 @@ class Settings(BaseSettings):
         "last publish (a lost message never strands it; duplicates are harmless).",
     )
     sweep_interval_seconds: float = Field(1.0, gt=0, description="Dispatcher sweep period.")
+    startup_wait_seconds: float = Field(
+        30.0,
+        ge=0,
+        description="How long worker and api wait at start for a database that is restarting.",
+    )
     submission_wait_seconds: float = Field(
         5.0, ge=0, description="How long a concurrent write_task waits before in_progress."
     )

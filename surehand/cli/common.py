@@ -6,6 +6,7 @@ import functools
 import json
 import shutil
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, ParamSpec, TypeVar
@@ -23,6 +24,7 @@ from surehand.errors import (
     RecoveryError,
     SessionError,
     StoreMissing,
+    StoreUnavailable,
     SurehandError,
     ValidationFailed,
 )
@@ -219,3 +221,22 @@ def invoked_as() -> str:
         if absolute.is_relative_to(Path.cwd())
         else (str(absolute))
     )
+
+
+def wait_for_store(sh: Surehand, what: str) -> None:
+    """Check the store's schema, waiting out a database that is restarting or refusing
+    connections for a moment (``SUREHAND_STARTUP_WAIT_SECONDS``): a supervisor that starts
+    workers beside the database, or restarts one during a failover, should not need to retry.
+    A configuration mistake (missing database, refused login) fails at once."""
+    deadline = time.monotonic() + sh.settings.startup_wait_seconds
+    delay = 0.25
+    while True:
+        try:
+            sh.store.ensure_schema()
+            return
+        except StoreUnavailable as error:
+            if not error.retryable or time.monotonic() + delay > deadline:
+                raise
+            err_console.print(f"{what}: waiting for the database ({error}); retrying", markup=False)
+            time.sleep(delay)
+            delay = min(delay * 2, 4.0)

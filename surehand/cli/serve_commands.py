@@ -28,6 +28,7 @@ from surehand.cli.common import (
     handle_errors,
     invoked_as,
     require_services,
+    wait_for_store,
 )
 from surehand.cli.demo import run_demo
 from surehand.config import DEFAULT_HOME, Settings
@@ -237,7 +238,7 @@ def api(
     require_services(settings, "api", embedded=embedded)
     bind_port = settings.api_port if port is None else port
     sh = Surehand(settings=settings)
-    sh.store.ensure_schema()
+    wait_for_store(sh, "api")
     # Recover and review requests run admission in this process: it needs the probes too.
     from surehand.cli.session_commands import announce_probes  # (keeps `up` first in --help)
 

@@ -22,6 +22,7 @@ from surehand.cli.common import (
     handle_errors,
     open_existing,
     require_services,
+    wait_for_store,
 )
 from surehand.cli.render import cases_table
 from surehand.config import Settings
@@ -137,7 +138,7 @@ def worker(
     require_services(sh.settings, "worker", embedded=embedded)
     role_list = [role.strip() for role in roles.split(",") if role.strip()]
     require_agents(sh, role_list)  # fail now, not at the first message, if a role has none
-    sh.store.ensure_schema()
+    wait_for_store(sh, "worker")
     announce_probes(sh)  # the reconciler's passes run in workers: admission asks these
     from celery.utils.nodenames import default_nodename, host_format
 
