@@ -13,11 +13,14 @@ serves (``surehand.serving``: access log off), on one Postgres database of the b
 * ``bare`` (``bench/http_bare.py``): a FastAPI endpoint parsing the same body and doing one
   INSERT+COMMIT of the row write_task stores, on a raw psycopg connection (201).
 
-Clients: ``--clients`` (8 and 32) concurrent clients in this process (asyncio, one
-``httpx.AsyncClient`` with that many keep-alive connections, each client sending its next
-request when the last one answered). The variants run in interleaved rounds, shuffled each
-round; ratios are taken within a round, the median across rounds is reported with every round.
-Throughput and p50/p99 latency per variant; any answer other than the expected status is
+Clients: ``--clients`` (8 and 32) concurrent clients in this process (asyncio), each on its own
+keep-alive connection, sending its next request when the last one answered. ``--client raw``
+(the default) is a minimal HTTP/1.1 client (``RawConnection``, about 0.2 ms of CPU per request
+here) so that the load generator takes as little of the 2 shared cores as it can;
+``--client httpx`` uses ``httpx.AsyncClient`` instead. The variants run in interleaved rounds,
+shuffled each round; ratios are taken within a round, the median across rounds is reported
+with every round. Throughput and p50/p99 latency per variant, and the CPU time per request of
+the server process (``/proc``) and of this one; any answer other than the expected status is
 counted and reported. Results go to ``bench/results/http-<UTC>.json``. Not a test: nothing is
 asserted about time.
 """
@@ -50,12 +53,13 @@ sys.path[:0] = [str(REPO), str(BENCH)]
 
 from databases import fresh_database, libpq  # noqa: E402
 from private_redis import RedisServer, free_port, wait_for  # noqa: E402
-from procs import machine, stop_group  # noqa: E402
+from procs import exit_on_sigterm, machine, stop_group  # noqa: E402
 from submit import REQUEST, bare_table  # noqa: E402
 
 from surehand.store import Store  # noqa: E402
 
 RESULTS = BENCH / "results"
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 DEFAULT_ADMIN_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 BENCH_DATABASE = "surehand_bench_http"
 REUSE_IDS = 64
@@ -74,6 +78,10 @@ class Server:
 
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
+
+    def cpu_seconds(self) -> float:
+        fields = Path(f"/proc/{self.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS  # utime + stime
 
     def stop(self) -> None:
         stop_group(self.process)
@@ -111,6 +119,8 @@ class Batch:
     seconds: float
     latencies: list[float]
     unexpected: dict[str, int] = field(default_factory=dict)
+    server_cpu_seconds: float = 0.0
+    client_cpu_seconds: float = 0.0
 
     @property
     def per_second(self) -> float:
@@ -123,10 +133,48 @@ def body_for(variant: str, index: int, reuse_ids: list[str]) -> dict[str, Any]:
     return {**REQUEST, "client_submission_id": "h-" + uuid.uuid4().hex}
 
 
+class RawConnection:
+    """A minimal HTTP/1.1 keep-alive client on one connection: POST a JSON body, read the
+    status line, the headers and a Content-Length body. A small fraction of httpx's CPU per
+    request, so that the servers, not this process, are what the batches measure."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, host: str):
+        self.reader, self.writer, self.host = reader, writer, host.encode()
+
+    @classmethod
+    async def open(cls, base: str) -> RawConnection:
+        host, port = base.removeprefix("http://").rsplit(":", 1)
+        reader, writer = await asyncio.open_connection(host, int(port))
+        return cls(reader, writer, f"{host}:{port}")
+
+    async def post(self, path: str, body: dict[str, Any]) -> int:
+        payload = json.dumps(body).encode()
+        self.writer.write(
+            b"POST %s HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\n"
+            b"Content-Length: %d\r\n\r\n%s" % (path.encode(), self.host, len(payload), payload)
+        )
+        status = int((await self.reader.readline()).split(b" ", 2)[1])
+        length = 0
+        while (line := await self.reader.readline()) not in (b"\r\n", b""):
+            name, _, value = line.partition(b":")
+            if name.strip().lower() == b"content-length":
+                length = int(value)
+            elif name.strip().lower() == b"transfer-encoding":
+                raise RuntimeError("chunked answers are not read by this client")
+        await self.reader.readexactly(length)
+        return status
+
+    async def close(self) -> None:
+        self.writer.close()
+        await self.writer.wait_closed()
+
+
 async def run_batch(
-    base: str, variant: str, clients: int, requests: int, reuse_ids: list[str]
+    base: str, variant: str, clients: int, requests: int, reuse_ids: list[str], kind: str = "raw"
 ) -> Batch:
     """``requests`` POSTs spread over ``clients`` concurrent keep-alive clients."""
+    if kind == "raw":
+        return await run_raw_batch(base, variant, clients, requests, reuse_ids)
     limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
     latencies: list[float] = []
     unexpected: dict[str, int] = {}
@@ -148,6 +196,32 @@ async def run_batch(
         started = time.perf_counter()
         await asyncio.gather(*(one_client(n) for n in range(clients)))
         seconds = time.perf_counter() - started
+    return Batch(per_client * clients, seconds, latencies, unexpected)
+
+
+async def run_raw_batch(
+    base: str, variant: str, clients: int, requests: int, reuse_ids: list[str]
+) -> Batch:
+    latencies: list[float] = []
+    unexpected: dict[str, int] = {}
+    per_client = max(1, requests // clients)
+    connections = [await RawConnection.open(base) for _ in range(clients)]  # not timed
+
+    async def one_client(offset: int) -> None:
+        connection = connections[offset]
+        for i in range(per_client):
+            body = body_for(variant, offset * per_client + i, reuse_ids)
+            started = time.perf_counter()
+            status = await connection.post("/v1/tasks", body)
+            latencies.append(time.perf_counter() - started)
+            if status != EXPECTED[variant]:
+                unexpected[str(status)] = unexpected.get(str(status), 0) + 1
+
+    started = time.perf_counter()
+    await asyncio.gather(*(one_client(n) for n in range(clients)))
+    seconds = time.perf_counter() - started
+    for connection in connections:
+        await connection.close()
     return Batch(per_client * clients, seconds, latencies, unexpected)
 
 
@@ -188,11 +262,21 @@ def measure(
             rng.shuffle(order)
             measured: dict[str, Batch] = {}
             for variant in order:
-                base = servers["bare" if variant == "bare" else "surehand"].url()
+                server = servers["bare" if variant == "bare" else "surehand"]
                 with console.status(f"round {number + 1}: {variant}, {clients} clients"):
+                    cpu, mine = server.cpu_seconds(), time.process_time()
                     measured[variant] = asyncio.run(
-                        run_batch(base, variant, clients, options.requests, reuse_ids)
+                        run_batch(
+                            server.url(),
+                            variant,
+                            clients,
+                            options.requests,
+                            reuse_ids,
+                            options.client,
+                        )
                     )
+                    measured[variant].server_cpu_seconds = server.cpu_seconds() - cpu
+                    measured[variant].client_cpu_seconds = time.process_time() - mine
             rounds.append(
                 {
                     "round": number + 1,
@@ -204,6 +288,12 @@ def measure(
                             "per_second": round(b.per_second, 1),
                             "p50_ms": round(1000 * percentile(b.latencies, 0.5), 2),
                             "p99_ms": round(1000 * percentile(b.latencies, 0.99), 2),
+                            "server_cpu_ms_per_request": round(
+                                1000 * b.server_cpu_seconds / b.requests, 3
+                            ),
+                            "client_cpu_ms_per_request": round(
+                                1000 * b.client_cpu_seconds / b.requests, 3
+                            ),
                             "unexpected_status": b.unexpected,
                         }
                         for v, b in measured.items()
@@ -233,7 +323,13 @@ def summarise(rounds: list[dict[str, Any]], clients: list[int]) -> list[dict[str
             batches = [r["variants"][variant] for r in mine]
             row["variants"][variant] = {
                 key: statistics.median(b[key] for b in batches)
-                for key in ("per_second", "p50_ms", "p99_ms")
+                for key in (
+                    "per_second",
+                    "p50_ms",
+                    "p99_ms",
+                    "server_cpu_ms_per_request",
+                    "client_cpu_ms_per_request",
+                )
             } | {"unexpected_status": sum(sum(b["unexpected_status"].values()) for b in batches)}
         for name in mine[0]["ratios"]:
             values = [r["ratios"][name] for r in mine]
@@ -249,7 +345,11 @@ def summarise(rounds: list[dict[str, Any]], clients: list[int]) -> list[dict[str
 
 def print_report(summary: list[dict[str, Any]]) -> None:
     table = Table(title="POST /v1/tasks: medians of rounds")
-    for column in ("clients", "variant", "req/s", "p50 ms", "p99 ms", "unexpected"):
+    columns = (
+        *("clients", "variant", "req/s", "p50 ms", "p99 ms"),
+        *("server CPU ms/req", "client CPU ms/req", "unexpected"),
+    )
+    for column in columns:
         table.add_column(column, justify="left" if column == "variant" else "right")
     for row in summary:
         for variant, stats in row["variants"].items():
@@ -259,6 +359,8 @@ def print_report(summary: list[dict[str, Any]]) -> None:
                 f"{stats['per_second']:.0f}",
                 f"{stats['p50_ms']:.1f}",
                 f"{stats['p99_ms']:.1f}",
+                f"{stats['server_cpu_ms_per_request']:.2f}",
+                f"{stats['client_cpu_ms_per_request']:.2f}",
                 str(stats["unexpected_status"]),
             )
     console.print(table)
@@ -287,6 +389,12 @@ def parse_options() -> argparse.Namespace:
     parser.add_argument("--rounds", type=int, help="interleaved rounds (default 5, quick 3)")
     parser.add_argument("--requests", type=int, help="requests per batch (default 640, quick 320)")
     parser.add_argument("--clients", default="8,32", help="concurrent clients, comma-separated")
+    parser.add_argument(
+        "--client",
+        choices=("raw", "httpx"),
+        default="raw",
+        help="load generator: a minimal HTTP/1.1 client (default) or httpx.AsyncClient",
+    )
     options = parser.parse_args()
     options.rounds = options.rounds or (3 if options.quick else 5)
     options.requests = options.requests or (320 if options.quick else 640)
@@ -296,6 +404,7 @@ def parse_options() -> argparse.Namespace:
 
 def main() -> int:
     options = parse_options()
+    exit_on_sigterm()
     RESULTS.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix="surehand-bench-http-"))
     redis_server = RedisServer(tmp)
@@ -323,7 +432,9 @@ def main() -> int:
         reuse_ids = create_reuse_ids(servers["surehand"].url())
         for variant in VARIANTS:  # warm-up: thread pools, connections, statement caches
             base = servers["bare" if variant == "bare" else "surehand"].url()
-            asyncio.run(run_batch(base, variant, max(options.clients), 64, reuse_ids))
+            asyncio.run(
+                run_batch(base, variant, max(options.clients), 64, reuse_ids, options.client)
+            )
         rounds = measure(servers, options, reuse_ids)
     finally:
         for server in servers.values():
@@ -347,6 +458,7 @@ def main() -> int:
                 "HTTP implementation), sync endpoints on FastAPI's thread pool"
             ),
             "targets_at_8_clients": TARGETS,
+            "client": options.client,
         },
         "summary": summary,
         "rounds": rounds,

@@ -6,6 +6,7 @@ import os
 import platform
 import signal
 import subprocess
+import sys
 from typing import Any
 
 
@@ -20,6 +21,12 @@ def stop_group(process: subprocess.Popen[bytes], timeout: float = 15) -> None:
         except subprocess.TimeoutExpired:
             os.killpg(process.pid, signal.SIGKILL)
             process.wait()
+
+
+def exit_on_sigterm() -> None:
+    """SIGTERM ends this bench like Ctrl-C would: its ``finally`` blocks stop what it started
+    (a background job ignores SIGINT, so SIGTERM is how one is stopped)."""
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
 
 
 def machine(**extra: Any) -> dict[str, Any]:

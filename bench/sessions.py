@@ -100,7 +100,7 @@ from celery_noop import (  # noqa: E402
 )
 from databases import fresh_database, libpq  # noqa: E402
 from private_redis import RedisServer, wait_for  # noqa: E402
-from procs import stop_group  # noqa: E402
+from procs import exit_on_sigterm, stop_group  # noqa: E402
 from store_counts import counted  # noqa: E402
 
 from surehand.config import Settings  # noqa: E402
@@ -874,6 +874,7 @@ def print_verdicts(ratios: dict[str, float]) -> None:
 
 def main() -> int:
     options = parse_options()
+    exit_on_sigterm()
     RESULTS.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix="surehand-bench-sessions-"))
     redis_server = RedisServer(tmp)
