@@ -6,7 +6,8 @@
 fields), inserts the row write_task would store for it into ``bench_bare_tasks`` (the columns
 of ``tasks``, created by the bench) with a new id, commits on a raw psycopg connection and
 answers 201 with the id. A sync endpoint (FastAPI's thread pool, as surehand's routes are),
-connections handed out by a ``queue.Queue`` (one per pool thread at most), served by uvicorn
+connections handed out by a ``queue.Queue`` and opened as requests in flight need them (as
+many as the clients at most: Postgres' 100 connections are shared), served by uvicorn
 the way ``surehand api`` serves (``surehand.serving``: one process, access log off).
 """
 
@@ -31,8 +32,6 @@ from submit import bare_columns, driver_insert_sql, driver_values, row_like_writ
 
 from surehand.serving import serve  # noqa: E402
 
-CONNECTIONS = 40  # anyio's default thread pool for sync endpoints
-
 
 class BareRequest(BaseModel):
     sender: str
@@ -48,8 +47,6 @@ class BareRequest(BaseModel):
 def create_app(database_url: str) -> FastAPI:
     app = FastAPI()
     pool: queue.Queue[psycopg.Connection[Any]] = queue.Queue()
-    for _ in range(CONNECTIONS):
-        pool.put(psycopg.connect(database_url))
     columns = bare_columns()
     sql = driver_insert_sql(columns)
     row = row_like_write_task()
@@ -59,7 +56,10 @@ def create_app(database_url: str) -> FastAPI:
         task_id = "BARE-" + uuid.uuid4().hex[:24]
         values = {**row, "task_id": task_id, "subject": request.subject, "body": request.body}
         values["client_submission_id"] = request.client_submission_id
-        connection = pool.get()
+        try:
+            connection = pool.get_nowait()
+        except queue.Empty:  # the pool grows to the requests in flight, like SQLAlchemy's
+            connection = psycopg.connect(database_url)
         try:
             connection.execute(sql, driver_values(columns, values))
             connection.commit()
