@@ -73,7 +73,8 @@ def _pg_store(pg_url: str) -> Iterator[Store]:
     store.dispose()
 
 
-def _truncate(store: Store, *, renewed: bool = False) -> None:
+def truncate(store: Store, *, renewed: bool = False) -> None:
+    """Empty every table of ``store`` (the Postgres database an xdist worker's tests share)."""
     names = ", ".join(f'"{table.name}"' for table in metadata.sorted_tables)
     try:
         with store.engine.begin() as connection:
@@ -85,7 +86,7 @@ def _truncate(store: Store, *, renewed: bool = False) -> None:
         # on its URL holds dead connections. Replace them all, not only the one that noticed.
         for engine in (store.engine, store.one_statement_engine, store._async_commit_engine):
             engine.dispose()
-        _truncate(store, renewed=True)
+        truncate(store, renewed=True)
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
@@ -98,7 +99,7 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
         sqlite_store.dispose()
         return
     pg_store: Store = request.getfixturevalue("_pg_store")
-    _truncate(pg_store)
+    truncate(pg_store)
     yield pg_store
 
 
