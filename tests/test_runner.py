@@ -17,6 +17,7 @@ from celery.exceptions import Retry
 from surehand.agents.context import SessionContext
 from surehand.dispatcher import claims
 from surehand.dispatcher import runner as runner_module
+from surehand.dispatcher.recovery import loss_grace
 from surehand.dispatcher.runner import SessionOutcome
 from surehand.dispatcher.worker import CLAIM_RETRY_SECONDS
 from surehand.errors import LeaseLost, StoreUnavailable
@@ -31,6 +32,7 @@ from surehand.model import (
     ReportStatus,
 )
 from surehand.queue.celery_app import SESSION_TASK_NAME
+from surehand.testing import ManualClock
 from tests.procs import wait_until
 from tests.session_helpers import (  # noqa: F401  (harness fixtures)
     Harness,
@@ -442,3 +444,45 @@ def test_a_claim_that_cannot_reach_the_store_publishes_its_message_again(
 
     assert retried[0]["countdown"] == CLAIM_RETRY_SECONDS
     assert isinstance(retried[0]["exc"], StoreUnavailable)
+
+
+def test_a_claim_whose_commit_reply_was_lost_is_judged_lost_and_rerun_once(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The crash window the repeated claim opens: the first claim committed but its reply was
+    lost. The repeat finds nothing to claim; the attempt that claim made never takes its lease,
+    so the reconciler judges it lost after the grace and admits one successor (no effects)."""
+    runs: list[int] = []
+
+    def agent(ctx: SessionContext) -> str:
+        runs.append(ctx.attempt.number)
+        return "done"
+
+    sh = with_agent(harness.surehand(), agent)
+    task_id = committed_task(sh)
+    monkeypatch.setattr("surehand.dispatcher.sessions.STORE_RETRY_DELAYS", (0.0,))
+    real_claim = claims.claim
+    replies_lost = iter(range(1))
+
+    def claim_then_lose_the_reply(*args: Any, **kwargs: Any) -> Any:
+        claimed_now = real_claim(*args, **kwargs)
+        if next(replies_lost, None) is not None:
+            raise StoreUnavailable("the reply to the commit was lost")
+        return claimed_now
+
+    monkeypatch.setattr(runner_module, "claim", claim_then_lose_the_reply)
+
+    assert sh.run_session(task_id).outcome == "not_claimed"
+    sh.reconcile()  # the orphaned attempt's lease is missing: suspected, not yet lost
+    clock = harness.clock
+    assert isinstance(clock, ManualClock)
+    clock.advance(loss_grace(sh.settings).total_seconds() + 1)
+    sh.reconcile()
+    outcome = sh.run_session(task_id)
+
+    assert (outcome.outcome, outcome.attempt) == ("settled", 2)
+    assert runs == [2]
+    first, second = attempts_of(sh.store, task_id)
+    assert (first.state, second.state) == (AttemptState.SESSION_LOST, AttemptState.SUCCEEDED)
+    [case] = sh.cases()
+    assert case.admission is Admission.REEXECUTE
