@@ -16,7 +16,9 @@ from celery import Celery
 from kombu import pools
 from kombu.utils.collections import eqhash
 
-_lock = threading.Lock()
+# Reentrant: a dropped Surehand's finalizer may run (garbage collection) while this thread
+# holds the lock, and it releases its app here.
+_lock = threading.RLock()
 _users: Counter[Hashable] = Counter()
 _GROUPS = (pools.producers, pools.connections)
 

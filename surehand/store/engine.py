@@ -160,7 +160,7 @@ def _drop_pools_in_child() -> None:
     # A forked child (prefork workers) must not reuse the parent's connections: it drops the
     # pools without closing them (they are the parent's to close).
     global _SHARED_LOCK
-    _SHARED_LOCK = threading.Lock()  # a thread of the parent may have held it at the fork
+    _SHARED_LOCK = threading.RLock()  # a thread of the parent may have held it at the fork
     for engine in list(_ENGINES):
         engine.dispose(close=False)
 
@@ -177,7 +177,9 @@ class _Shared:
 # The process-wide engines, by URL, role and pool settings, with the number of their users:
 # many handles on one database in one process share one set of pools.
 _SHARED: dict[Hashable, _Shared] = {}
-_SHARED_LOCK = threading.Lock()
+# Reentrant: making an engine allocates, the garbage collector may then run the finalizer of a
+# dropped handle in this very thread, and that finalizer releases its engines here.
+_SHARED_LOCK = threading.RLock()
 
 
 def acquire_engine(key: Hashable, make: Callable[[], Engine]) -> Engine:
