@@ -7,6 +7,7 @@ memory broker and fakeredis for leases. A deployment sets the three URLs.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -100,6 +101,73 @@ class Settings(BaseSettings):
         "SUREHAND_MCP_TOKEN and the .mcp.json / .codex/config.toml files of its directory.",
     )
     work_dir: Path = Field(Path(".surehand/sessions"), description="Per-session directories.")
+    session_retention_seconds: float = Field(
+        7 * 24 * 3600.0,
+        gt=0,
+        description="Finished sessions' directories older than this are removed (checked as "
+        "sessions end); kept longer than SUREHAND_COMMAND_TIMEOUT_SECONDS whatever it says.",
+    )
+    agent_env: str = Field(
+        "",
+        description="Comma list of environment variable names a command agent's program "
+        "receives from the worker (e.g. ANTHROPIC_API_KEY,GITHUB_TOKEN). It gets nothing else "
+        "of the worker's environment but PATH, locale, TZ and TERM: never a surehand URL or "
+        "token (SUREHAND_* names are refused here).",
+    )
+    agent_sandbox: Literal["auto", "bwrap", "none"] = Field(
+        "auto",
+        description="How a command agent's program is confined: bwrap (its own PID, user and "
+        "mount namespaces with bubblewrap: it sees no other process, nothing of the surehand "
+        "home, and nothing of it outlives the session), none (a process group and a "
+        "subreaper; see the README for what that cannot promise), or auto (bwrap when it "
+        "works here, else none, said at start-up).",
+    )
+    agent_network: Literal["host", "none"] = Field(
+        "host",
+        description="host: the program shares the worker's network. none (needs bwrap): a "
+        "network namespace of its own with loopback only; the session MCP server is still "
+        "reached at SUREHAND_MCP_URL, through a Unix socket bound into the sandbox.",
+    )
+    agent_bind: str = Field(
+        "",
+        description="Comma list of paths bound into the sandbox, read-write (PATH) or read-only "
+        "(PATH:ro), e.g. the repository an agent works on. Everything else but the session "
+        "directory is read-only, and /tmp is the session's own. The most specific path wins: "
+        "a hidden path (the surehand home...) inside a bound one stays hidden, a path bound "
+        "inside a hidden one is seen.",
+    )
+    agent_hide: str = Field(
+        "",
+        description="Comma list of further paths the sandbox hides from agents (an empty "
+        "directory or file in their place); the surehand home, the session directories, the "
+        "SQLite store and /run are always hidden.",
+    )
+    agent_user: str = Field(
+        "",
+        description="Run agent programs as this user (name or uid[:gid]) instead of the "
+        "worker's; a root worker should name an unprivileged one.",
+    )
+    agent_memory_mib: int = Field(
+        2048, ge=16, description="Memory a session's programs may use together (MiB)."
+    )
+    agent_max_processes: int = Field(
+        256, ge=4, description="Processes a session's programs may run at once."
+    )
+    agent_cpu_seconds: int = Field(
+        3600, ge=1, description="CPU time each process of a session may use (seconds)."
+    )
+    agent_file_size_mib: int = Field(
+        1024, ge=1, description="Largest file a session's programs may write (MiB)."
+    )
+    agent_open_files: int = Field(
+        1024, ge=16, description="Open files each process of a session may hold."
+    )
+    max_consecutive_interruptions: int = Field(
+        3,
+        ge=1,
+        description="A TASK whose last attempts were interrupted or failed this many times in "
+        "a row is held for its approver instead of run again.",
+    )
     fcop_dir: Path | None = Field(None, description="If set, mirror TASK/REPORT files here.")
     api_tokens: str = Field(
         "",

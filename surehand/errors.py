@@ -278,6 +278,19 @@ class AgentError(SurehandError):
     code = "agent_error"
 
 
+class AgentOutputRefused(AgentError):
+    """An agent program's output could not be read safely (not a regular file, a link, a FIFO,
+    or larger than allowed); the session ends without reading it and the TASK is held."""
+
+    code = "agent_output_refused"
+
+
+class SandboxError(AgentError):
+    """The sandbox or the limits of an agent program could not be set up; nothing ran."""
+
+    code = "sandbox_error"
+
+
 class NoAgentForRole(AgentError):
     """No agent handler is registered for this recipient role; register one with
     `@sh.agent("ROLE")` or SUREHAND_AGENTS."""

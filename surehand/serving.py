@@ -15,6 +15,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from types import FrameType
 from typing import Any
 
@@ -44,6 +45,16 @@ def bind(host: str, port: int, *, setting: str = "SUREHAND_API_PORT") -> socket.
         ) from None
     sock.listen(2048)
     sock.set_inheritable(True)
+    return sock
+
+
+def bind_unix(path: Path) -> socket.socket:
+    """A listening Unix socket at ``path``. Anyone who can reach the path may connect (an
+    agent running as another user, through a bind mount): keep it in a private directory."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.bind(str(path))
+    path.chmod(0o666)
+    sock.listen(2048)
     return sock
 
 
@@ -101,13 +112,25 @@ def _ignore(_signum: int, _frame: FrameType | None) -> None:
 class BackgroundServer:
     """uvicorn in a daemon thread; ``stop()`` finishes in-flight requests and returns."""
 
-    def __init__(self, app: Any, host: str, port: int, *, log_level: str = "warning") -> None:
+    def __init__(
+        self,
+        app: Any,
+        host: str,
+        port: int,
+        *,
+        log_level: str = "warning",
+        unix_socket: Path | None = None,
+    ) -> None:
         self.host = host
         self.socket = bind(host, port)
         self.port: int = self.socket.getsockname()[1]
+        # The same app on a Unix socket too (``unix_socket``, created mode 0600): the session
+        # server's door for agents whose sandbox has no network.
+        self.unix_socket = unix_socket
+        self.sockets = [self.socket, *([bind_unix(unix_socket)] if unix_socket else [])]
         self.server = uvicorn.Server(_config(app, log_level))
         self.thread = threading.Thread(
-            target=self.server.run, kwargs={"sockets": [self.socket]}, name="surehand-http"
+            target=self.server.run, kwargs={"sockets": self.sockets}, name="surehand-http"
         )
         self.thread.daemon = True
 
@@ -130,4 +153,5 @@ class BackgroundServer:
         """Stop accepting, finish in-flight requests, close the socket."""
         self.server.should_exit = True
         self.thread.join(timeout)
-        self.socket.close()
+        for sock in self.sockets:
+            sock.close()

@@ -4,6 +4,7 @@ as gone, since PID 1 of a container may never reap it."""
 
 from __future__ import annotations
 
+import secrets
 from pathlib import Path
 
 import pytest
@@ -11,23 +12,24 @@ import pytest
 PROC = Path("/proc")
 
 # A command agent program (sh) for two attempts at one TASK. Attempt 1 starts a grandchild that
-# ignores SIGTERM and SIGHUP (so only SIGKILL of the group ends it), writes "leader grandchild"
-# pids to $AGENT_TEST_DIR/attempt1.pids and works for 5 minutes. A later attempt reports which
-# of those processes are alive when it starts: "attempt 2; alive:" and their pids.
+# ignores SIGTERM and SIGHUP (so only SIGKILL of the whole session ends it), marks
+# $AGENT_TEST_DIR/attempt1.started and works for a long time; all its processes carry the
+# unique sleep length $AGENT_MARK in their command lines, so the test finds them from the host
+# whatever namespace they run in (:func:`marked`). A later attempt marks attempt<N>.started,
+# waits for the test to create $AGENT_TEST_DIR/gate (the test looks for attempt 1's processes
+# meanwhile), and reports "attempt <N>".
 TWO_ATTEMPTS_AGENT = """\
-pids="$AGENT_TEST_DIR/attempt1.pids"
 if [ "$SUREHAND_ATTEMPT" = 1 ]; then
-  sh -c 'trap "" TERM HUP; sleep 300' &
-  echo "$$ $!" > "$pids.tmp" && mv "$pids.tmp" "$pids"
-  sleep 300
+  sh -c "trap '' TERM HUP; sleep $AGENT_MARK" &
+  touch "$AGENT_TEST_DIR/attempt1.started"
+  sleep "$AGENT_MARK"
   exit 0
 fi
-alive=""
-for p in $(cat "$pids"); do
-  if [ -r /proc/$p/stat ] && ! grep -q ') [ZX] ' /proc/$p/stat; then alive="$alive $p"; fi
-done
-echo "attempt $SUREHAND_ATTEMPT; alive:$alive"
+touch "$AGENT_TEST_DIR/attempt$SUREHAND_ATTEMPT.started"
+while [ ! -e "$AGENT_TEST_DIR/gate" ]; do sleep 0.05; done
+echo "attempt $SUREHAND_ATTEMPT"
 """
+TWO_ATTEMPTS_ENV = "AGENT_TEST_DIR,AGENT_MARK"  # SUREHAND_AGENT_ENV for it
 
 
 def _state_and_group(stat: Path) -> tuple[str, int] | None:
@@ -63,3 +65,23 @@ def group_of(pid: int) -> int:
 def require_proc() -> None:
     if not PROC.is_dir():
         pytest.skip("needs Linux /proc to see process groups")
+
+
+def unique_seconds(base: int = 300) -> str:
+    """A sleep length no other process on the host uses (``sleep 300.48213``): its command
+    line marks the processes of one test, seen from the host whatever namespace they run in."""
+    return f"{base}.{secrets.randbelow(10**6):06d}"
+
+
+def marked(marker: str) -> list[int]:
+    """The host pids of live (not zombie) processes whose command line contains ``marker``."""
+    found = []
+    for cmdline in PROC.glob("[0-9]*/cmdline"):
+        try:
+            words = cmdline.read_bytes().split(b"\0")
+        except OSError:
+            continue
+        pid = int(cmdline.parent.name)
+        if any(marker.encode() in word for word in words) and not is_gone(pid):
+            found.append(pid)
+    return found

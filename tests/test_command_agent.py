@@ -22,7 +22,13 @@ from surehand.dispatcher.sessions import Session
 from surehand.errors import AgentError, ConfigError
 from surehand.facade import Surehand
 from surehand.model import AttemptState, Bucket, OperationState, RetryPolicy
-from tests.agent_procs import TWO_ATTEMPTS_AGENT, group_of, is_gone, live_members, require_proc
+from tests.agent_procs import (
+    TWO_ATTEMPTS_AGENT,
+    TWO_ATTEMPTS_ENV,
+    marked,
+    require_proc,
+    unique_seconds,
+)
 from tests.procs import wait_until
 from tests.session_helpers import (  # noqa: F401  (harness fixtures)
     Harness,
@@ -43,6 +49,7 @@ def command_surehand(harness: Harness, tmp_path: Path, script: str, **settings: 
     """A handle whose DEV agent is ``SUREHAND_AGENTS=DEV=command`` running ``script`` (sh)."""
     path = tmp_path / "agent.sh"
     path.write_text(script, encoding="utf-8")
+    settings.setdefault("agent_bind", str(tmp_path))  # the script and its markers (/tmp is private)
     return harness.surehand(agents="DEV=command", command_agent=f"sh {path}", **settings)
 
 
@@ -85,19 +92,28 @@ def test_a_non_zero_exit_fails_the_attempt_with_the_error_and_writes_no_report(
     assert reports_of(sh.store, task_id) == []
 
 
-def test_a_timeout_kills_the_whole_process_group_and_fails_the_attempt(
-    harness: Harness, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+@pytest.fixture(params=["bwrap", "none"])
+def sandbox(request: pytest.FixtureRequest) -> str:
+    """Each sandbox mode: bubblewrap, and the fallback (process group and subreaper)."""
+    require_proc()
+    return str(request.param)
+
+
+def test_a_timeout_kills_everything_the_program_started_and_fails_the_attempt(
+    harness: Harness, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sandbox: str
 ) -> None:
     monkeypatch.setattr("surehand.agents.groups.STOP_GRACE_SECONDS", 0.5)
-    # The leader dies on SIGTERM; its child ignores SIGTERM and would outlive it.
+    mark = unique_seconds()
+    # The leader dies on SIGTERM; its child ignores SIGTERM, and a daemon left the group.
     sh = command_surehand(
         harness,
         tmp_path,
-        "sh -c 'trap \"\" TERM; sleep 60 & echo $! > sleeper.pid; wait' &\n"
-        "while [ ! -s sleeper.pid ]; do sleep 0.05; done\n"
+        f"sh -c 'trap \"\" TERM; sleep {mark}' &\n"
+        f"setsid sh -c 'sleep {mark}' &\n"
         "echo ready\n"
-        "sleep 60\n",
+        f"sleep {mark}\n",
         command_timeout_seconds=1.0,
+        agent_sandbox=sandbox,
     )
     task_id = committed_task(sh)
 
@@ -107,8 +123,7 @@ def test_a_timeout_kills_the_whole_process_group_and_fails_the_attempt(
     [attempt] = attempts_of(sh.store, task_id)
     assert attempt.state is AttemptState.FAILED
     assert attempt.error == "AgentError: command timed out after 1s and was stopped"
-    sleeper = int((harness.work_dir / attempt.attempt_id / "sleeper.pid").read_text())
-    wait_until(lambda: is_gone(sleeper), timeout=30, what=f"process {sleeper} to be killed")
+    assert marked(mark) == []  # the session waits until every one of them is gone
     assert read_task(sh.store, task_id).bucket is Bucket.ACTIVE
     assert reports_of(sh.store, task_id) == []
 
@@ -162,44 +177,40 @@ def test_a_failing_surehand_effect_is_recorded_failed_and_fails_the_session(
     assert outcome.outcome == "failed"
     [op] = operations_of(sh.store, task_id)
     assert (op.name, op.state) == ("migrate", OperationState.FAILED)
-    assert op.error == "RuntimeError: exit 4: no space\n"
+    assert (
+        op.error == "ReportedFailure: exit 4: no space\n"
+    )  # its outcome, through the session server
     error = attempts_of(sh.store, task_id)[0].error or ""
     assert error.startswith("AgentError: command exited with 1:")
     assert reports_of(sh.store, task_id) == []
 
 
 def test_a_lost_lease_kills_the_commands_whole_group_and_the_session_never_settles(
-    redis_harness: Harness, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    redis_harness: Harness, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sandbox: str
 ) -> None:
-    require_proc()
     monkeypatch.setattr("surehand.agents.groups.STOP_GRACE_SECONDS", 0.5)
-    # The grandchild ignores SIGTERM: only SIGKILL of the group, after the grace, ends it.
+    mark = unique_seconds()
+    # The grandchild ignores SIGTERM: only SIGKILL, after the grace, ends it.
     sh = command_surehand(
         redis_harness,
         tmp_path,
-        "sh -c 'trap \"\" TERM; sleep 60' &\n"
-        'echo "$$ $!" > pids.tmp && mv pids.tmp leader.pid\n'
-        "sleep 60\necho done\n",
+        f"sh -c 'trap \"\" TERM; sleep {mark}' &\n"
+        f"touch {tmp_path}/started\n"
+        f"sleep {mark}\necho done\n",
+        agent_sandbox=sandbox,
     )
     task_id = committed_task(sh)
 
     with ThreadPoolExecutor(max_workers=1) as pool:
         running = pool.submit(sh.run_session, task_id)
-        wait_until(
-            lambda: any(redis_harness.work_dir.glob("*/leader.pid")),
-            timeout=30,
-            what="the command to start",
-        )
-        [pid_file] = redis_harness.work_dir.glob("*/leader.pid")
-        leader, grandchild = (int(pid) for pid in pid_file.read_text().split())
-        group = group_of(leader)
+        wait_until((tmp_path / "started").exists, timeout=30, what="the command to start")
+        started = marked(mark)  # the program's sleep, the grandchild (and its sleep)
         sh.leases.client.delete(sh.leases.key(task_id))
         outcome = running.result(timeout=60)
 
+    assert len(started) >= 2
     assert outcome.outcome == "lease_lost"
-    assert is_gone(leader)
-    assert is_gone(grandchild)
-    assert live_members(group) == []
+    assert marked(mark) == []
     task = read_task(sh.store, task_id)
     assert task.bucket is Bucket.ACTIVE
     assert attempts_of(sh.store, task_id)[0].state is AttemptState.RUNNING
@@ -233,33 +244,46 @@ def attempt_context(
 
 
 def test_an_earlier_attempts_group_is_killed_before_a_successors_program_starts(
-    harness: Harness, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    harness: Harness, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sandbox: str
 ) -> None:
-    require_proc()
+    mark = unique_seconds()
     monkeypatch.setenv("AGENT_TEST_DIR", str(tmp_path))
+    monkeypatch.setenv("AGENT_MARK", mark)
     script = tmp_path / "agent.sh"
     script.write_text(TWO_ATTEMPTS_AGENT, encoding="utf-8")
-    agent = CommandAgent(["sh", str(script)], settings=harness.settings(), timeout=600)
+    settings = harness.settings(
+        agent_sandbox=sandbox, agent_env=TWO_ATTEMPTS_ENV, agent_bind=str(tmp_path)
+    )
+    agent = CommandAgent(["sh", str(script)], settings=settings, timeout=600)
     handle = harness.surehand()
     session = claimed(handle.services, committed_task(handle))
     stop_first = threading.Event()
     first = attempt_context(harness, session, 1, stop_first)
     second = attempt_context(harness, session, 2, threading.Event())
-    pids = tmp_path / "attempt1.pids"
+    alive_when_second_started: list[int] = []
 
-    with ThreadPoolExecutor(max_workers=1) as pool:
+    def open_gate_once_second_started() -> None:
+        wait_until((tmp_path / "attempt2.started").exists, timeout=60, what="attempt 2")
+        alive_when_second_started.extend(marked(mark))
+        (tmp_path / "gate").touch()
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
         earlier = pool.submit(agent, first)
         try:
-            wait_until(pids.exists, timeout=30, what="attempt 1's command to start")
-            group = group_of(int(pids.read_text().split()[0]))
+            started = tmp_path / "attempt1.started"
+            wait_until(started.exists, timeout=30, what="attempt 1's command to start")
+            first_started = marked(mark)
+            gate = pool.submit(open_gate_once_second_started)
             report = agent(second)  # as if attempt 1's worker were stuck or slow to stop it
+            gate.result(timeout=60)
         finally:
             stop_first.set()  # (without the fix: stop attempt 1 instead of waiting 5 minutes)
         with pytest.raises(AgentError, match="a later attempt of this TASK started here"):
             earlier.result(timeout=60)
 
-    assert report == "attempt 2; alive:"
-    assert live_members(group) == []
+    assert len(first_started) >= 2
+    assert report == "attempt 2"
+    assert alive_when_second_started == []
 
 
 def test_the_command_agent_needs_a_program(harness: Harness) -> None:
@@ -272,7 +296,8 @@ def test_an_attempt_that_finds_a_later_attempts_group_running_starts_nothing(
 ) -> None:
     script = tmp_path / "agent.sh"
     script.write_text(f'echo started >> {tmp_path}/"$SUREHAND_ATTEMPT".log\nsleep 300\n')
-    agent = CommandAgent(["sh", str(script)], settings=harness.settings(), timeout=600)
+    settings = harness.settings(agent_bind=str(tmp_path))
+    agent = CommandAgent(["sh", str(script)], settings=settings, timeout=600)
     handle = harness.surehand()
     session = claimed(handle.services, committed_task(handle))
     stop_later = threading.Event()

@@ -180,7 +180,12 @@ def test_a_command_agent_speaks_mcp_to_its_session_and_its_token_dies_with_it(
     harness: Harness, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("AGENT_TEST_DIR", str(tmp_path))
-    sh = harness.surehand(agents="DEV=command", command_agent=f"{sys.executable} {AGENT} finish")
+    sh = harness.surehand(
+        agents="DEV=command",
+        command_agent=f"{sys.executable} {AGENT} finish",
+        agent_env="AGENT_TEST_DIR",
+        agent_bind=str(tmp_path),
+    )
     task_id = committed_task(sh)
 
     outcome = sh.run_session(task_id)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from surehand.agents.presets import AGENT_PROMPT, program_for, write_mcp_configs
+from surehand.agents.presets import AGENT_PROMPT, mcp_configs, program_for
 from surehand.errors import ConfigError
 from surehand.fcop import render_recovery
 from tests.session_helpers import (  # noqa: F401  (harness fixtures)
@@ -93,12 +93,10 @@ def test_any_other_program_runs_as_given_and_none_is_a_config_error() -> None:
         program_for("  ")
 
 
-def test_the_mcp_config_files_name_the_server_and_leave_the_token_in_the_environment(
-    tmp_path: Path,
-) -> None:
-    write_mcp_configs(tmp_path, URL)
+def test_the_mcp_config_files_name_the_server_and_leave_the_token_in_the_environment() -> None:
+    files = mcp_configs(URL)
 
-    claude = json.loads((tmp_path / ".mcp.json").read_text())
+    claude = json.loads(files[".mcp.json"])
     assert claude == {
         "mcpServers": {
             "surehand": {
@@ -108,7 +106,7 @@ def test_the_mcp_config_files_name_the_server_and_leave_the_token_in_the_environ
             }
         }
     }
-    codex = tomllib.loads((tmp_path / ".codex" / "config.toml").read_text())
+    codex = tomllib.loads(files[".codex/config.toml"])
     assert codex == {
         "mcp_servers": {"surehand": {"url": URL, "bearer_token_env_var": "SUREHAND_MCP_TOKEN"}}
     }
@@ -125,7 +123,12 @@ def test_a_preset_session_gets_its_files_and_url_and_its_final_message_is_the_re
     record = tmp_path / "record.json"
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
     monkeypatch.setenv("AGENT_TEST_RECORD", str(record))
-    sh = harness.surehand(agents="DEV=command", command_agent=cli)
+    sh = harness.surehand(
+        agents="DEV=command",
+        command_agent=cli,
+        agent_env="AGENT_TEST_RECORD",
+        agent_bind=str(tmp_path),
+    )
     task_id = committed_task(sh)
 
     outcome = sh.run_session(task_id)

@@ -23,18 +23,29 @@ AGENT = Path(__file__).parent / "mcp_agent.py"
 TICKET = {"project": "OPS", "title": "Rotate the API keys"}
 
 
+def agent_files(tmp_path: Path) -> Path:
+    """Where the agent writes its ledger and briefs: not the rig's work directory (tmp_path),
+    whose session directories agents never see."""
+    files = tmp_path / "agent"
+    files.mkdir(exist_ok=True)
+    return files
+
+
 def mcp_agent_for_dev(rig: Rig, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("AGENT_TEST_DIR", str(tmp_path))
+    monkeypatch.setenv("AGENT_TEST_DIR", str(agent_files(tmp_path)))
     line = f"{sys.executable} {AGENT} finish"
-    rig.sh.agent("DEV")(
-        CommandAgent.from_settings(rig.sh.settings.model_copy(update={"command_agent": line}))
-    )
+    update = {
+        "command_agent": line,
+        "agent_env": "AGENT_TEST_DIR,AGENT_TICKET_KEY",
+        "agent_bind": str(agent_files(tmp_path)),
+    }
+    rig.sh.agent("DEV")(CommandAgent.from_settings(rig.sh.settings.model_copy(update=update)))
 
 
 def successor_files(rig: Rig, task_id: str, tmp_path: Path) -> tuple[dict[str, Any], str]:
     """The successor's ``recovery_brief()`` answer and its TASK.md."""
     successor = rig.attempts(task_id)[-1]
-    brief = json.loads((tmp_path / f"brief-{successor.number}.json").read_text())
+    brief = json.loads((agent_files(tmp_path) / f"brief-{successor.number}.json").read_text())
     return brief, (tmp_path / successor.attempt_id / "TASK.md").read_text()
 
 
@@ -59,7 +70,7 @@ def test_a_review_absent_is_in_the_successors_briefing_and_the_effect_runs_once(
     assert (effect["status"], effect["confirmed_by"]) == ("confirmed_absent", "review:PM")
     assert "reviewed by PM: effect absent (no such ticket in OPS)" in task_file
     assert "**confirmed_absent**: `ticket.create`" in task_file
-    assert (tmp_path / "ledger.txt").read_text().splitlines() == [
+    assert (agent_files(tmp_path) / "ledger.txt").read_text().splitlines() == [
         "created Rotate the API keys (attempt 2)"
     ]
     assert rig.task(task_id).bucket is Bucket.REVIEW

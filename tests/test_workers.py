@@ -47,12 +47,17 @@ def lease_url(broker: RedisServer) -> str:
 
 
 def worker_env(store: Store, broker: RedisServer, tmp_path: Path, **extra: str) -> dict[str, str]:
+    """A worker's environment; a command agent's program receives the ``AGENT_*`` variables of
+    ``extra`` and may write in ``tmp_path`` (its sessions' directories stay hidden)."""
+    passed = ",".join(name for name in extra if name.startswith("AGENT_"))
     return {
         "SUREHAND_DATABASE_URL": store.url,
         "SUREHAND_BROKER_URL": broker.url,
         "SUREHAND_REDIS_URL": lease_url(broker),
         "SUREHAND_WORK_DIR": str(tmp_path / "sessions"),
         "SUREHAND_HEARTBEAT_SECONDS": "1",
+        "SUREHAND_AGENT_ENV": passed,
+        "SUREHAND_AGENT_BIND": str(tmp_path),
         "PYTHONPATH": str(REPO),
         **extra,
     }

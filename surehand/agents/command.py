@@ -1,9 +1,17 @@
 """The built-in ``command`` agent: runs a program (e.g. an agent CLI) for each session.
 
-The program runs in a per-session working directory that holds the TASK as an FCoP markdown
-file (``TASK.md``), with ``SUREHAND_*`` variables naming the TASK, attempt and store, so that
-``surehand effect -- <cmd>`` inside it can declare side effects. Its standard output becomes the
-REPORT; a non-zero exit or a timeout fails the attempt (which is never retried blindly).
+The program runs in a per-session working directory (mode 0700) that holds the TASK as an FCoP
+markdown file (``TASK.md``), with ``SUREHAND_*`` variables naming its TASK and attempt, and
+nothing else of the worker's environment (:mod:`surehand.agents.environment`): no store, broker
+or Redis URL, no token but its session's. ``surehand effect -- <cmd>`` inside it declares side
+effects through the session MCP server. Its standard output becomes the REPORT; a non-zero exit
+or a timeout fails the attempt (which is never retried blindly).
+
+It runs confined (:mod:`surehand.agents.launch`): in a bubblewrap sandbox where the host allows
+it (its own PID namespace; the surehand home, other sessions and local service sockets hidden;
+everything but its directory read-only), with resource limits and a session cgroup, optionally
+as another user and without a network. Its outputs are read without trusting what it can touch
+(:mod:`surehand.agents.outputs`).
 
 An LLM agent declares its effects itself through the session MCP server
 (``surehand.agents.session_mcp``): the session gets a grant (``SUREHAND_MCP_URL``,
@@ -23,17 +31,19 @@ from __future__ import annotations
 
 import functools
 import logging
-import os
 import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
+from surehand.agents import session_dirs
 from surehand.agents.briefing import brief_for
 from surehand.agents.context import SessionContext
 from surehand.agents.group_records import GroupRecord, GroupRecords
 from surehand.agents.groups import AgentGroup
-from surehand.agents.presets import TOKEN_ENV, URL_ENV, Program, program_for, write_mcp_configs
+from surehand.agents.launch import Confinement, Launch
+from surehand.agents.outputs import OUTPUTS_DIR, open_private, read_report_file, tail_of
+from surehand.agents.presets import TOKEN_ENV, URL_ENV, Program, mcp_configs, program_for
 from surehand.config import Settings
 from surehand.errors import AgentError, ConfigError
 from surehand.fcop import render_recovery, render_task
@@ -46,7 +56,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 _POLL = 0.1
-MAX_OUTPUT = 512 * 1024
 
 
 class CommandAgent:
@@ -66,7 +75,9 @@ class CommandAgent:
         self.program = program or Program(None, self.argv)
         self.settings = settings
         self.timeout = timeout
-        self.records = GroupRecords(settings.work_dir)
+        self.work_dir = session_dirs.make_private(settings.work_dir)
+        self.records = GroupRecords(self.work_dir)
+        self.running: set[str] = set()  # this process's sessions (never swept)
 
     @classmethod
     def from_settings(cls, settings: Settings) -> CommandAgent:
@@ -81,11 +92,19 @@ class CommandAgent:
     def __call__(self, ctx: SessionContext) -> str:
         mcp = self.mcp
         grant = mcp.grant(ctx) if mcp is not None else None
+        self.running.add(ctx.attempt.attempt_id)
         try:
             return self._session(ctx, grant)
         finally:
+            self.running.discard(ctx.attempt.attempt_id)
             if mcp is not None and grant is not None:
                 mcp.revoke(grant)  # the token dies with the session
+            self._sweep()
+
+    @functools.cached_property
+    def confinement(self) -> Confinement:
+        """How this process confines programs (resolved once; ConfigError if it cannot)."""
+        return Confinement.from_settings(self.settings)
 
     @functools.cached_property
     def mcp(self) -> SessionMcp | None:
@@ -111,43 +130,61 @@ class CommandAgent:
 
     def _session(self, ctx: SessionContext, grant: Grant | None) -> str:
         work_dir = self._prepare(ctx, grant)
-        code = self._run(ctx, work_dir, grant)
-        output = self._report_text(work_dir)
-        if code != 0:
-            raise AgentError(
-                f"command exited with {code}: {_tail(work_dir / 'stderr.txt')[-500:]}",
-                exit_code=code,
-            )
-        return output or f"(command exited 0 with no output; see {work_dir})"
+        outputs = self.work_dir / OUTPUTS_DIR / ctx.attempt.attempt_id
+        with (
+            open_private(outputs, "stdout.txt") as stdout,
+            open_private(outputs, "stderr.txt") as stderr,
+        ):
+            code = self._run(ctx, work_dir, grant, stdout, stderr)
+            output = self._report_text(work_dir, stdout)
+            if code != 0:
+                raise AgentError(
+                    f"command exited with {code}: {tail_of(stderr)[-500:]}", exit_code=code
+                )
+        return output or f"(command exited 0 with no output; see {outputs})"
 
-    def _report_text(self, work_dir: Path) -> str:
+    def _report_text(self, work_dir: Path, stdout: IO[bytes]) -> str:
         """The program's final message (a preset's report file), else its standard output."""
         report_file = self.program.report_file
-        if report_file is not None and (text := _tail(work_dir / report_file)):
+        if report_file is not None and (text := read_report_file(work_dir, report_file)):
             return text
-        return _tail(work_dir / "stdout.txt")
+        return tail_of(stdout)
 
-    def _run(self, ctx: SessionContext, work_dir: Path, grant: Grant | None) -> int:
+    def _run(
+        self,
+        ctx: SessionContext,
+        work_dir: Path,
+        grant: Grant | None,
+        stdout: IO[bytes],
+        stderr: IO[bytes],
+    ) -> int:
         """Run the program's process group to its end; its exit code."""
-        with (
-            (work_dir / "stdout.txt").open("wb") as stdout,
-            (work_dir / "stderr.txt").open("wb") as stderr,
-        ):
-            group = self._start(ctx, work_dir, grant, stdout, stderr)
-            try:
-                code = self._wait(group, ctx)
-            finally:
-                group.stop()  # whatever the program left running dies with the session
-                ours = self.records.release(ctx.task.task_id, ctx.attempt.attempt_id)
+        launch = self._launch(ctx, work_dir, grant)
+        group = self._start(ctx, work_dir, launch, stdout, stderr)
+        try:
+            code = self._wait(group, ctx)
+        finally:
+            group.stop()  # whatever the program left running dies with the session
+            ours = self.records.release(ctx.task.task_id, ctx.attempt.attempt_id)
         if not ours:
             raise AgentError("a later attempt of this TASK started here; this command was killed")
         return code
+
+    def _launch(self, ctx: SessionContext, work_dir: Path, grant: Grant | None) -> Launch:
+        door = self.mcp.door() if grant is not None and self.mcp is not None else None
+        return self.confinement.launch(
+            self.program.argv(grant.url if grant else None),
+            name=ctx.attempt.attempt_id,
+            session_dir=work_dir,
+            session_env=self._session_env(ctx, work_dir, grant),
+            mcp=door,
+        )
 
     def _start(
         self,
         ctx: SessionContext,
         work_dir: Path,
-        grant: Grant | None,
+        launch: Launch,
         stdout: IO[bytes],
         stderr: IO[bytes],
     ) -> AgentGroup:
@@ -155,18 +192,19 @@ class CommandAgent:
         with self.records.slot(ctx.task.task_id) as slot:
             slot.clear_for(ctx.attempt)
             group = AgentGroup.start(
-                self.program.argv(grant.url if grant else None),
+                launch.argv,
                 cwd=work_dir,
-                env=self._environment(ctx, work_dir, grant),
+                env=launch.env,
                 stdout=stdout,
                 stderr=stderr,
+                trampoline=launch.trampoline,
+                cgroup=launch.cgroup,
             )
             slot.write(GroupRecord.of(group, ctx.attempt))
         return group
 
     def _prepare(self, ctx: SessionContext, grant: Grant | None) -> Path:
-        work_dir = (ctx.work_dir or self.settings.work_dir / ctx.attempt.attempt_id).resolve()
-        work_dir.mkdir(parents=True, exist_ok=True)
+        work_dir = session_dirs.make_private(self.work_dir / ctx.attempt.attempt_id)
         document = render_task(
             ctx.task.task_id,
             ctx.task.fields,
@@ -176,26 +214,26 @@ class CommandAgent:
         brief = brief_for(self.store, ctx.task.task_id, ctx.attempt)
         if brief.interruptions:  # a successor: what its predecessors did, from the records
             document += "\n" + render_recovery(brief.to_dict())
-        (work_dir / "TASK.md").write_text(document, encoding="utf-8")
+        session_dirs.write_private(work_dir, "TASK.md", document)
+        session_dirs.make_private(work_dir / "home")
         if grant is not None:
-            write_mcp_configs(work_dir, grant.url)
+            for name, text in mcp_configs(grant.url).items():
+                session_dirs.make_private((work_dir / name).parent)
+                session_dirs.write_private(work_dir, name, text)
+        session_dirs.give_to(work_dir, self.confinement.owner)
         return work_dir
 
-    def _environment(
-        self, ctx: SessionContext, work_dir: Path, grant: Grant | None
-    ) -> dict[str, str]:
-        env = dict(os.environ)
-        env.update(
-            {
-                "SUREHAND_TASK_ID": ctx.task.task_id,
-                "SUREHAND_ATTEMPT_ID": ctx.attempt.attempt_id,
-                "SUREHAND_ATTEMPT": str(ctx.attempt.number),
-                "SUREHAND_TASK_FILE": str(work_dir / "TASK.md"),
-                "SUREHAND_ROLE": ctx.task.fields.recipient,
-                "SUREHAND_DATABASE_URL": self.settings.resolved_database_url(),
-                "SUREHAND_TENANT": ctx.task.tenant,
-            }
-        )
+    @staticmethod
+    def _session_env(ctx: SessionContext, work_dir: Path, grant: Grant | None) -> dict[str, str]:
+        env = {
+            "SUREHAND_TASK_ID": ctx.task.task_id,
+            "SUREHAND_ATTEMPT_ID": ctx.attempt.attempt_id,
+            "SUREHAND_ATTEMPT": str(ctx.attempt.number),
+            "SUREHAND_TASK_FILE": str(work_dir / "TASK.md"),
+            "SUREHAND_SESSION_DIR": str(work_dir),
+            "SUREHAND_ROLE": ctx.task.fields.recipient,
+            "SUREHAND_TENANT": ctx.task.tenant,
+        }
         if grant is not None:
             env.update({URL_ENV: grant.url, TOKEN_ENV: grant.token})
         return env
@@ -215,7 +253,10 @@ class CommandAgent:
             raise AgentError("the worker shut down; the command was stopped")
         return code
 
-
-def _tail(path: Path) -> str:
-    data = path.read_bytes() if path.exists() else b""
-    return data[-MAX_OUTPUT:].decode("utf-8", errors="replace").strip()
+    def _sweep(self) -> None:
+        """Remove finished sessions' directories past their retention (at most once a minute);
+        never sooner than a session may run."""
+        retention = max(
+            self.settings.session_retention_seconds, self.settings.command_timeout_seconds + 60
+        )
+        session_dirs.sweep(self.work_dir, retention=retention, keep=set(self.running))

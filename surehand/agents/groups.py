@@ -21,6 +21,9 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import IO
 
+from surehand.agents.cgroups import SessionCgroup
+from surehand.agents.reaper import kill_tree
+
 REAPER = Path(__file__).with_name("reaper.py")
 STOP_GRACE_SECONDS = 5.0  # from SIGTERM to SIGKILL for a group being stopped
 GONE_SECONDS = 10.0  # how long SIGKILLed processes may take to vanish (e.g. exiting from I/O)
@@ -29,12 +32,16 @@ _PROC = Path("/proc")
 
 
 class AgentGroup:
-    """One command agent's process group, led by the trampoline this process started."""
+    """One command agent's process group, led by the trampoline this process started, and its
+    session cgroup when it has one (which also holds whatever left the group)."""
 
-    def __init__(self, process: subprocess.Popen[bytes]) -> None:
+    def __init__(
+        self, process: subprocess.Popen[bytes], cgroup: SessionCgroup | None = None
+    ) -> None:
         self.process = process
         self.pgid = process.pid  # a session leader's pid is its group's id
         self.started = start_time(process.pid)
+        self.cgroup = cgroup
         self.interrupted = False  # set when this process's shutdown stopped the group
 
     @classmethod
@@ -46,11 +53,21 @@ class AgentGroup:
         env: Mapping[str, str],
         stdout: IO[bytes],
         stderr: IO[bytes],
+        trampoline: Sequence[str] = (),
+        cgroup: SessionCgroup | None = None,
     ) -> AgentGroup:
-        """Run ``argv`` under the trampoline as the leader of a new session and process group."""
-        trampoline = [sys.executable, "-I", str(REAPER), "--parent", str(os.getpid()), "--"]
+        """Run ``argv`` under the trampoline as the leader of a new session and process group;
+        ``trampoline``: its options (limits, user, subreaper), and it joins ``cgroup`` first.
+
+        ``env`` is the whole environment of the trampoline and so of everything it starts."""
+        joins = [
+            arg
+            for procs in (cgroup.procs_files if cgroup else ())
+            for arg in ("--cgroup", str(procs))
+        ]
+        command = [sys.executable, "-I", str(REAPER), "--parent", str(os.getpid()), *joins]
         process = subprocess.Popen(
-            [*trampoline, *argv],
+            [*command, *trampoline, "--", *argv],
             cwd=cwd,
             env=dict(env),
             stdin=subprocess.DEVNULL,
@@ -58,7 +75,7 @@ class AgentGroup:
             stderr=stderr,
             start_new_session=True,
         )
-        group = cls(process)
+        group = cls(process, cgroup)
         _register(group)
         return group
 
@@ -67,23 +84,51 @@ class AgentGroup:
         return self.process.poll()
 
     def running(self) -> bool:
-        """True while the leader runs or any member of the group is alive."""
-        return self.process.poll() is None or group_alive(self.pgid)
+        """True while the leader runs, or any member of the group or the cgroup is alive."""
+        return (
+            self.process.poll() is None
+            or group_alive(self.pgid)
+            or bool(self.cgroup and self.cgroup.pids())
+        )
 
     def stop(self, grace: float | None = None) -> None:
         """SIGTERM the whole group, SIGKILL it after ``grace`` seconds (default
         :data:`STOP_GRACE_SECONDS`), and wait until it is gone.
 
         The group, not just the leader: a child that ignores SIGTERM would otherwise live on,
-        still able to make side effects for a session that has ended. Safe to call again.
+        still able to make side effects for a session that has ended. And what left the group
+        dies too: the trampoline's descendants (a subreaper adopts them) and the cgroup's
+        members. Safe to call again.
         """
         if self.running():
-            signal_group(self.pgid, signal.SIGTERM)
+            self.terminate()
             if not wait_for(lambda: not self.running(), _grace(grace)):
-                signal_group(self.pgid, signal.SIGKILL)
+                self.kill()
         self.process.wait()
-        wait_for(lambda: not group_alive(self.pgid), GONE_SECONDS)
+        if self.cgroup is not None:
+            self.cgroup.kill()  # a member that outlived the group's end
+        wait_for(lambda: not self.running(), GONE_SECONDS)
+        if self.cgroup is not None:
+            self.cgroup.remove()
         _unregister(self)
+
+    def terminate(self) -> None:
+        """SIGTERM: to the trampoline, which passes it to every process below it (those that
+        left the group too, and those in a sandbox), or to the group once it has ended."""
+        if self.process.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pgid, signal.SIGTERM)
+        else:
+            signal_group(self.pgid, signal.SIGTERM)
+
+    def kill(self) -> None:
+        """SIGKILL everything of the session now: the trampoline's descendants first (while it
+        lives, so that orphans are still its own), then the group, then the cgroup."""
+        if self.process.poll() is None:
+            kill_tree(self.pgid)
+        signal_group(self.pgid, signal.SIGKILL)
+        if self.cgroup is not None:
+            self.cgroup.kill()
 
 
 def _grace(grace: float | None) -> float:
@@ -182,7 +227,7 @@ def stop_all(grace: float | None = None) -> None:
     groups = live_groups()
     for group in groups:
         group.interrupted = True
-        signal_group(group.pgid, signal.SIGTERM)
+        group.terminate()
     wait_for(lambda: not any(group.running() for group in groups), _grace(grace))
     kill_all(groups)
 
@@ -193,4 +238,4 @@ def kill_all(groups: Sequence[AgentGroup] | None = None) -> None:
         group.interrupted = True
         if group.running():  # a reaped, empty group's id may belong to someone else by now
             with contextlib.suppress(PermissionError):
-                signal_group(group.pgid, signal.SIGKILL)
+                group.kill()

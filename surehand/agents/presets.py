@@ -20,7 +20,6 @@ import json
 import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 from surehand.errors import ConfigError
 
@@ -121,9 +120,9 @@ def codex_argv(base: Sequence[str], mcp_url: str | None) -> list[str]:
     ]
 
 
-def write_mcp_configs(work_dir: Path, mcp_url: str) -> None:
-    """``.mcp.json`` (Claude Code, Cursor and others) and ``.codex/config.toml`` (Codex) in
-    the session directory, naming the session MCP server; the token stays in the env."""
+def mcp_configs(mcp_url: str) -> dict[str, str]:
+    """``.mcp.json`` (Claude Code, Cursor and others) and ``.codex/config.toml`` (Codex) for the
+    session directory, by name: they name the session MCP server; the token stays in the env."""
     claude = {
         "mcpServers": {
             SERVER_NAME: {
@@ -133,11 +132,8 @@ def write_mcp_configs(work_dir: Path, mcp_url: str) -> None:
             }
         }
     }
-    (work_dir / ".mcp.json").write_text(json.dumps(claude, indent=2) + "\n", encoding="utf-8")
-    codex_dir = work_dir / ".codex"
-    codex_dir.mkdir(exist_ok=True)
-    (codex_dir / "config.toml").write_text(
+    codex = (
         f"[mcp_servers.{SERVER_NAME}]\nurl = {json.dumps(mcp_url)}\n"
-        f"bearer_token_env_var = {json.dumps(TOKEN_ENV)}\n",
-        encoding="utf-8",
+        f"bearer_token_env_var = {json.dumps(TOKEN_ENV)}\n"
     )
+    return {".mcp.json": json.dumps(claude, indent=2) + "\n", ".codex/config.toml": codex}

@@ -1,6 +1,7 @@
 """The trampoline every command agent runs under: it ties the agent's process group to the worker.
 
-    python -I reaper.py --parent PID -- PROGRAM [ARG...]
+    python -I reaper.py --parent PID [--cgroup FILE]... [--rlimit NAME=N]... [--user UID:GID]
+                        [--subreaper | --sandboxed] -- PROGRAM [ARG...]
 
 The command agent starts this as the leader of a new session, so its pid is the process group's
 id, and PROGRAM (its child) and everything PROGRAM starts share that group. When the worker
@@ -15,9 +16,17 @@ process PID goes away, this process SIGKILLs the whole group, itself included:
   is re-parented to init or a subreaper). It also covers a parent that died before
   ``PR_SET_PDEATHSIG`` was set, and systems without it.
 
+Before PROGRAM starts it joins the session's cgroups (``--cgroup``: each a ``cgroup.procs``
+file; everything it starts inherits them), and in PROGRAM's process only it sets the resource
+limits (``--rlimit cpu=3600``: ``RLIMIT_CPU``, soft and hard) and drops to another user
+(``--user``). With ``--subreaper`` it becomes a child subreaper (``PR_SET_CHILD_SUBREAPER``): a
+descendant that leaves the group (``setsid``, a double fork) is re-parented to it, not to init,
+so it is still found and SIGKILLed as a descendant when PROGRAM ends or the worker dies.
+
 It exits as PROGRAM did (the same code, or killed by the same signal), so the worker reads the
-program's own end. SIGTERM and SIGINT sent to the group are for PROGRAM: this process outlives
-them to report PROGRAM's end; the worker's SIGKILL after the stop grace ends it.
+program's own end. SIGTERM and SIGINT sent to it are for PROGRAM: it passes them to every
+process below it (``--sandboxed``: PROGRAM is bubblewrap's, whose own two processes are left to
+report its end) and outlives them; the worker's SIGKILL after the stop grace ends it.
 
 Standard library only, and run with ``-I``: it must start in milliseconds, not import surehand.
 """
@@ -27,40 +36,107 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
+import resource
 import signal
 import sys
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 
 WATCH_SECONDS = 0.1
 # The parent-death signal: a real-time one, which no program sends its group by habit (as some
 # do SIGHUP to reload), so that receiving it always means the worker's side is gone.
 DEATH_SIGNAL: int = signal.SIGRTMIN + 2 if hasattr(signal, "SIGRTMIN") else signal.SIGHUP
 _PR_SET_PDEATHSIG = 1
+_PR_SET_CHILD_SUBREAPER = 36
 EXIT_CANNOT_RUN = 127  # what a shell exits with for a program it cannot find
+KILL_TREE_SECONDS = 10.0
+RLIMITS = {
+    "cpu": resource.RLIMIT_CPU,
+    "fsize": resource.RLIMIT_FSIZE,
+    "nofile": resource.RLIMIT_NOFILE,
+    "nproc": resource.RLIMIT_NPROC,
+    "as": resource.RLIMIT_AS,
+    "core": resource.RLIMIT_CORE,
+}
+
+
+@dataclass
+class Options:
+    parent: int = 0
+    program: Sequence[str] = ()
+    cgroups: list[str] = field(default_factory=list)
+    rlimits: list[tuple[int, int]] = field(default_factory=list)
+    user: tuple[int, int] | None = None
+    subreaper: bool = False
+    sandboxed: bool = False
+    program_pid: int = 0
+
+
+_options = Options()
 
 
 def main(argv: Sequence[str]) -> int:
-    """Run PROGRAM in this process group until it ends, or kill the group if PID dies."""
-    parent, program = _parse(argv)
-    _tie_to(parent)
+    """Run PROGRAM until it ends, or kill its group (and descendants) if PID dies."""
+    global _options
+    _options = _parse(argv)
+    _join(_options.cgroups)  # first: whatever starts from here on is a member
+    _tie_to(_options.parent)
+    if _options.subreaper:
+        _prctl(_PR_SET_CHILD_SUBREAPER, 1)
     try:
-        pid = os.posix_spawnp(program[0], list(program), dict(os.environ))
+        pid = _options.program_pid = _spawn(_options)
     except OSError as error:
-        print(f"surehand: cannot run {program[0]!r}: {error.strerror}", file=sys.stderr)
+        print(f"surehand: cannot run {_options.program[0]!r}: {error}", file=sys.stderr)
         return EXIT_CANNOT_RUN
-    return _exit_as(_supervise(pid, parent))
+    status = _supervise(pid, _options.parent)
+    if _options.subreaper:
+        kill_tree(os.getpid())  # what PROGRAM left behind, wherever it moved itself
+    return _exit_as(status)
 
 
-def _parse(argv: Sequence[str]) -> tuple[int, Sequence[str]]:
-    if len(argv) < 4 or argv[0] != "--parent" or argv[2] != "--":
-        raise SystemExit("usage: reaper.py --parent PID -- PROGRAM [ARG...]")
-    return int(argv[1]), argv[3:]
+def _parse(argv: Sequence[str]) -> Options:
+    options = Options()
+    args = list(argv)
+    try:
+        while args[0] != "--":
+            flag = args.pop(0)
+            if flag in ("--subreaper", "--sandboxed"):
+                setattr(options, flag[2:], True)
+                continue
+            value = args.pop(0)
+            if flag == "--parent":
+                options.parent = int(value)
+            elif flag == "--cgroup":
+                options.cgroups.append(value)
+            elif flag == "--rlimit":
+                name, _, number = value.partition("=")
+                options.rlimits.append((RLIMITS[name], int(number)))
+            elif flag == "--user":
+                uid, _, gid = value.partition(":")
+                options.user = (int(uid), int(gid or uid))
+            else:
+                raise ValueError(flag)
+        options.program = args[1:]
+    except (IndexError, KeyError, ValueError):
+        options.program = ()
+    if not options.parent or not options.program:
+        raise SystemExit(
+            "usage: reaper.py --parent PID [--cgroup FILE]... [--rlimit NAME=N]... "
+            "[--user UID:GID] [--subreaper | --sandboxed] -- PROGRAM [ARG...]"
+        )
+    return options
+
+
+def _join(cgroups: Sequence[str]) -> None:
+    for procs in cgroups:
+        with open(procs, "w") as file:  # an error here stops the session: no unbounded run
+            file.write(str(os.getpid()))
 
 
 def _tie_to(parent: int) -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, _ignore)  # a handler, not SIG_IGN: PROGRAM must not inherit it
+        signal.signal(sig, _forward)  # a handler, not SIG_IGN: PROGRAM must not inherit it
     signal.signal(DEATH_SIGNAL, _kill_group)
     _set_parent_death_signal(DEATH_SIGNAL)
     if os.getppid() != parent:  # the worker died before the death signal was armed
@@ -68,21 +144,63 @@ def _tie_to(parent: int) -> None:
 
 
 def _set_parent_death_signal(sig: int) -> None:
+    _prctl(_PR_SET_PDEATHSIG, sig)
+
+
+def _prctl(option: int, value: int) -> None:
     if not sys.platform.startswith("linux"):
         return  # the watchdog alone
     try:
         libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, sig, 0, 0, 0)
+        libc.prctl(option, value, 0, 0, 0)
     except (OSError, AttributeError):
         pass  # no prctl here: the watchdog alone
 
 
-def _ignore(_signum: int, _frame: object) -> None:
-    return None
+def _spawn(options: Options) -> int:
+    """Fork PROGRAM with its limits and user; OSError if it cannot be executed."""
+    read_end, write_end = os.pipe2(os.O_CLOEXEC)  # carries an exec error back, else closes
+    pid = os.fork()
+    if pid == 0:  # this process has one thread: forking it is safe
+        os.close(read_end)
+        try:
+            _become_program(options)
+        except OSError as error:
+            os.write(write_end, (error.strerror or str(error)).encode())
+        os._exit(EXIT_CANNOT_RUN)
+    os.close(write_end)
+    with os.fdopen(read_end, "rb") as errors:
+        failure = errors.read()
+    if failure:
+        os.waitpid(pid, 0)
+        raise OSError(failure.decode(errors="replace"))
+    return pid
+
+
+def _become_program(options: Options) -> None:
+    for limit, value in options.rlimits:
+        resource.setrlimit(limit, (value, value))
+    if options.user is not None:
+        uid, gid = options.user
+        os.setgroups([])
+        os.setgid(gid)
+        os.setuid(uid)
+    os.execvpe(options.program[0], list(options.program), dict(os.environ))
+
+
+def _forward(signum: int, _frame: object) -> None:
+    """SIGTERM or SIGINT for this session: passed to PROGRAM and every process below it (in a
+    sandbox, below bubblewrap's own two, which must live on to report PROGRAM's end)."""
+    for pid in descendants(os.getpid(), below=2 if _options.sandboxed else 0):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signum)
 
 
 def _kill_group(_signum: object = None, _frame: object = None) -> None:
-    """SIGKILL this process group: PROGRAM, what it started, and this process last of all."""
+    """SIGKILL PROGRAM's descendants (with ``--subreaper``) and this process group: PROGRAM,
+    what it started, and this process last of all."""
+    if _options.subreaper:
+        kill_tree(os.getpid())
     os.killpg(os.getpgrp(), signal.SIGKILL)
 
 
@@ -91,9 +209,66 @@ def _supervise(pid: int, parent: int) -> int:
         done, status = os.waitpid(pid, os.WNOHANG)
         if done:
             return status
+        _reap_adopted()
         if os.getppid() != parent:
             _kill_group()
         time.sleep(WATCH_SECONDS)
+
+
+def _reap_adopted() -> None:
+    """Reap orphans a subreaper adopted (never PROGRAM, which is waited for by its pid)."""
+    if not _options.subreaper:
+        return
+    for pid in descendants(os.getpid(), depth=1):
+        if pid != _options.program_pid:
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, os.WNOHANG)
+
+
+def descendants(root: int, *, depth: int | None = None, below: int = 0) -> list[int]:
+    """The processes below ``root`` (children first), by the parent links in ``/proc``, down
+    to ``depth`` levels and from level ``below + 1`` on; zombies only at ``depth`` 1 (its
+    children, which it may reap)."""
+    children: dict[int, list[int]] = {}
+    for name in os.listdir("/proc"):
+        if name.isdigit() and (entry := _stat(int(name))) is not None:
+            state, ppid = entry
+            if depth == 1 or state not in "ZX":
+                children.setdefault(ppid, []).append(int(name))
+    found: list[int] = []
+    level, frontier = 0, [root]
+    while frontier and (depth is None or level < depth):
+        frontier = [child for pid in frontier for child in children.get(pid, ())]
+        level += 1
+        if level > below:
+            found += frontier
+    return found
+
+
+def _stat(pid: int) -> tuple[str, int] | None:
+    try:
+        with open(f"/proc/{pid}/stat", encoding="utf-8") as file:
+            fields = file.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return fields[0], int(fields[1])
+
+
+def kill_tree(root: int, timeout: float = KILL_TREE_SECONDS) -> bool:
+    """SIGKILL every descendant of ``root`` until none is left (a child forked meanwhile is
+    re-parented to ``root`` when ``root`` is a subreaper, and found in the next round); whether
+    it got them all within ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while found := descendants(root):
+        for pid in found:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+        if root == os.getpid():
+            _reap_adopted()
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.005)
+    return True
 
 
 def _exit_as(status: int) -> int:

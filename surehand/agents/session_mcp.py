@@ -20,8 +20,11 @@ import json
 import logging
 import os
 import secrets
+import shutil
+import tempfile
 import threading
 from collections.abc import Awaitable, Callable, MutableMapping
+from pathlib import Path
 from typing import Any, ClassVar
 
 from mcp.server.mcpserver import MCPServer
@@ -162,11 +165,23 @@ class SessionMcp:
 
     def base_url(self) -> str:
         """``http://127.0.0.1:PORT``, starting the server on first use."""
+        return self._started().url
+
+    def door(self) -> tuple[int, Path]:
+        """The server's port and its Unix socket (for sandboxes without a network)."""
+        server = self._started()
+        assert server.unix_socket is not None
+        return server.port, server.unix_socket
+
+    def _started(self) -> BackgroundServer:
         with self._lock:
             if self._server is None:
-                self._server = BackgroundServer(self.app(), HOST, 0).start()
+                # The socket's directory is this user's alone; sandboxes get the socket itself.
+                socket_path = Path(tempfile.mkdtemp(prefix="surehand-mcp-")) / "mcp.sock"
+                self._server = BackgroundServer(self.app(), HOST, 0, unix_socket=socket_path)
+                self._server.start()
                 log.info("session MCP server listening on %s", self._server.url)
-            return self._server.url
+            return self._server
 
     def app(self) -> ASGIApp:
         security = TransportSecuritySettings(enable_dns_rebinding_protection=False)
@@ -197,4 +212,6 @@ class SessionMcp:
         with self._lock:
             if self._server is not None:
                 self._server.stop()
+                if self._server.unix_socket is not None:
+                    shutil.rmtree(self._server.unix_socket.parent, ignore_errors=True)
                 self._server = None

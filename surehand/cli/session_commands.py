@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
 import sys
-import time
-from typing import TYPE_CHECKING, Annotated, Any, cast
+from typing import TYPE_CHECKING, Annotated, cast
 
 import typer
 
@@ -26,13 +23,10 @@ from surehand.cli.common import (
 )
 from surehand.cli.render import cases_table
 from surehand.config import Settings
-from surehand.errors import NoAgentForRole, OperationFailed, SessionError
+from surehand.errors import NoAgentForRole, OperationFailed
 from surehand.facade import Surehand
-from surehand.model import RetryPolicy
-from surehand.store import attempts, tasks
 
 if TYPE_CHECKING:  # the rest is imported by the commands that use it (CLI start-up time)
-    from surehand.dispatcher.sessions import Session
     from surehand.requests import Effect
 
 RedisUrl = Annotated[
@@ -294,62 +288,22 @@ def effect(
             help="Probe that can tell later whether CMD's effect happened (SUREHAND_PROBES).",
         ),
     ] = None,
-    database_url: DatabaseUrl = None,
 ) -> None:
     """Run `-- CMD...` as a declared side effect of the current session (command agents).
 
-    Needs SUREHAND_TASK_ID and SUREHAND_ATTEMPT_ID, which the command agent sets. The intent is
-    recorded before CMD runs and the outcome after; a CMD already recorded as succeeded for
-    this TASK is not run again.
+    Talks to the session MCP server with the session's own token (SUREHAND_MCP_URL and
+    SUREHAND_MCP_TOKEN, set by the command agent); it needs no store. The intent is recorded
+    before CMD runs and the outcome after; a CMD already recorded as succeeded for this TASK is
+    not run again (its recorded output is printed).
     """
     argv = list(ctx.args)
     if not argv:
         raise typer.BadParameter("give the command after --, e.g. surehand effect --name x -- cmd")
-    from surehand.dispatcher.operations import run_operation
+    from surehand.agents.session_client import run_effect
 
-    session = _current_session(_open(database_url=database_url))
     try:
-        outcome = run_operation(
-            session,
-            name,
-            {"argv": argv},
-            lambda: _run_command(argv),
-            idempotency_key=key,
-            retry_policy=RetryPolicy(policy),
-            probe=probe,
-        )
+        outcome = run_effect(argv, name=name, key=key, policy=policy, probe=probe)
     except OperationFailed as failed:
         console.print(f"[red]effect failed[/]: {failed.message}", style="red")
         raise typer.Exit(1) from None
-    sys.stdout.write(str(outcome.get("stdout", "")) if isinstance(outcome, dict) else "")
-
-
-def _current_session(sh: Surehand) -> Session:
-    task_id = os.environ.get("SUREHAND_TASK_ID", "")
-    attempt_id = os.environ.get("SUREHAND_ATTEMPT_ID", "")
-    if not task_id or not attempt_id:
-        raise SessionError(
-            "surehand effect runs inside a session: SUREHAND_TASK_ID and SUREHAND_ATTEMPT_ID "
-            "are set by the command agent"
-        )
-    from surehand.dispatcher.sessions import Session
-
-    with sh.store.snapshot() as connection:
-        task = tasks.get(connection, task_id)
-        attempt = attempts.get(connection, attempt_id)
-    if task is None or attempt is None or attempt.task_id != task_id:
-        raise SessionError(f"no attempt {attempt_id} of {task_id} in this store")
-    return Session(services=sh.services, task=task, attempt=attempt)
-
-
-def _run_command(argv: list[str]) -> dict[str, Any]:
-    started = time.monotonic()
-    done = subprocess.run(argv, capture_output=True, text=True, check=False)
-    result = {
-        "exit_code": done.returncode,
-        "stdout": done.stdout[-65536:],
-        "seconds": round(time.monotonic() - started, 3),
-    }
-    if done.returncode != 0:
-        raise RuntimeError(f"exit {done.returncode}: {done.stderr[-2000:]}")
-    return result
+    sys.stdout.write(str(outcome.get("stdout", "")))

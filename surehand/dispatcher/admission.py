@@ -29,6 +29,8 @@ from surehand.model import (
     Action,
     Admission,
     Attempt,
+    AttemptCause,
+    AttemptState,
     CaseState,
     EffectFact,
     EventKind,
@@ -87,7 +89,9 @@ class Admitter:
         with self.services.store.snapshot() as connection:
             recorded = operations.for_attempt(connection, attempt.attempt_id)
             task = _task(connection, case.task_id)
+            history = attempts.for_task(connection, case.task_id)
         evidence = self._after_wait(case, evaluate(attempt, recorded, case.review, unregistered))
+        evidence = self._bounded(case, history, evidence)
         if _still_waiting(case, evidence):
             return case  # recorded on an earlier pass; nothing new to write
         return self._decide(case, task, evidence, decided_by)
@@ -111,6 +115,28 @@ class Admitter:
         return Evidence(
             EffectFact.UNKNOWN, Admission.NOT_ADMITTED, {**evidence.refs, "why": waiting}
         )
+
+    def _bounded(
+        self, case: InterruptionCase, history: list[Attempt], evidence: Evidence
+    ) -> Evidence:
+        """A TASK whose last attempts all ended abnormally, ``max_consecutive_interruptions``
+        of them in a row, is held for its approver instead of run again: whatever keeps
+        ending it (a crashing agent, a bad output, a worker that dies on it) would only run
+        the agent and its undeclared effects once more. An approver's review stands."""
+        limit = self.services.settings.max_consecutive_interruptions
+        if evidence.admission is not Admission.REEXECUTE or case.review:
+            return evidence
+        streak = abnormal_streak(history)
+        if len(streak) < limit:
+            return evidence
+        causes = ", ".join(
+            f"{a.number}: {a.cause.value if a.cause else a.state.value}" for a in streak
+        )
+        why = (
+            f"the last {len(streak)} attempts ended without a result ({causes}); held instead "
+            "of running the agent again (SUREHAND_MAX_CONSECUTIVE_INTERRUPTIONS)"
+        )
+        return Evidence(evidence.fact, Admission.HOLD_FOR_REVIEW, {**evidence.refs, "why": why})
 
     def _load(self, case_id: str) -> tuple[InterruptionCase, Task, Attempt]:
         with self.services.store.snapshot() as connection:
@@ -217,6 +243,29 @@ class Admitter:
             _reconcile(connection, self.services, case, task)
         elif evidence.admission is Admission.REEXECUTE and task.hold is not None:
             _release_hold(connection, self.services, task)
+
+
+_ABNORMAL = frozenset(
+    {
+        AttemptState.INTERRUPTED,
+        AttemptState.SESSION_LOST,
+        AttemptState.LEASE_LOST,
+        AttemptState.FAILED,
+    }
+)
+
+
+def abnormal_streak(history: list[Attempt]) -> list[Attempt]:
+    """The latest attempts, newest first, that ended without a result, up to the first that
+    did not (a rolled-back claim that never started work neither counts nor breaks it)."""
+    streak = []
+    for attempt in sorted(history, key=lambda a: a.number, reverse=True):
+        if attempt.cause is AttemptCause.NOT_STARTED:
+            continue
+        if attempt.state not in _ABNORMAL:
+            break
+        streak.append(attempt)
+    return streak
 
 
 def _still_waiting(case: InterruptionCase, evidence: Evidence) -> bool:

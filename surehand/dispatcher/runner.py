@@ -34,12 +34,14 @@ from surehand.dispatcher.context import Services
 from surehand.dispatcher.operations import run_operation
 from surehand.dispatcher.sessions import Session
 from surehand.errors import (
+    AgentError,
     LeaseLost,
     LeaseUnavailable,
     NoAgentForRole,
     SessionInterrupted,
     StaleOwner,
     StoreUnavailable,
+    ValidationFailed,
 )
 from surehand.model import AttemptCause, ReportStatus, RetryPolicy, WriteReportResult
 from surehand.queue.heartbeat import Heartbeat
@@ -175,6 +177,8 @@ class SessionRunner:
         heartbeat.start()
         try:
             return self._run_agent(session)
+        except Exception as error:  # surehand's own code failed: never leave it running
+            return self._interrupt(session, session_error(error))
         finally:
             heartbeat.stop()
             metrics.observe_renew_failures(heartbeat.renew_failures)
@@ -252,6 +256,10 @@ class SessionRunner:
             return self._outcome(session, "stale", error)
         except SessionInterrupted as interrupted:
             return self._interrupt(session, interrupted, returned=result)
+        except ValidationFailed as invalid:  # the agent's result is no valid REPORT
+            return self._fail(
+                session, AgentError(f"the agent's result is no valid REPORT ({invalid.message})")
+            )
         return SessionOutcome(session.task_id, "settled", session.attempt.number, task.bucket.value)
 
     def _raised(self, session: Session, error: Exception) -> SessionOutcome:
@@ -285,7 +293,8 @@ class SessionRunner:
             session.interrupt(interrupted, **returned)
         except StaleOwner as stale:
             return self._outcome(session, "stale", stale)
-        except StoreUnavailable:
+        except Exception:  # the store cannot take the end either (or a bug in ending it)
+            log.exception("could not end attempt %s of %s", session.attempt.number, session.task_id)
             return self._left_running(session, interrupted)
         return self._outcome(session, "interrupted", interrupted)
 
@@ -319,6 +328,20 @@ _RUNTIME_ERRORS: tuple[tuple[type[Exception], AttemptCause], ...] = (
     (LeaseUnavailable, AttemptCause.REDIS_UNAVAILABLE),
     (LeaseLost, AttemptCause.LEASE_LOST),
 )
+
+
+def session_error(error: Exception) -> SessionInterrupted:
+    """The interruption for an error of surehand's own session code (not the agent's): the
+    attempt ends ``interrupted`` with cause ``session_error`` and goes through admission."""
+    interrupted = interruption_in(error)
+    if interrupted is not None:
+        return interrupted
+    log.error("session code failed", exc_info=error)
+    return SessionInterrupted(
+        f"surehand's session code failed ({type(error).__name__}: {error}); the attempt is "
+        "interrupted and admission decides from the recorded effect facts",
+        cause=AttemptCause.SESSION_ERROR.value,
+    )
 
 
 def interruption_in(error: BaseException) -> SessionInterrupted | None:

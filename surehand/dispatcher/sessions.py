@@ -47,7 +47,7 @@ from surehand.model import (
     Task,
     WriteReportResult,
 )
-from surehand.requests import ReportRequest
+from surehand.requests import ReportRequest, parse_report_request
 from surehand.store import attempts, cases, counters, events, session_writes, tasks
 from surehand.store import reports as report_rows
 
@@ -451,12 +451,16 @@ class Session:
     def _report_request(
         self, body: str, status: ReportStatus, submission_id: str | None
     ) -> ReportRequest:
-        return ReportRequest(
-            task_id=self.task_id,
-            reporter=self.task.fields.recipient,
-            body=body,
-            status=status,
-            client_submission_id=submission_id,
+        # Validated like every door's request: a body the agent made (a NUL, a lone
+        # surrogate, over 1 MiB) is a typed ValidationFailed, never pydantic's own error.
+        return parse_report_request(
+            {
+                "task_id": self.task_id,
+                "reporter": self.task.fields.recipient,
+                "body": body,
+                "status": status,
+                "client_submission_id": submission_id,
+            }
         )
 
 

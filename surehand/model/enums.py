@@ -100,6 +100,7 @@ class AttemptCause(enum.StrEnum):
     REDIS_UNAVAILABLE = "redis_unavailable"  # Redis failed the session past its bounded retries
     LEASE_LOST = "lease_lost"  # the session's lease could not be renewed
     SESSION_LOST = "session_lost"  # the reconciler found the session gone (killed, unreachable)
+    SESSION_ERROR = "session_error"  # surehand's own session code failed (a bug, a bad output)
 
 
 class OperationState(enum.StrEnum):

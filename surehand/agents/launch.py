@@ -1,0 +1,189 @@
+"""How every command agent's program is started here: sandbox, limits, user and environment.
+
+:class:`Confinement` is read from the settings once per command agent and applied to each
+session's program (:meth:`Confinement.launch`): the command line (the program inside the
+sandbox of :mod:`surehand.agents.sandbox`), the trampoline's options (resource limits, the
+user to run as, subreaper), the session's cgroup (a cap on its processes and memory together,
+:mod:`surehand.agents.cgroups`) and the environment (:mod:`surehand.agents.environment`).
+
+Limits: the session cgroup caps processes and memory where it can be made; where it cannot,
+memory falls back to ``RLIMIT_AS`` per process, and processes to ``RLIMIT_NPROC`` for a
+non-root agent user (it never binds uid 0). CPU time, file size and open files are always
+per-process limits; core dumps are off.
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from surehand.agents import cgroups, environment, sandbox
+from surehand.agents.cgroups import Limits, SessionCgroup
+from surehand.agents.sandbox import PORTAL_SOCKET, Sandbox
+from surehand.config import Settings
+from surehand.errors import ConfigError, SandboxError
+
+PORTAL = Path(__file__).with_name("portal.py")
+MIB = 1024 * 1024
+
+
+@dataclass(frozen=True)
+class Launch:
+    """One session's program, ready for :meth:`surehand.agents.groups.AgentGroup.start`."""
+
+    argv: list[str]
+    trampoline: list[str]
+    env: dict[str, str]
+    cgroup: SessionCgroup | None
+
+
+@dataclass(frozen=True)
+class Confinement:
+    """What confines every command agent's program in this process."""
+
+    sandbox: Sandbox
+    limits: Limits
+    rlimits: tuple[tuple[str, int], ...]
+    owner: tuple[int, int] | None
+    hidden: tuple[Path, ...]
+    binds: tuple[tuple[Path, bool], ...]
+    env_setting: str
+    no_cgroup: str | None = None
+    passed: list[str] = field(default_factory=list)
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> Confinement:
+        """Resolve the settings (ConfigError for a bad one) and find out what this host
+        allows: the sandbox mode, and whether session cgroups can be made."""
+        environment.operator_names(settings.agent_env)  # a surehand name is refused at start
+        limits = Limits(settings.agent_memory_mib * MIB, settings.agent_max_processes)
+        owner = agent_owner(settings.agent_user)
+        no_cgroup = cgroups.availability(limits)
+        return cls(
+            sandbox=sandbox.sandbox_for(settings),
+            limits=limits,
+            rlimits=_rlimits(settings, owner, cgroup=no_cgroup is None),
+            owner=owner,
+            hidden=tuple(sandbox.hidden_paths(settings)),
+            binds=tuple(sandbox.bound_paths(settings)),
+            env_setting=settings.agent_env,
+            no_cgroup=no_cgroup,
+            passed=environment.received_names(settings.agent_env),
+        )
+
+    def describe(self) -> list[str]:
+        """What an agent program gets here, one line each (worker start, ``surehand check``)."""
+        caps = ", ".join(f"{name} {value}" for name, value in self.rlimits)
+        cgroup = (
+            f"session cgroup: at most {self.limits.max_processes} processes and "
+            f"{self.limits.memory_bytes // MIB} MiB together"
+            if self.no_cgroup is None
+            else f"no session cgroup: {self.no_cgroup}"
+        )
+        user = f"uid {self.owner[0]}" if self.owner else f"the worker's (uid {os.getuid()})"
+        return [
+            f"sandbox {self.sandbox.describe()}",
+            f"limits {cgroup}; per process: {caps}",
+            f"user {user}",
+            f"environment {', '.join(self.passed) or 'nothing'} from the worker, besides the "
+            "session's own SUREHAND_* variables and HOME",
+        ]
+
+    def launch(
+        self,
+        program: Sequence[str],
+        *,
+        name: str,
+        session_dir: Path,
+        session_env: Mapping[str, str],
+        mcp: tuple[int, Path] | None = None,
+    ) -> Launch:
+        """Confine ``program`` for the session ``name`` (its attempt id) in ``session_dir``;
+        ``mcp``: the session server's port and Unix socket, when the network is cut."""
+        env = environment.agent_environment(
+            session_env, home=session_dir / "home", setting=self.env_setting
+        )
+        cgroup = None
+        if self.no_cgroup is None:
+            cgroup = SessionCgroup.create(name, self.limits)
+            if cgroup is None:
+                raise SandboxError(f"could not make the cgroup of session {name}; nothing ran")
+        argv = self.sandbox.wrap(
+            program,
+            session_dir=session_dir,
+            hidden=self.hidden,
+            binds=[*self.binds, *self._portal_bind(mcp)],
+            portal=self._portal(mcp),
+        )
+        return Launch(argv, self._trampoline(), env, cgroup)
+
+    def _trampoline(self) -> list[str]:
+        options = [arg for name, value in self.rlimits for arg in ("--rlimit", f"{name}={value}")]
+        if self.owner is not None:
+            options += ["--user", f"{self.owner[0]}:{self.owner[1]}"]
+        confined = self.sandbox.mode == sandbox.BWRAP
+        return [*options, "--sandboxed" if confined else "--subreaper"]
+
+    def _portal(self, mcp: tuple[int, Path] | None) -> list[str]:
+        if mcp is None or self.sandbox.network != "none":
+            return []
+        listen = f"127.0.0.1:{mcp[0]}"
+        return [sys.executable, "-I", str(PORTAL), "--listen", listen, "--to", PORTAL_SOCKET, "--"]
+
+    def _portal_bind(self, mcp: tuple[int, Path] | None) -> list[tuple[Path, bool]]:
+        if mcp is None or self.sandbox.network != "none":
+            return []
+        return [(mcp[1], False)]
+
+
+def _rlimits(
+    settings: Settings, owner: tuple[int, int] | None, *, cgroup: bool
+) -> tuple[tuple[str, int], ...]:
+    limits = [
+        ("cpu", settings.agent_cpu_seconds),
+        ("fsize", settings.agent_file_size_mib * MIB),
+        ("nofile", settings.agent_open_files),
+        ("core", 0),
+    ]
+    if not cgroup:
+        limits.append(("as", settings.agent_memory_mib * MIB))
+        if owner is not None and owner[0] != 0:
+            limits.append(("nproc", settings.agent_max_processes))
+    return tuple(limits)
+
+
+def agent_owner(setting: str) -> tuple[int, int] | None:
+    """``SUREHAND_AGENT_USER`` as (uid, gid); None for the worker's own user."""
+    if not setting.strip():
+        return None
+    uid_text, _, gid_text = setting.strip().partition(":")
+    try:
+        if uid_text.isdigit():
+            uid = int(uid_text)
+            gid = int(gid_text) if gid_text else _gid_of(uid)
+        else:
+            entry = pwd.getpwnam(uid_text)
+            uid, gid = entry.pw_uid, int(gid_text) if gid_text else entry.pw_gid
+    except (KeyError, ValueError):
+        raise ConfigError(
+            f"SUREHAND_AGENT_USER={setting!r} names no user here; give a user name or uid[:gid]",
+            setting="SUREHAND_AGENT_USER",
+        ) from None
+    if os.getuid() not in (0, uid):
+        raise ConfigError(
+            f"SUREHAND_AGENT_USER={setting!r}: only a root worker can run agents as another "
+            "user; run the worker as root or leave it empty",
+            setting="SUREHAND_AGENT_USER",
+        )
+    return uid, gid
+
+
+def _gid_of(uid: int) -> int:
+    try:
+        return pwd.getpwuid(uid).pw_gid
+    except KeyError:
+        return uid

@@ -1,0 +1,216 @@
+"""Where a command agent's program runs: a bubblewrap sandbox, or (where none works) a fallback.
+
+``SUREHAND_AGENT_SANDBOX`` chooses: ``bwrap``, ``none``, or ``auto`` (the default: ``bwrap`` when
+it works on this host, else ``none``). Each process finds out once (:func:`sandbox_for`); the
+worker says at start which mode runs and why, and so does ``surehand check``.
+
+**bwrap** (bubblewrap) starts the program in namespaces of its own:
+
+- PID: it sees only its own processes in ``/proc`` (no sibling agent, no worker, no
+  ``/proc/<pid>/environ`` of theirs), and when the namespace's first process ends the kernel
+  kills every process left in it, daemons and double forks included. That first process is
+  bwrap's, started with the session's filtered environment, so its ``/proc/1/environ`` holds
+  nothing the program lacks.
+- user, with every capability dropped: root in the sandbox cannot remount or unmount anything.
+- mount: ``/`` read-only; a private ``/tmp``, ``/dev`` and ``/proc``; ``/run`` (local service
+  sockets), the surehand home (the embedded store), the session directories (other sessions,
+  the group records) and the SQLite store hidden: an empty directory or file in their place;
+  the session directory the only writable place, plus what the operator binds in
+  (``SUREHAND_AGENT_BIND``) or hides (``SUREHAND_AGENT_HIDE``).
+- network, with ``SUREHAND_AGENT_NETWORK=none``: loopback only; the session MCP server is
+  reached through a Unix socket bound into the sandbox (:mod:`surehand.agents.portal`).
+
+**none** runs the program in the trampoline's process group with the trampoline as a child
+subreaper: a process that leaves the group (``setsid``, a double fork) is still the
+trampoline's descendant and is killed with the session; one that escapes while its parent
+dies at the very moment the trampoline is SIGKILLed is not. The program sees the host's
+processes and files as the worker's user does. See the README, "What an agent can reach".
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import shutil
+import subprocess
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from surehand.config import Settings
+from surehand.errors import ConfigError
+from surehand.store.engine import sqlite_file
+
+log = logging.getLogger(__name__)
+
+BWRAP = "bwrap"
+NONE = "none"
+PORTAL_SOCKET = "/run/surehand/mcp.sock"  # where the session server's socket is bound inside
+ALWAYS_HIDDEN = ("/run",)
+_SQLITE_SIDES = ("", "-wal", "-shm", "-journal")
+
+
+@dataclass(frozen=True)
+class Sandbox:
+    """The resolved mode of this process and why; :meth:`wrap` confines one program."""
+
+    mode: str  # BWRAP or NONE
+    why: str
+    network: str = "host"
+    binary: str | None = None
+
+    def describe(self) -> str:
+        """One line for the worker's start and ``surehand check``."""
+        if self.mode == BWRAP:
+            return (
+                f"bwrap: PID, user, IPC and mount namespaces, capabilities dropped, "
+                f"network {self.network} ({self.why})"
+            )
+        return f"none: process group and subreaper only ({self.why})"
+
+    def wrap(
+        self,
+        program: Sequence[str],
+        *,
+        session_dir: Path,
+        hidden: Sequence[Path],
+        binds: Sequence[tuple[Path, bool]],
+        portal: Sequence[str] = (),
+    ) -> list[str]:
+        """The command line that runs ``program`` confined (as it is, in mode ``none``).
+
+        ``hidden``: paths the program must not see; ``binds``: (path, writable) to bind in;
+        ``portal``: the command that must run first inside the sandbox, in front of
+        ``program`` (the session server's door when the network is cut)."""
+        if self.mode != BWRAP:
+            return list(program)
+        assert self.binary is not None
+        return [
+            self.binary,
+            *_namespaces(self.network),
+            *_view(session_dir, hidden, binds),
+            "--chdir",
+            str(session_dir),
+            "--",
+            *portal,
+            *program,
+        ]
+
+
+def _namespaces(network: str) -> list[str]:
+    flags = [
+        "--die-with-parent",
+        "--new-session",
+        "--unshare-pid",
+        "--unshare-user",
+        "--unshare-ipc",
+        "--unshare-uts",
+        "--unshare-cgroup-try",
+        "--cap-drop",
+        "ALL",
+    ]
+    return [*flags, "--unshare-net"] if network == "none" else flags
+
+
+def _view(
+    session_dir: Path, hidden: Sequence[Path], binds: Sequence[tuple[Path, bool]]
+) -> list[str]:
+    args = ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
+    # The most specific path wins: mounts go outer first, so a hidden path stays hidden inside
+    # a bound one (a repository that holds the surehand home), a path bound inside a hidden one
+    # is seen, and of a path both bound and hidden, the hiding comes last. The session
+    # directory comes last of all, inside whatever hides it.
+    mounts = [(path, 0, _bind(path, writable)) for path, writable in binds]
+    mounts += [(path, 1, _hide(path)) for path in (*map(Path, ALWAYS_HIDDEN), *hidden)]
+    for _path, _order, mount in sorted(mounts, key=lambda m: (len(m[0].parts), m[1])):
+        args += mount
+    return [*args, "--bind", str(session_dir), str(session_dir)]
+
+
+def _bind(path: Path, writable: bool) -> list[str]:
+    return ["--bind" if writable else "--ro-bind", str(path), str(path)]
+
+
+def _hide(path: Path) -> list[str]:
+    if path.is_dir():
+        return ["--tmpfs", str(path)]
+    if path.exists():
+        return ["--ro-bind", "/dev/null", str(path)]
+    return []  # nothing there to hide
+
+
+def hidden_paths(settings: Settings) -> list[Path]:
+    """What every session must not see: the surehand home, the session directories (other
+    sessions and the group records), the SQLite store and what ``SUREHAND_AGENT_HIDE`` lists."""
+    paths = [settings.home.resolve(), settings.work_dir.resolve()]
+    database = sqlite_file(settings.resolved_database_url())
+    if database is not None:
+        paths += [Path(f"{database.resolve()}{side}") for side in _SQLITE_SIDES]
+    paths += [Path(part).resolve() for part in _items(settings.agent_hide)]
+    return paths
+
+
+def bound_paths(settings: Settings) -> list[tuple[Path, bool]]:
+    """``SUREHAND_AGENT_BIND``: (path, writable) for ``PATH`` and ``PATH:ro`` entries."""
+    binds = []
+    for item in _items(settings.agent_bind):
+        path, _, mode = item.rpartition(":") if item.endswith((":ro", ":rw")) else (item, "", "rw")
+        if not Path(path).is_absolute() or not Path(path).exists():
+            raise ConfigError(
+                f"SUREHAND_AGENT_BIND entry {item!r}: bind an absolute path that exists",
+                setting="SUREHAND_AGENT_BIND",
+            )
+        binds.append((Path(path).resolve(), mode != "ro"))
+    return binds
+
+
+def _items(setting: str) -> list[str]:
+    return [part.strip() for part in setting.split(",") if part.strip()]
+
+
+def sandbox_for(settings: Settings) -> Sandbox:
+    """The sandbox this process uses for ``settings`` (found out once per mode and network);
+    ConfigError when ``bwrap`` is asked for and does not work, or the network cannot be cut."""
+    sandbox = _resolve(settings.agent_sandbox, settings.agent_network)
+    if settings.agent_network == "none" and sandbox.mode != BWRAP:
+        raise ConfigError(
+            "SUREHAND_AGENT_NETWORK=none needs the bwrap sandbox, which does not run here: "
+            f"{sandbox.why}",
+            setting="SUREHAND_AGENT_NETWORK",
+        )
+    return sandbox
+
+
+@functools.cache
+def _resolve(mode: str, network: str) -> Sandbox:
+    if mode == NONE:
+        return Sandbox(NONE, "SUREHAND_AGENT_SANDBOX=none")
+    binary = shutil.which(BWRAP)
+    problem = _bwrap_problem(binary, network)
+    if problem is None:
+        assert binary is not None
+        why = "SUREHAND_AGENT_SANDBOX=bwrap" if mode == BWRAP else "bubblewrap works here"
+        return Sandbox(BWRAP, why, network, binary)
+    if mode == BWRAP:
+        raise ConfigError(
+            f"SUREHAND_AGENT_SANDBOX=bwrap, but {problem}; install bubblewrap (Debian: apt-get "
+            "install bubblewrap) and allow user namespaces, or choose auto or none",
+            setting="SUREHAND_AGENT_SANDBOX",
+        )
+    log.warning("command agents run without a sandbox: %s", problem)
+    return Sandbox(NONE, f"auto, and {problem}")
+
+
+def _bwrap_problem(binary: str | None, network: str) -> str | None:
+    """Why bwrap cannot confine a program here (None: it can): it is run once, as sessions
+    would run it."""
+    if binary is None:
+        return "bwrap is not installed"
+    trial = [binary, *_namespaces(network), "--ro-bind", "/", "/", "--proc", "/proc", "true"]
+    try:
+        done = subprocess.run(trial, capture_output=True, timeout=10, check=False)
+    except (OSError, subprocess.TimeoutExpired) as error:
+        return f"bwrap did not run ({error})"
+    if done.returncode != 0:
+        return f"bwrap fails here: {done.stderr.decode(errors='replace').strip()[:300]}"
+    return None
