@@ -157,18 +157,29 @@ def _interruption_line(case: Mapping[str, Any]) -> str:
     review = case.get("review")
     if review:
         line += (
-            f"; reviewed by {review.get('by')}: effect {review.get('effect')} "
-            f"({review.get('note')})"
+            f"; reviewed by {_code(review.get('by'))}: effect {_code(review.get('effect'))} "
+            f"({_code(review.get('note'))})"
         )
     return line
 
 
 def _effect_line(effect: Mapping[str, Any]) -> str:
+    # Names, arguments, keys, receipts and errors come from the agent: each is quoted as JSON
+    # in a code span, so nothing in them (a newline, a heading, bold text, backticks) reads
+    # as the successor's instructions.
     line = (
-        f"- **{effect['status']}**: `{effect['name']}` {_scalar(effect['args'])} "
+        f"- **{effect['status']}**: {_code(effect['name'])} {_code(effect['args'])} "
         f"(operation {effect['operation_id']}, attempt {effect['attempt']}"
     )
     for key in ("idempotency_key", "receipt", "confirmed_by", "error"):
         if effect.get(key):
-            line += f", {key.replace('_', ' ')} {_scalar(effect[key])}"
+            line += f", {key.replace('_', ' ')} {_code(effect[key])}"
     return line + ")"
+
+
+def _code(value: Any) -> str:
+    """``value`` as JSON on one line, in a Markdown code span that nothing inside can close."""
+    text = _scalar(value)
+    longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
+    fence = "`" * (longest + 1)
+    return f"{fence} {text} {fence}" if longest else f"{fence}{text}{fence}"

@@ -49,7 +49,7 @@ PRIORITY_ALIASES = {
 }
 
 
-def _valid_utf8(value: str) -> str:
+def valid_text(value: str) -> str:
     try:
         value.encode("utf-8")
     except UnicodeEncodeError as exc:
@@ -72,7 +72,7 @@ def _priority(value: object) -> object:
     return value
 
 
-def _at_most(value: str, limit: int) -> str:
+def at_most(value: str, limit: int) -> str:
     """``value`` (already normalised) if it has at most ``limit`` characters."""
     if len(value) > limit:
         raise ValueError(f"must be at most {limit} characters (after NFC normalisation)")
@@ -88,11 +88,11 @@ def _task_ref(value: str) -> str:
 RoleCode = Annotated[str, BeforeValidator(check_role)]
 
 
-class _Edge(BaseModel):
+class Edge(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, str_strip_whitespace=False)
 
 
-class TaskRequest(_Edge):
+class TaskRequest(Edge):
     """A request to create a TASK (``write_task``)."""
 
     sender: RoleCode
@@ -112,19 +112,19 @@ class TaskRequest(_Edge):
     @field_validator("subject", "body", "thread_key", "parent")
     @classmethod
     def _text(cls, value: str) -> str:
-        return _valid_utf8(value)
+        return valid_text(value)
 
     @field_validator("subject")
     @classmethod
     def _subject(cls, value: str) -> str:
         if not value.strip():
             raise ValueError("must not be blank")
-        return _at_most(value, MAX_SUBJECT)
+        return at_most(value, MAX_SUBJECT)
 
     @field_validator("thread_key")
     @classmethod
     def _thread_key(cls, value: str) -> str:
-        return _at_most(value, MAX_ID)
+        return at_most(value, MAX_ID)
 
     @field_validator("body")
     @classmethod
@@ -141,7 +141,7 @@ class TaskRequest(_Edge):
     @field_validator("references")
     @classmethod
     def _references(cls, value: list[str]) -> list[str]:
-        items = [_valid_utf8(item) for item in value]
+        items = [valid_text(item) for item in value]
         for item in items:
             if len(item) > MAX_ID or not item:
                 raise ValueError("items must be 1-255 characters (after NFC normalisation)")
@@ -172,7 +172,7 @@ class TaskRequest(_Edge):
         )
 
 
-class ReportRequest(_Edge):
+class ReportRequest(Edge):
     """A REPORT on a TASK (``write_report``)."""
 
     task_id: str
@@ -190,7 +190,7 @@ class ReportRequest(_Edge):
     @field_validator("body")
     @classmethod
     def _body(cls, value: str) -> str:
-        value = _valid_utf8(value)
+        value = valid_text(value)
         if len(value.encode("utf-8")) > MAX_BODY_BYTES:
             raise ValueError(f"is larger than {MAX_BODY_BYTES} bytes (1 MiB)")
         return value
@@ -273,7 +273,7 @@ def _text_arg(value: object) -> object:
     """A free-text argument: a string without NUL or lone surrogates, NFC-normalised."""
     if not isinstance(value, str):
         raise ValueError(f"must be a string, not {type(value).__name__}")
-    return _at_most(_valid_utf8(value), MAX_TEXT)
+    return at_most(valid_text(value), MAX_TEXT)
 
 
 def _count(value: object) -> object:
@@ -304,7 +304,7 @@ Offset = Annotated[int, BeforeValidator(_count), Field(ge=0, le=MAX_OFFSET)]
 Effect = Literal["present", "absent"]
 
 
-class TransitionRequest(_Edge):
+class TransitionRequest(Edge):
     """A lifecycle move (``transition``): the TASK, the action and who acts."""
 
     task_id: TaskId
@@ -314,14 +314,14 @@ class TransitionRequest(_Edge):
     report_id: ReportId | None = None
 
 
-class RecoverRequest(_Edge):
+class RecoverRequest(Edge):
     """A request for a successor of an interrupted TASK (``recover``)."""
 
     task_id: TaskId
     actor: RoleCode
 
 
-class ReviewRequest(_Edge):
+class ReviewRequest(Edge):
     """An approver's statement about a held case (``review``): exactly present or absent."""
 
     case_id: CaseId
@@ -337,7 +337,7 @@ class ReviewRequest(_Edge):
         return value
 
 
-class TaskQuery(_Edge):
+class TaskQuery(Edge):
     """The filters and page of ``list_tasks``."""
 
     bucket: Bucket | None = None
@@ -346,7 +346,7 @@ class TaskQuery(_Edge):
     offset: Offset = 0
 
 
-class CaseQuery(_Edge):
+class CaseQuery(Edge):
     """The filters and page of ``cases``."""
 
     state: CaseState | None = None
@@ -354,7 +354,7 @@ class CaseQuery(_Edge):
     limit: Limit = 100
 
 
-class _One(_Edge):
+class _One(Edge):
     """One id argument of a read (``get_task``, ``history``, ``case``, ...)."""
 
     task_id: TaskId | None = None

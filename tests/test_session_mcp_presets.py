@@ -177,16 +177,16 @@ def test_the_recovery_section_lists_what_is_done_reviewed_and_open() -> None:
         "This is attempt 3 at TASK-20260101-001. Earlier attempts were interrupted; "
         "surehand's records say:",
         "",
-        "- attempt 1 (CASE-1): effect fact unknown, admission hold_for_review; reviewed by PM: "
-        "effect absent (no ticket in Jira)",
+        '- attempt 1 (CASE-1): effect fact unknown, admission hold_for_review; reviewed by `"PM"`: '
+        'effect `"absent"` (`"no ticket in Jira"`)',
         "- attempt 2 (CASE-2): effect fact none_verified, admission reexecute",
         "",
         "Effects declared by earlier attempts:",
         "",
-        '- **confirmed_absent**: `ticket.create` {"t": 1} (operation 1, attempt 1, confirmed '
-        'by "review:PM")',
-        '- **done**: `ticket.create` {"t": 1} (operation 2, attempt 2, idempotency key "k", '
-        'receipt "OPS-7")',
+        '- **confirmed_absent**: `"ticket.create"` `{"t": 1}` (operation 1, attempt 1, confirmed '
+        'by `"review:PM"`)',
+        '- **done**: `"ticket.create"` `{"t": 1}` (operation 2, attempt 2, idempotency key `"k"`, '
+        'receipt `"OPS-7"`)',
         "",
         "**Do not repeat an effect listed as done.**",
     ]

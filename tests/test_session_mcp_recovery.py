@@ -69,7 +69,7 @@ def test_a_review_absent_is_in_the_successors_briefing_and_the_effect_runs_once(
     [effect] = brief["effects"]
     assert (effect["status"], effect["confirmed_by"]) == ("confirmed_absent", "review:PM")
     assert "reviewed by PM: effect absent (no such ticket in OPS)" in task_file
-    assert "**confirmed_absent**: `ticket.create`" in task_file
+    assert '**confirmed_absent**: `"ticket.create"`' in task_file
     assert (agent_files(tmp_path) / "ledger.txt").read_text().splitlines() == [
         "created Rotate the API keys (attempt 2)"
     ]
@@ -94,6 +94,6 @@ def test_a_keyed_open_intent_is_briefed_as_repeat_with_key_and_settled_by_the_su
     brief, task_file = successor_files(rig, task_id, tmp_path)
     [effect] = brief["effects"]
     assert (effect["status"], effect["idempotency_key"]) == ("repeat_with_key", "k-7")
-    assert "**repeat_with_key**: `ticket.create`" in task_file
+    assert '**repeat_with_key**: `"ticket.create"`' in task_file
     [op] = rig.operations(task_id)  # the one intent, settled by the successor it was bound to
     assert (op.state, op.external_receipt, op.epoch) == (OperationState.SUCCEEDED, "OPS-1", 2)

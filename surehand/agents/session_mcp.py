@@ -37,6 +37,7 @@ from surehand.agents.session_tools import INSTRUCTIONS, Grant, SessionTools, bea
 from surehand.config import Settings
 from surehand.dispatcher.context import Services
 from surehand.dispatcher.sessions import Session
+from surehand.doors.limits import BodyLimit
 from surehand.hosts import HostAllowlist, HostRule
 from surehand.mcp.tools import SurehandServer, strict_tool
 from surehand.serving import BackgroundServer
@@ -192,7 +193,10 @@ class SessionMcp:
             json_response=True,
             transport_security=security,
         )
-        return HostAllowlist(GrantGate(mcp_app, self.grants), HostRule.of(()))
+        gated = HostAllowlist(GrantGate(mcp_app, self.grants), HostRule.of(()))
+        # Refused before anything parses it, like the API's: a REPORT body is at most 1 MiB.
+        limit = self.services.settings.api_max_body_bytes
+        return BodyLimit(gated, limit, what="a tool call's arguments; a REPORT is at most 1 MiB")
 
     def grant(self, ctx: SessionContext) -> Grant:
         """A new grant for ``ctx``'s attempt; revoke it when the session ends."""

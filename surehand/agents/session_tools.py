@@ -27,7 +27,7 @@ from surehand.dispatcher.operations import Declared, declare_operation, settle_o
 from surehand.dispatcher.sessions import Session
 from surehand.errors import AuthError, LeaseLost, SurehandError, ValidationFailed
 from surehand.mcp.tools import error_result
-from surehand.model import Operation, OperationState, ReportStatus, RetryPolicy
+from surehand.model import Operation, OperationState, ReportStatus
 from surehand.store import operations
 
 INSTRUCTIONS = """\
@@ -133,8 +133,12 @@ class SessionTools:
         """Declare an effect BEFORE doing it. Returns {status: "begun", operation_id}: do the
         effect, then call effect_end. Or {status: "already_done", outcome, receipt}: it already
         happened for this TASK; do NOT do it again."""
-        declared = Declared(name, args, idempotency_key, RetryPolicy(retry_policy), probe)
-        return self.call(ctx, lambda grant: _begin(grant.session, declared))
+        return self.call(
+            ctx,
+            lambda grant: _begin(
+                grant.session, Declared.of(name, args, idempotency_key, retry_policy, probe)
+            ),
+        )
 
     def effect_end(
         self,

@@ -15,8 +15,8 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from surehand import __version__, metrics
 from surehand.api import openapi, problems
 from surehand.api.deps import AdminDep, check_metrics_reader
-from surehand.api.limits import BodyLimit
 from surehand.api.routes import router
+from surehand.doors.limits import BodyLimit
 from surehand.errors import SurehandError
 from surehand.facade import Surehand
 from surehand.hosts import HostAllowlist, HostRule

@@ -180,6 +180,34 @@ def _describe_agent(settings: Settings, target: str) -> str:
     return target
 
 
+def check_agent_programs(settings: Settings) -> list[Check]:
+    """With a command agent configured: how its programs run here (sandbox, limits, user) and
+    the environment variable names they receive from the worker."""
+    if "command" not in _agent_specs(settings.agents).values():
+        return []
+    from surehand.agents.launch import Confinement  # only command agents need it
+
+    try:
+        confinement = Confinement.from_settings(settings)
+    except SurehandError as error:
+        return [Check("agent programs", "fail", error.message, "fix the setting it names")]
+    sandboxed = confinement.sandbox.mode == "bwrap"
+    found = [
+        Check(f"agent {line.split(' ', 1)[0]}", "ok", line.split(" ", 1)[1])
+        for line in confinement.describe()
+    ]
+    if not sandboxed:
+        found[0] = Check(
+            "agent sandbox",
+            "warn",
+            found[0].detail,
+            "install bubblewrap (apt-get install bubblewrap): without it an agent sees the "
+            "host's processes and files as the worker's user does (README: What an agent can "
+            "reach)",
+        )
+    return found
+
+
 def check_redis(settings: Settings) -> list[Check]:
     """Ping the lease Redis and run a Lua script (renew/release are scripts)."""
     if not settings.redis_url:
@@ -350,6 +378,7 @@ def check(
     settings = Settings().model_copy(update={k: v for k, v in overrides.items() if v is not None})
     checks = [*check_database(settings), *check_redis(settings), *check_broker(settings)]
     checks += check_agents(settings, [role.strip() for role in roles.split(",") if role.strip()])
+    checks += check_agent_programs(settings)
     stored = _store_exists(settings)  # nothing below may create a missing store
     from surehand.cli.dispatch_check import check_dispatch  # imports Celery
 

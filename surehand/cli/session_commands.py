@@ -64,6 +64,21 @@ def announce_probes(sh: Surehand) -> None:
     err_console.print(f"probes registered in this process: {', '.join(names) or 'none'}")
 
 
+def announce_confinement(sh: Surehand, roles: list[str]) -> None:
+    """Say how the command agents' programs run here (sandbox, limits, user, environment);
+    ConfigError now, not at the first session, if they cannot run as configured."""
+    from surehand.agents.cgroups import sweep_empty
+    from surehand.agents.command import CommandAgent
+
+    agents = {sh.registry.get(role).handler for role in roles}
+    commands = [agent for agent in agents if isinstance(agent, CommandAgent)]
+    if commands:
+        sweep_empty()  # cgroups a killed worker on this host left behind
+    for agent in commands[:1]:  # one configuration per process
+        for line in agent.confinement.describe():
+            err_console.print(f"agent programs: {line}", highlight=False)
+
+
 def require_agents(sh: Surehand, roles: list[str]) -> None:
     """Every role this worker serves has an agent, or NoAgentForRole listing the choices.
 
@@ -132,6 +147,7 @@ def worker(
     require_services(sh.settings, "worker", embedded=embedded)
     role_list = [role.strip() for role in roles.split(",") if role.strip()]
     require_agents(sh, role_list)  # fail now, not at the first message, if a role has none
+    announce_confinement(sh, role_list)  # and if agent programs cannot be confined as set
     wait_for_store(sh, "worker")
     announce_probes(sh)  # the reconciler's passes run in workers: admission asks these
     from celery.utils.nodenames import default_nodename, host_format

@@ -32,6 +32,7 @@ from surehand.dispatcher.effects import keyed
 from surehand.dispatcher.sessions import Session, _jsonable
 from surehand.errors import OperationFailed
 from surehand.model import Operation, OperationState, RetryPolicy
+from surehand.operation_requests import parse_operation, parse_outcome
 from surehand.store import operations
 
 PROBE_ABSENT = "absent"
@@ -48,7 +49,7 @@ def run_operation(
     probe: str | None,
 ) -> Any:
     """Declare, run and settle one operation for ``session``; returns the effect's value."""
-    declared = Declared(name, args, idempotency_key, retry_policy, probe)
+    declared = Declared.of(name, args, idempotency_key, retry_policy, probe)
     recorded = session.retrying(
         f"operation_intent:{name}", lambda repeat: _declare(session, declared, repeat)
     )
@@ -84,19 +85,46 @@ def settle_operation(
     """Record the outcome of an intent from :func:`declare_operation`: succeeded with ``value``
     and ``receipt``, or failed with ``error`` (fenced and repeated like :func:`run_operation`'s
     outcome; a compare-and-set on the open intent)."""
-    failure = ReportedFailure(error) if error is not None else None
-    _settle(session, operation_id, EffectResult(value, receipt), failure)
+    reported = parse_outcome(value=value, receipt=receipt, error=error)
+    failure = ReportedFailure(reported.error) if reported.error is not None else None
+    _settle(session, operation_id, EffectResult(reported.value, reported.receipt), failure)
 
 
 @dataclass(frozen=True)
 class Declared:
-    """An operation as the agent declared it."""
+    """An operation as the agent declared it (made with :meth:`of`, which validates it)."""
 
     name: str
     args: Mapping[str, Any]
     idempotency_key: str | None
     retry_policy: RetryPolicy
     probe: str | None
+
+    @classmethod
+    def of(
+        cls,
+        name: str,
+        args: Mapping[str, Any],
+        idempotency_key: str | None,
+        retry_policy: RetryPolicy | str,
+        probe: str | None,
+    ) -> Declared:
+        """The declaration, validated like every door's input (ValidationFailed naming the
+        first bad argument; nothing is written)."""
+        request = parse_operation(
+            name=name,
+            args=args,
+            idempotency_key=idempotency_key,
+            retry_policy=retry_policy,
+            probe=probe,
+        )
+        return cls(
+            request.name,
+            request.args,
+            request.idempotency_key,
+            request.retry_policy,
+            request.probe,
+        )
 
 
 @dataclass(frozen=True)

@@ -47,6 +47,7 @@ from surehand.model import (
     Task,
     WriteReportResult,
 )
+from surehand.operation_requests import MAX_VALUE_BYTES, check_json
 from surehand.requests import ReportRequest, parse_report_request
 from surehand.store import attempts, cases, counters, events, session_writes, tasks
 from surehand.store import reports as report_rows
@@ -478,8 +479,10 @@ def report_body(result: Any) -> str:
 
 
 def _jsonable(value: Any) -> Any:
+    """``value`` if every store keeps it alike as JSON, else its (bounded) ``repr``: an agent's
+    result or an effect's value is recorded whatever it is (NaN, NUL in a string, an object
+    JSON cannot hold), and never makes a write that one database takes and another refuses."""
     try:
-        json.dumps(value)
-    except (TypeError, ValueError):
-        return repr(value)
-    return value
+        return check_json(value, limit=MAX_VALUE_BYTES)
+    except ValueError:
+        return repr(value)[:MAX_VALUE_BYTES]

@@ -28,9 +28,12 @@ DRAIN_BYTES = 16 * 1024 * 1024  # a larger body is cut off (and its client may s
 class BodyLimit:
     """Refuse HTTP requests whose body exceeds ``max_bytes`` with 413."""
 
-    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+    def __init__(
+        self, app: ASGIApp, max_bytes: int, *, what: str = "a TASK body may be at most 1 MiB"
+    ) -> None:
         self.app = app
         self.max_bytes = max_bytes
+        self.what = what  # the limit in the caller's words, for the refusal
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -63,7 +66,7 @@ class BodyLimit:
                 "title": "payload too large",
                 "status": 413,
                 "detail": f"the request body is larger than {self.max_bytes} bytes; nothing "
-                "was written (a TASK body may be at most 1 MiB)",
+                f"was written ({self.what})",
                 "code": "payload_too_large",
                 "retryable": False,
                 "field": "body",
