@@ -75,7 +75,7 @@ class CommandAgent:
         self.program = program or Program(None, self.argv)
         self.settings = settings
         self.timeout = timeout
-        self.work_dir = session_dirs.make_private(settings.work_dir)
+        self.work_dir = settings.work_dir.resolve()
         self.records = GroupRecords(self.work_dir)
         self.running: set[str] = set()  # this process's sessions (never swept)
 
@@ -204,6 +204,7 @@ class CommandAgent:
         return group
 
     def _prepare(self, ctx: SessionContext, grant: Grant | None) -> Path:
+        _ = self.confinement  # resolved first: it makes the work directory reachable, or says why
         work_dir = session_dirs.make_private(self.work_dir / ctx.attempt.attempt_id)
         document = render_task(
             ctx.task.task_id,

@@ -17,6 +17,7 @@ the record then names a group that is gone, which the next attempt overwrites.
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import json
 import logging
@@ -150,10 +151,7 @@ class GroupRecords:
         """The TASK's record, exclusively locked (other threads and processes wait)."""
         self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
         name = re.sub(r"[^A-Za-z0-9._-]", "_", task_id) + ".json"
-        # Never through a link: a record file is only ever this directory's own.
-        fd = os.open(
-            self.directory / name, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600
-        )
+        fd = _open_record(self.directory / name)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             yield Slot(fd)
@@ -168,3 +166,17 @@ class GroupRecords:
                 return False
             slot.write(None)
             return True
+
+
+def _open_record(path: Path) -> int:
+    """The record file, never through a link: one planted in its place (where an agent could
+    reach this directory) is removed, not followed, and a fresh file is made."""
+    flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
+    try:
+        return os.open(path, flags, 0o600)
+    except OSError as error:
+        if error.errno != errno.ELOOP:
+            raise
+    log.warning("%s was a symbolic link; removed it", path)
+    path.unlink()
+    return os.open(path, flags | os.O_EXCL, 0o600)

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from surehand.agents import cgroups, environment, sandbox
 from surehand.agents.cgroups import Limits, SessionCgroup
-from surehand.agents.sandbox import PORTAL_SOCKET, Sandbox
+from surehand.agents.sandbox import Sandbox
 from surehand.config import Settings
 from surehand.errors import ConfigError, SandboxError
 
@@ -62,6 +62,8 @@ class Confinement:
         environment.operator_names(settings.agent_env)  # a surehand name is refused at start
         limits = Limits(settings.agent_memory_mib * MIB, settings.agent_max_processes)
         owner = agent_owner(settings.agent_user)
+        if owner is not None:
+            require_reachable(settings.work_dir.resolve(), owner)
         no_cgroup = cgroups.availability(limits)
         return cls(
             sandbox=sandbox.sandbox_for(settings),
@@ -131,8 +133,8 @@ class Confinement:
     def _portal(self, mcp: tuple[int, Path] | None) -> list[str]:
         if mcp is None or self.sandbox.network != "none":
             return []
-        listen = f"127.0.0.1:{mcp[0]}"
-        return [sys.executable, "-I", str(PORTAL), "--listen", listen, "--to", PORTAL_SOCKET, "--"]
+        listen, socket = f"127.0.0.1:{mcp[0]}", str(mcp[1])  # the socket is bound at its path
+        return [sys.executable, "-I", str(PORTAL), "--listen", listen, "--to", socket, "--"]
 
     def _portal_bind(self, mcp: tuple[int, Path] | None) -> list[tuple[Path, bool]]:
         if mcp is None or self.sandbox.network != "none":
@@ -180,6 +182,31 @@ def agent_owner(setting: str) -> tuple[int, int] | None:
             setting="SUREHAND_AGENT_USER",
         )
     return uid, gid
+
+
+def require_reachable(work_dir: Path, owner: tuple[int, int]) -> None:
+    """The agent user can reach its session directories under ``work_dir``: every directory
+    above them lets it through (search permission); ConfigError naming the one that does not.
+    ``work_dir`` itself becomes 0711: reachable, not listable."""
+    work_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    work_dir.chmod(0o711)
+    for directory in [work_dir, *work_dir.parents]:
+        info = directory.stat()
+        if not _searchable(info.st_mode, info.st_uid, info.st_gid, owner):
+            raise ConfigError(
+                f"SUREHAND_AGENT_USER={owner[0]} cannot reach the session directories: "
+                f"{directory} does not let it through (chmod o+x {directory}, or set "
+                "SUREHAND_WORK_DIR under a directory it can reach)",
+                setting="SUREHAND_WORK_DIR",
+            )
+
+
+def _searchable(mode: int, uid: int, gid: int, owner: tuple[int, int]) -> bool:
+    if uid == owner[0]:
+        return bool(mode & 0o100)
+    if gid == owner[1]:
+        return bool(mode & 0o010)
+    return bool(mode & 0o001)
 
 
 def _gid_of(uid: int) -> int:

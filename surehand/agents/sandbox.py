@@ -45,7 +45,6 @@ log = logging.getLogger(__name__)
 
 BWRAP = "bwrap"
 NONE = "none"
-PORTAL_SOCKET = "/run/surehand/mcp.sock"  # where the session server's socket is bound inside
 ALWAYS_HIDDEN = ("/run",)
 _SQLITE_SIDES = ("", "-wal", "-shm", "-journal")
 

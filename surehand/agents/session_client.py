@@ -117,8 +117,9 @@ async def _call(url: str, token: str, tool: str, arguments: dict[str, Any]) -> d
         ):
             result = await client.call_tool(tool, arguments)
     except Exception as error:  # the transport's own errors (refused, 401, unreachable)
+        cause = _leaf(error)
         raise EffectRefused(
-            f"{tool}: the session server did not answer ({type(error).__name__}: {error}); "
+            f"{tool}: the session server did not answer ({type(cause).__name__}: {cause}); "
             "the session may have ended"
         ) from error
     data = result.structured_content
@@ -127,6 +128,13 @@ async def _call(url: str, token: str, tool: str, arguments: dict[str, Any]) -> d
         detail = problem.get("detail") or _text_of(result)
         raise EffectRefused(f"{tool} refused: {detail}", problem=problem)
     return data
+
+
+def _leaf(error: BaseException) -> BaseException:
+    """The first error inside (nested) exception groups: what actually went wrong."""
+    while isinstance(error, BaseExceptionGroup) and error.exceptions:
+        error = error.exceptions[0]
+    return error
 
 
 def _text_of(result: Any) -> str:
