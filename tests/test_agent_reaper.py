@@ -18,7 +18,7 @@ from tests.procs import wait_until
 def run_reaper(*program: str, parent: int | None = None) -> subprocess.CompletedProcess[str]:
     parent = os.getpid() if parent is None else parent
     return subprocess.run(
-        [sys.executable, "-I", str(REAPER), "--parent", str(parent), "--", *program],
+        [sys.executable, "-I", "-S", str(REAPER), "--parent", str(parent), "--", *program],
         capture_output=True,
         text=True,
         timeout=60,
@@ -54,7 +54,8 @@ def test_a_parent_that_is_not_the_one_named_kills_the_group_before_the_program_r
 WORKER = f"""
 import os, subprocess, sys, time
 subprocess.Popen(
-    [sys.executable, "-I", {str(REAPER)!r}, "--parent", str(os.getpid()), "--", *sys.argv[1:]],
+    [sys.executable, "-I", "-S", {str(REAPER)!r}, "--parent", str(os.getpid()), "--",
+     *sys.argv[1:]],
     start_new_session=True,
 )
 time.sleep(300)

@@ -241,14 +241,13 @@ class CommandAgent:
 
     def _wait(self, group: AgentGroup, ctx: SessionContext) -> int:
         deadline = time.monotonic() + self.timeout
-        while (code := group.poll()) is None:
+        while (code := group.wait(_POLL)) is None:  # returns as soon as the program ends
             if ctx.cancelled:
                 group.stop()
                 raise AgentError("the session lost its lease; the command was stopped")
             if time.monotonic() > deadline:
                 group.stop()
                 raise AgentError(f"command timed out after {self.timeout:g}s and was stopped")
-            time.sleep(_POLL)
         if group.interrupted:
             ctx.interrupt()  # an interruption, not the agent's failure: the attempt is not failed
             raise AgentError("the worker shut down; the command was stopped")

@@ -65,7 +65,7 @@ class AgentGroup:
             for procs in (cgroup.procs_files if cgroup else ())
             for arg in ("--cgroup", str(procs))
         ]
-        command = [sys.executable, "-I", str(REAPER), "--parent", str(os.getpid()), *joins]
+        command = [sys.executable, "-I", "-S", str(REAPER), "--parent", str(os.getpid()), *joins]
         process = subprocess.Popen(
             [*command, *trampoline, "--", *argv],
             cwd=cwd,
@@ -82,6 +82,13 @@ class AgentGroup:
     def poll(self) -> int | None:
         """The program's exit code (negative: the signal that killed it), None while it runs."""
         return self.process.poll()
+
+    def wait(self, timeout: float) -> int | None:
+        """:meth:`poll`, waiting up to ``timeout`` seconds for the program to end."""
+        try:
+            return self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            return None
 
     def running(self) -> bool:
         """True while the leader runs, or any member of the group or the cgroup is alive."""

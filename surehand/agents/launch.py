@@ -134,7 +134,7 @@ class Confinement:
         if mcp is None or self.sandbox.network != "none":
             return []
         listen, socket = f"127.0.0.1:{mcp[0]}", str(mcp[1])  # the socket is bound at its path
-        return [sys.executable, "-I", str(PORTAL), "--listen", listen, "--to", socket, "--"]
+        return [sys.executable, "-I", "-S", str(PORTAL), "--listen", listen, "--to", socket, "--"]
 
     def _portal_bind(self, mcp: tuple[int, Path] | None) -> list[tuple[Path, bool]]:
         if mcp is None or self.sandbox.network != "none":

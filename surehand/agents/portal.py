@@ -1,6 +1,6 @@
 """The session server's door inside a sandbox without a network (``SUREHAND_AGENT_NETWORK=none``).
 
-    python -I portal.py --listen 127.0.0.1:PORT --to SOCKET -- PROGRAM [ARG...]
+    python -I -S portal.py --listen 127.0.0.1:PORT --to SOCKET -- PROGRAM [ARG...]
 
 Run first inside the sandbox's own network namespace (loopback only), it listens on the same
 address as the session MCP server's URL (``SUREHAND_MCP_URL`` stays right), hands the listener
@@ -9,7 +9,7 @@ the sandbox), and then becomes PROGRAM (``exec``). The forwarder is double-forke
 child of PROGRAM (which may wait for all of its children); it dies with the sandbox, when
 PROGRAM, the namespace's main process, ends.
 
-Standard library only, and run with ``-I``: it must start in milliseconds.
+Standard library only, and run with ``-I -S``: it must start in milliseconds.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The trampoline every command agent runs under: it ties the agent's process group to the worker.
 
-    python -I reaper.py --parent PID [--cgroup FILE]... [--rlimit NAME=N]... [--user UID:GID]
+    python -I -S reaper.py --parent PID [--cgroup FILE]... [--rlimit NAME=N]... [--user UID:GID]
                         [--subreaper | --sandboxed] -- PROGRAM [ARG...]
 
 The command agent starts this as the leader of a new session, so its pid is the process group's
@@ -28,7 +28,8 @@ program's own end. SIGTERM and SIGINT sent to it are for PROGRAM: it passes them
 process below it (``--sandboxed``: PROGRAM is bubblewrap's, whose own two processes are left to
 report its end) and outlives them; the worker's SIGKILL after the stop grace ends it.
 
-Standard library only, and run with ``-I``: it must start in milliseconds, not import surehand.
+Standard library only, and run with ``-I -S``: it must start in milliseconds, not import
+surehand (nor, through ``site``, the installed packages' import hooks).
 """
 
 from __future__ import annotations
@@ -41,7 +42,6 @@ import signal
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 
 WATCH_SECONDS = 0.1
 # The parent-death signal: a real-time one, which no program sends its group by habit (as some
@@ -61,16 +61,19 @@ RLIMITS = {
 }
 
 
-@dataclass
 class Options:
-    parent: int = 0
-    program: Sequence[str] = ()
-    cgroups: list[str] = field(default_factory=list)
-    rlimits: list[tuple[int, int]] = field(default_factory=list)
-    user: tuple[int, int] | None = None
-    subreaper: bool = False
-    sandboxed: bool = False
-    program_pid: int = 0
+    """The command line's options (a plain class: ``dataclasses`` costs milliseconds to import,
+    and this process starts for every session)."""
+
+    def __init__(self) -> None:
+        self.parent = 0
+        self.program: Sequence[str] = ()
+        self.cgroups: list[str] = []
+        self.rlimits: list[tuple[int, int]] = []
+        self.user: tuple[int, int] | None = None
+        self.subreaper = False
+        self.sandboxed = False
+        self.program_pid = 0
 
 
 _options = Options()
@@ -81,6 +84,7 @@ def main(argv: Sequence[str]) -> int:
     global _options
     _options = _parse(argv)
     _join(_options.cgroups)  # first: whatever starts from here on is a member
+    signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGCHLD])  # for _supervise's wait
     _tie_to(_options.parent)
     if _options.subreaper:
         _prctl(_PR_SET_CHILD_SUBREAPER, 1)
@@ -178,6 +182,7 @@ def _spawn(options: Options) -> int:
 
 
 def _become_program(options: Options) -> None:
+    signal.pthread_sigmask(signal.SIG_SETMASK, [])  # the mask survives exec: PROGRAM's is empty
     for limit, value in options.rlimits:
         resource.setrlimit(limit, (value, value))
     if options.user is not None:
@@ -212,7 +217,9 @@ def _supervise(pid: int, parent: int) -> int:
         _reap_adopted()
         if os.getppid() != parent:
             _kill_group()
-        time.sleep(WATCH_SECONDS)
+        # Woken at once by a child's end (SIGCHLD is blocked, so it waits here), else after
+        # WATCH_SECONDS to look at the parent again.
+        signal.sigtimedwait([signal.SIGCHLD], WATCH_SECONDS)
 
 
 def _reap_adopted() -> None:

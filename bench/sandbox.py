@@ -1,0 +1,153 @@
+"""Benchmark what confining a command agent's program costs per session.
+
+    python bench/sandbox.py [--rounds N]
+
+Each round starts the same program (``true``, which exits at once) the way a session does --
+the confinement's launch (environment, cgroup, sandbox command line) and the process group
+under the trampoline, waited for until it is gone, its cgroup removed -- in each variant,
+interleaved so that a noisy machine affects every row alike:
+
+- ``bare``: ``true`` started directly (subprocess), the floor of starting any program;
+- ``none``: the fallback: trampoline as subreaper, limits, session cgroup;
+- ``bwrap``: the sandbox: the same plus bubblewrap's namespaces and filesystem view;
+- ``bwrap, no network``: plus a network namespace and the session server's portal.
+
+Printed as a table (median, p90, and each variant's extra start time over ``none``, the
+issue's measure, target <= 20 ms for bwrap) and saved to ``bench/results/sandbox-<UTC>.json``.
+A benchmark, not a test: it asserts nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from surehand.agents.groups import AgentGroup
+from surehand.agents.launch import Confinement
+from surehand.config import Settings
+
+RESULTS = Path(__file__).resolve().parent / "results"
+TARGET_MS = 20.0
+PROGRAM = ["true"]
+
+
+def confined(settings: Settings, work: Path) -> Callable[[int], float]:
+    """One session's start and end in ``settings``' confinement; its seconds."""
+    confinement = Confinement.from_settings(settings)
+    socket_dir = Path(tempfile.mkdtemp(prefix="bench-mcp-"))
+    socket_path = socket_dir / "mcp.sock"
+    socket_path.touch()  # the portal only starts; nothing connects in this benchmark
+
+    def run(round_number: int) -> float:
+        session_dir = work / f"{settings.agent_sandbox}-{settings.agent_network}-{round_number}"
+        session_dir.mkdir(mode=0o700, parents=True)
+        started = time.perf_counter()
+        launch = confinement.launch(
+            PROGRAM,
+            name=session_dir.name,
+            session_dir=session_dir,
+            session_env={"SUREHAND_TASK_ID": "TASK-20260101-001"},
+            mcp=(45999, socket_path) if settings.agent_network == "none" else None,
+        )
+        group = AgentGroup.start(
+            launch.argv,
+            cwd=session_dir,
+            env=launch.env,
+            stdout=subprocess.DEVNULL,  # type: ignore[arg-type]
+            stderr=subprocess.DEVNULL,  # type: ignore[arg-type]
+            trampoline=launch.trampoline,
+            cgroup=launch.cgroup,
+        )
+        group.wait(60)
+        group.stop()
+        return time.perf_counter() - started
+
+    return run
+
+
+def bare(_round: int) -> float:
+    started = time.perf_counter()
+    subprocess.run(PROGRAM, check=True)
+    return time.perf_counter() - started
+
+
+def measure(rounds: int, work: Path) -> dict[str, list[float]]:
+    base = {"work_dir": work / "sessions", "home": work / "home"}
+    variants: dict[str, Callable[[int], float]] = {
+        "bare": bare,
+        "none": confined(Settings(**base, agent_sandbox="none"), work),
+        "bwrap": confined(Settings(**base, agent_sandbox="bwrap"), work),
+        "bwrap, no network": confined(
+            Settings(**base, agent_sandbox="bwrap", agent_network="none"), work
+        ),
+    }
+    times: dict[str, list[float]] = {name: [] for name in variants}
+    for number in range(rounds):
+        for name, run in variants.items():
+            times[name].append(run(number))
+    return times
+
+
+def summarise(times: dict[str, list[float]]) -> list[dict[str, object]]:
+    floor = statistics.median(times["none"])
+    rows = []
+    for name, seconds in times.items():
+        median = statistics.median(seconds)
+        rows.append(
+            {
+                "variant": name,
+                "median_ms": round(median * 1000, 2),
+                "p90_ms": round(statistics.quantiles(seconds, n=10)[-1] * 1000, 2),
+                "extra_over_none_ms": round((median - floor) * 1000, 2),
+                "ratio_to_none": round(median / floor, 3),
+            }
+        )
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=40)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="bench-sandbox-") as directory:
+        rows = summarise(measure(args.rounds, Path(directory)))
+    table = Table(
+        title=f"agent program start and end, {args.rounds} rounds (target: bwrap "
+        f"<= {TARGET_MS:g} ms over none)"
+    )
+    for column in rows[0]:
+        table.add_column(column)
+    for row in rows:
+        table.add_row(*(str(value) for value in row.values()))
+    Console().print(table)
+    RESULTS.mkdir(exist_ok=True)
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    out = RESULTS / f"sandbox-{stamp}.json"
+    out.write_text(
+        json.dumps(
+            {
+                "rounds": args.rounds,
+                "target_ms": TARGET_MS,
+                "machine": {"python": sys.version.split()[0], "platform": platform.platform()},
+                "rows": rows,
+            },
+            indent=2,
+        )
+    )
+    Console().print(f"saved {out}")
+
+
+if __name__ == "__main__":
+    main()
