@@ -71,8 +71,10 @@ def siblings_probe(params: dict[str, Any]) -> dict[str, Any]:
     mine = os.environ["SUREHAND_MCP_TOKEN"]
     pids = [p for p in os.listdir("/proc") if p.isdigit()]
     tokens = {}
+    secrets_seen = 0  # environments (bwrap's own PID 1's included) holding a worker's secret
     for pid in pids:
         env = _proc_environ(pid)
+        secrets_seen += any(m in v for v in env.values() for m in SECRET_MARKS)
         token = env.get("SUREHAND_MCP_TOKEN")
         if token and token != mine:
             tokens[token] = env.get("SUREHAND_MCP_URL", "")
@@ -86,6 +88,7 @@ def siblings_probe(params: dict[str, Any]) -> dict[str, Any]:
     return {
         "visible_processes": len(pids),
         "sibling_tokens": len(tokens),
+        "environs_with_secrets": secrets_seen,
         "workers_visible": len(workers),
         "answers": answers,
     }

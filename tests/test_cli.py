@@ -7,14 +7,17 @@ import json
 import os
 import signal
 import subprocess
+import threading
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import httpx
 import pytest
 import typer.main
 
+from surehand.agents.context import SessionContext, SessionPort
+from surehand.agents.session_mcp import SessionMcp
 from surehand.cli import app
 from surehand.dispatcher.claims import claim
 from surehand.facade import Surehand
@@ -171,17 +174,32 @@ def test_admin_commands(cli: Cli, tmp_path: Path) -> None:
     assert list((tmp_path / "workspace" / "fcop" / "_lifecycle" / "inbox").iterdir())
 
 
-def test_effect_runs_inside_a_session_only(cli: Cli) -> None:
+def test_effect_runs_inside_a_session_only_through_its_session_server(cli: Cli) -> None:
     outside = cli("effect", "--name", "echo", "--", "echo", "hi", code=EXIT_REFUSED)
-    assert "SUREHAND_TASK_ID" in outside.stderr
+    assert "SUREHAND_MCP_URL and SUREHAND_MCP_TOKEN" in outside.stderr
     sh = cli.sh
     task_id = str(sh.write_task(sender="PM", recipient="DEV", subject="x").task_id)
     session = claim(sh.services, task_id, worker="test", message_id=None)
     assert session is not None
-    inside = {"SUREHAND_TASK_ID": task_id, "SUREHAND_ATTEMPT_ID": session.attempt.attempt_id}
+    mcp = SessionMcp.shared(sh.settings)
+    ctx = SessionContext(
+        task=session.task,
+        attempt=session.attempt,
+        port=cast(SessionPort, None),
+        cancelled=threading.Event(),
+    )
+    grant = mcp.grant(ctx)
+    # What a session's program has: its grant, no store URL (the CLI's own is not used).
+    inside = {"SUREHAND_MCP_URL": grant.url, "SUREHAND_MCP_TOKEN": grant.token}
     args = ["effect", "--name", "echo", "--key", "k-1", "--policy", "keyed", "--", "echo", "hi"]
-    assert cli(*args, env=inside).stdout.strip() == "hi"
-    assert cli(*args, env=inside).stdout.strip() == "hi"  # recorded outcome, not run again
+    try:
+        assert cli(*args, env=inside).stdout.strip() == "hi"
+        assert cli(*args, env=inside).stdout.strip() == "hi"  # recorded outcome, not run again
+        mcp.revoke(grant)
+        ended = cli(*args, env=inside, code=EXIT_REFUSED)
+    finally:
+        mcp.stop()
+    assert "the session may have ended" in ended.stderr
     assert [op.state.value for op in sh.operations(task_id)] == ["succeeded"]
 
 

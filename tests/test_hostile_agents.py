@@ -220,6 +220,7 @@ SUMMARIES = {
     "fork_bomb": lambda f: {"capped": 0 < f["children"] < 256},
     "siblings": lambda f: {
         "sibling_tokens": min(f["sibling_tokens"], 1),
+        "environs_with_secrets": min(f["environs_with_secrets"], 1),
         "workers_visible": min(f["workers_visible"], 1),
         "few_processes": f["visible_processes"] <= 4,
         "own_token_on_sibling": f["answers"]["own_token_on_sibling"],
@@ -246,6 +247,7 @@ def expected(mode: str, sqlite: bool) -> dict[str, Any]:
         "env": {"leaked": [], "unexpected_names": [], "operator_key": True},
         "siblings": {
             "sibling_tokens": 0 if bwrap else 1,  # the fallback: a sibling's environ is readable
+            "environs_with_secrets": 0 if bwrap else 1,  # and the root worker's
             "workers_visible": 0 if bwrap else 1,
             "few_processes": bwrap,
             "own_token_on_sibling": 403,

@@ -114,7 +114,7 @@ def test_an_effect_ended_before_the_kill_is_already_done_for_the_briefed_success
     task_file = (Path(env["SUREHAND_WORK_DIR"]) / successor.attempt_id / "TASK.md").read_text()
     assert "## Recovery" in task_file
     assert '**done**: `"ticket.create"`' in task_file
-    assert 'receipt "OPS-1"' in task_file
+    assert 'receipt `"OPS-1"`' in task_file
     assert "Do not repeat an effect listed as done" in task_file
     first_file = (Path(env["SUREHAND_WORK_DIR"]) / first.attempt_id / "TASK.md").read_text()
     assert "## Recovery" not in first_file
