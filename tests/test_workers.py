@@ -7,6 +7,7 @@ tests or with the shared Redis; leases live in database 1 of the same private se
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -206,3 +207,39 @@ def test_ten_duplicate_messages_for_one_task_make_one_attempt_and_one_agent_run(
     assert len(refused) == 9
     assert len({e.data["message_id"] for e in refused}) == 9
     assert len(reports_of(store, task_id)) == 1
+
+
+README_AGENTS_MODULE = """
+from surehand import Surehand
+
+sh = Surehand.from_env()  # as the README writes it: a handle of the module's own
+
+
+@sh.agent("DEV")
+def dev(ctx):
+    ctx.operation("note", {"task": ctx.task.task_id}, lambda: "noted")
+    return "Did the work."
+"""
+
+
+def test_the_readmes_agent_module_with_its_own_handle_runs_under_a_real_worker(
+    store: Store, broker: RedisServer, client: Surehand, tmp_path: Path
+) -> None:
+    # The module SUREHAND_AGENTS names builds a handle whose registry loads SUREHAND_AGENTS
+    # while the module is being imported: once a circular import that stopped the worker.
+    (tmp_path / "readme_agents.py").write_text(README_AGENTS_MODULE, encoding="utf-8")
+    env = worker_env(
+        store,
+        broker,
+        tmp_path,
+        SUREHAND_AGENTS="DEV=readme_agents:dev",
+        PYTHONPATH=f"{tmp_path}{os.pathsep}{REPO}",
+    )
+    with running(start_worker(env, tmp_path / "worker.log")) as worker:
+        created = client.write_task(sender="PM", recipient="DEV", subject="Do the work")
+        assert created.task_id is not None
+        wait_for_bucket(store, created.task_id, Bucket.REVIEW, worker)
+
+    [report] = reports_of(store, created.task_id)
+    assert report.body == "Did the work."
+    assert [op.name for op in client.operations(created.task_id)] == ["note"]

@@ -21,6 +21,8 @@ Probe = Callable[[Operation], "bool | None"]
 # not the one of the ``surehand worker``/``beat``/``api`` process that imports it through
 # SUREHAND_AGENTS; that process's registry adopts what the import declared (see ``load``).
 _declared: list[tuple[str, str, Probe]] = []
+# Agents modules being imported by a ``load`` right now (see ``AgentRegistry.load``).
+_importing: set[str] = set()
 
 
 def declare_probe(name: str, probe: Probe) -> None:
@@ -94,9 +96,16 @@ class AgentRegistry:
         return sorted(self._agents)
 
     def load(self, spec: str) -> None:
-        """Load ``ROLE=module:function[,ROLE=...]`` (from SUREHAND_AGENTS)."""
+        """Load ``ROLE=module:function[,ROLE=...]`` (from SUREHAND_AGENTS).
+
+        An agents module usually makes a handle of its own (``Surehand.from_env()``) whose
+        registry loads SUREHAND_AGENTS too, while that very module is being imported: such a
+        nested load skips the modules being imported (the outer load registers them once they
+        are), instead of importing a half-made module."""
         for item in filter(None, (part.strip() for part in spec.split(","))):
             role, _, target = item.partition("=")
+            if target.strip().partition(":")[0] in _importing:
+                continue
             declared = len(_declared)
             handler = self.builtin(target.strip()) or _import(target.strip())
             self.register(role.strip(), handler)
@@ -116,10 +125,13 @@ def _import(target: str) -> AgentHandler:
     module_name, _, attribute = target.partition(":")
     if not module_name or not attribute:
         raise ConfigError(f"agent {target!r}: use module:function")
+    _importing.add(module_name)
     try:
         handler = getattr(importlib.import_module(module_name), attribute)
     except (ImportError, AttributeError) as exc:
         raise ConfigError(f"agent {target!r} cannot be imported: {exc}") from exc
+    finally:
+        _importing.discard(module_name)
     if not callable(handler):
         raise ConfigError(f"agent {target!r} is not callable")
     return handler  # type: ignore[no-any-return]
