@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from surehand.agents.context import EffectResult
-from surehand.crashpoints import crash_point
+from surehand.crashpoints import CrashPoint, crash_point
 from surehand.digest import operation_fingerprint
 from surehand.dispatcher.effects import keyed
 from surehand.dispatcher.sessions import Session, _jsonable
@@ -55,7 +55,7 @@ def run_operation(
     )
     if isinstance(recorded, _Recorded):
         return recorded.value
-    crash_point("operation.after_intent")
+    crash_point(CrashPoint.OPERATION_AFTER_INTENT)
     return _perform(session, recorded, effect)
 
 
@@ -227,9 +227,9 @@ def _perform(session: Session, operation_id: int, effect: Callable[[], Any]) -> 
     except Exception as error:
         _settle(session, operation_id, None, error)
         raise OperationFailed(f"operation effect raised {type(error).__name__}: {error}") from error
-    crash_point("operation.after_effect")
+    crash_point(CrashPoint.OPERATION_AFTER_EFFECT)
     _settle(session, operation_id, produced, None)
-    crash_point("operation.after_outcome")
+    crash_point(CrashPoint.OPERATION_AFTER_OUTCOME)
     return produced.value if isinstance(produced, EffectResult) else produced
 
 

@@ -18,7 +18,7 @@ from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
-from surehand.crashpoints import crash_point
+from surehand.crashpoints import CrashPoint, crash_point
 from surehand.digest import sha256_hex
 from surehand.dispatcher.dispatch import publish_after_commit
 from surehand.dispatcher.task_creation import SubmissionCall, insert_task, render
@@ -80,7 +80,7 @@ class ReceiptRecovery:
             return self._resume(receipt) or self.restart()
         except _HoldLost:
             return self.restart()
-        crash_point("write_task.after_commit")
+        crash_point(CrashPoint.WRITE_TASK_AFTER_COMMIT)
         publish_after_commit(call.services, receipt.task_id)
         return result
 
@@ -94,7 +94,7 @@ class ReceiptRecovery:
                 connection, receipt, holder=self.holder, document_digest=document_digest, now=now
             ):
                 raise _HoldLost
-            crash_point("write_task.before_commit")
+            crash_point(CrashPoint.WRITE_TASK_BEFORE_COMMIT)
         if not created:
             # Adopting a TASK found in the store: confirm its document inside this
             # transaction. (A TASK this transaction inserted was hashed from the very text

@@ -27,7 +27,7 @@ from typing import Any
 from surehand import metrics
 from surehand.agents.context import SessionContext
 from surehand.agents.registry import AgentRegistry
-from surehand.crashpoints import crash_point
+from surehand.crashpoints import CrashPoint, crash_point
 from surehand.dispatcher import sessions
 from surehand.dispatcher.claims import claim
 from surehand.dispatcher.context import Services
@@ -132,7 +132,7 @@ class SessionRunner:
         session = self._claim_retrying(task_id, message_id)
         if session is None:
             return SessionOutcome(task_id, "not_claimed")
-        crash_point("session.after_claim")
+        crash_point(CrashPoint.SESSION_AFTER_CLAIM)
         return self.run_claimed(session)
 
     def _claim_retrying(self, task_id: str, message_id: str | None) -> Session | None:

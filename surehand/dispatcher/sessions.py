@@ -25,7 +25,7 @@ from typing import Any, TypeVar
 from sqlalchemy import Connection
 
 from surehand.clock import utc_day
-from surehand.crashpoints import crash_point
+from surehand.crashpoints import CrashPoint, crash_point
 from surehand.dispatcher import lifecycle
 from surehand.dispatcher.context import Services
 from surehand.dispatcher.reports import (
@@ -208,7 +208,7 @@ class Session:
         except StaleOwner:
             self._record_stale("record_return")
             raise
-        crash_point("session.after_return")
+        crash_point(CrashPoint.SESSION_AFTER_RETURN)
         with self.fenced("settle") as connection:
             return self._settle_in(connection, result, review)
 

@@ -20,7 +20,7 @@ from datetime import datetime
 from typing import Any
 
 from surehand.clock import utc_day
-from surehand.crashpoints import crash_point
+from surehand.crashpoints import CrashPoint, crash_point
 from surehand.digest import request_digest
 from surehand.dispatcher.context import Services
 from surehand.dispatcher.dispatch import publish_after_commit
@@ -161,7 +161,7 @@ class _Submission:
                 path = task_path(Bucket.INBOX, task_id, call.fields.sender, call.fields.recipient)
                 result = call.result(task_id, path, Disposition.CREATED, ReceiptState.COMMITTED)
                 text, document_digest = render(task_id, call.fields, call.submission_id, now)
-                crash_point("write_task.before_commit")
+                crash_point(CrashPoint.WRITE_TASK_BEFORE_COMMIT)
                 creation.insert_created(
                     connection,
                     receipt=receipts.committed_row(
@@ -191,7 +191,7 @@ class _Submission:
             if error.table not in ("receipts", "unknown"):
                 raise
             return None
-        crash_point("write_task.after_commit")
+        crash_point(CrashPoint.WRITE_TASK_AFTER_COMMIT)
         publish_after_commit(call.services, task_id)
         return result
 
