@@ -21,7 +21,7 @@ from typing import Annotated, Any
 from pydantic import BeforeValidator, field_validator
 
 from surehand.model import RetryPolicy
-from surehand.requests import Edge, at_most, parse, valid_text
+from surehand.requests import Edge, at_most, matching, parse, valid_text
 
 MAX_NAME = 255
 NAME_RE = re.compile(r"\A[A-Za-z0-9][A-Za-z0-9._:/@+-]{0,254}\Z")
@@ -32,15 +32,6 @@ MAX_VALUE_BYTES = 256 * 1024
 MAX_RECEIPT = 2000
 MAX_ERROR = 4000
 MAX_DEPTH = 32
-
-
-def _matching(regex: re.Pattern[str], what: str) -> BeforeValidator:
-    def check(value: object) -> object:
-        if not isinstance(value, str) or not regex.match(value):
-            raise ValueError(f"must be {what}")
-        return value
-
-    return BeforeValidator(check)
 
 
 def check_json(value: Any, *, limit: int) -> Any:
@@ -92,14 +83,14 @@ def _text(limit: int) -> BeforeValidator:
 
 Name = Annotated[
     str,
-    _matching(
+    matching(
         NAME_RE,
         "1-255 characters of [A-Za-z0-9._:/@+-], not "
         "starting with punctuation (e.g. github.open_pr)",
     ),
 ]
-Key = Annotated[str, _matching(KEY_RE, "1-255 printable ASCII characters without spaces")]
-ProbeName = Annotated[str, _matching(PROBE_RE, "a probe name like ledger or billing.charge")]
+Key = Annotated[str, matching(KEY_RE, "1-255 printable ASCII characters without spaces")]
+ProbeName = Annotated[str, matching(PROBE_RE, "a probe name like ledger or billing.charge")]
 
 
 class OperationRequest(Edge):

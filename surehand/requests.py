@@ -260,13 +260,19 @@ REPORT_ID_RE = re.compile(r"\AREPORT-[0-9]{8}-[0-9]{3,16}\Z")  # fits String(32)
 CASE_ID_RE = re.compile(r"\ACASE-[0-9]{8}-[0-9]{3,18}-[0-9]{1,18}\Z")  # fits String(64)
 
 
-def _pattern(regex: re.Pattern[str], example: str) -> BeforeValidator:
+def matching(regex: re.Pattern[str], what: str) -> BeforeValidator:
+    """A validator: a string ``regex`` matches, else "must be ``what``"."""
+
     def check(value: object) -> object:
         if not isinstance(value, str) or not regex.match(value):
-            raise ValueError(f"must be an id like {example}")
+            raise ValueError(f"must be {what}")
         return value
 
     return BeforeValidator(check)
+
+
+def _pattern(regex: re.Pattern[str], example: str) -> BeforeValidator:
+    return matching(regex, f"an id like {example}")
 
 
 def _text_arg(value: object) -> object:

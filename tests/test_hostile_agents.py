@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 
-from surehand.config import Settings
+from surehand.agents import environment
 from surehand.facade import Surehand
 from surehand.model import Bucket
 from surehand.store import Store
@@ -32,7 +32,8 @@ from surehand.store.engine import sqlite_file
 from tests.agent_procs import marked, require_proc, unique_seconds
 from tests.procs import Proc, RedisServer, running, start_worker, wait_until
 from tests.session_helpers import attempts_of, read_task, reports_of
-from tests.test_workers import broker, lease_url, worker_env  # noqa: F401  (fixture)
+from tests.test_agent_groups import reconciling_client  # noqa: F401  (fixture)
+from tests.test_workers import broker, worker_env  # noqa: F401  (fixture)
 
 pytestmark = pytest.mark.slow
 
@@ -41,17 +42,7 @@ SECRETS = {
     "SUREHAND_API_TOKENS": "SECRET-admin-token-0123456789abcdef=ops:ADMIN:default",
     "SUREHAND_METRICS_TOKEN": "SECRET-metrics-token-0123456789abcdef",
 }
-SESSION_NAMES = {
-    "SUREHAND_TASK_ID",
-    "SUREHAND_ATTEMPT",
-    "SUREHAND_ATTEMPT_ID",
-    "SUREHAND_ROLE",
-    "SUREHAND_TENANT",
-    "SUREHAND_TASK_FILE",
-    "SUREHAND_SESSION_DIR",
-    "SUREHAND_MCP_URL",
-    "SUREHAND_MCP_TOKEN",
-}
+SESSION_NAMES = set(environment.SESSION_NAMES)
 INHERITED = {"PATH", "HOME", "LANG", "LANGUAGE", "TZ", "TERM", "OPENAI_API_KEY"}
 SHELL_MADE = {"PWD", "OLDPWD", "SHLVL", "_"}  # what the stand-in's /bin/sh sets itself
 MEMORY_MIB = 256
@@ -104,7 +95,11 @@ class Deployment:
 
 @pytest.fixture(params=["bwrap", "none"])
 def deployment(
-    request: pytest.FixtureRequest, store: Store, broker: RedisServer, tmp_path: Path
+    request: pytest.FixtureRequest,
+    store: Store,
+    broker: RedisServer,
+    reconciling_client: Surehand,
+    tmp_path: Path,
 ) -> Iterator[Deployment]:
     require_proc()
     if request.param == "none" and sqlite_file(store.url) is None:
@@ -131,20 +126,8 @@ def deployment(
         PATH=f"{bin_dir}:/usr/local/bin:/usr/bin:/bin",
         **SECRETS,
     )
-    settings = Settings.model_validate(
-        {
-            "database_url": store.url,
-            "broker_url": broker.url,
-            "redis_url": lease_url(broker),
-            "lost_grace_seconds": 0.0,
-        }
-    )
-    client = Surehand(settings=settings)
-    try:
-        with running(start_worker(env, tmp_path / "worker.log", concurrency=4)) as worker:
-            yield Deployment(str(request.param), client, worker, tmp_path, store)
-    finally:
-        client.close()
+    with running(start_worker(env, tmp_path / "worker.log", concurrency=4)) as worker:
+        yield Deployment(str(request.param), reconciling_client, worker, tmp_path, store)
 
 
 def observe(deployment: Deployment, store: Store) -> dict[str, Any]:
