@@ -127,8 +127,9 @@ class Store:
             with transaction(self.engine) as connection:
                 yield connection
 
-    def allocate_ahead(self, kind: str, day: str) -> int | None:
-        """On Postgres, allocate a number in a short transaction of its own; on SQLite, None.
+    def allocate_ahead(self, kind: str, day: str) -> tuple[int, int] | None:
+        """On Postgres, allocate a number in a short transaction of its own (``(counter value,
+        number shown)``, as ``counters.allocate``); on SQLite, None.
 
         Postgres creators would otherwise queue on the counter row for the whole of their
         creating transaction. The allocation commits without waiting for the WAL flush: that
@@ -141,7 +142,7 @@ class Store:
             return None
         self.ensure_schema()
         with one_statement(self._async_commit_engine) as connection:
-            return counters.next_number(connection, kind, day)
+            return counters.allocate(connection, kind, day)
 
     def receipt_or_number(
         self, tenant: str, submission_id: str, day: str
