@@ -58,13 +58,15 @@ class Principal:
         return requested
 
     def acting_for(self, role: str, field: str) -> dict[str, Any]:
-        """Check that this principal may name ``role`` in ``field`` (sender, actor, reporter).
+        """Check that this principal may name ``role`` in ``field`` (sender, actor, reporter),
+        and return what the event of the act records: who acted (``principal``, the token's
+        name, and ``principal_role``) and, when it is another role, for whom (``on_behalf_of``).
 
-        Its own role: nothing to record (``{}``). Another role: ADMIN only (Forbidden
-        otherwise), and the returned event data records who acted for whom.
+        Another role: ADMIN only (Forbidden otherwise).
         """
+        who = {"principal": self.name, "principal_role": self.role}
         if role == self.role:
-            return {}
+            return who
         if self.role != ADMIN:
             raise Forbidden(
                 f"{field} is {role}, but principal {self.name!r} acts as {self.role}; only "
@@ -72,7 +74,7 @@ class Principal:
                 field=field,
                 role=self.role,
             )
-        return {"on_behalf_of": role, "principal": self.name, "principal_role": self.role}
+        return {"on_behalf_of": role, **who}
 
 
 def acting_for(principal: Principal | None, role: str, field: str) -> dict[str, Any]:

@@ -15,8 +15,10 @@ caller can grow a TASK's history by asking again and again.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 from sqlalchemy import Connection
 
@@ -83,6 +85,20 @@ class RecoveryOutcome:
         }
 
 
+@dataclass(frozen=True)
+class Asker:
+    """Who asks for a recovery: the acting role, and what its events record of the principal
+    (``Principal.acting_for``; empty for an in-process caller)."""
+
+    role: str
+    acting: Mapping[str, Any]
+
+    @property
+    def name(self) -> str | None:
+        found = self.acting.get("principal")
+        return None if found is None else str(found)
+
+
 class Recovery:
     """Opens cases for lost attempts and routes every successor decision through admission."""
 
@@ -121,7 +137,12 @@ class Recovery:
         return self.admitter.admit(case_id_for(attempt), decided_by=by, seen_decided_at=None)
 
     def open_case(
-        self, attempt: Attempt, *, by: str, undecided_only: bool = False
+        self,
+        attempt: Attempt,
+        *,
+        by: str,
+        undecided_only: bool = False,
+        principal: str | None = None,
     ) -> InterruptionCase:
         """Open (or find) the case of an interrupted attempt and run admission on it.
 
@@ -133,7 +154,9 @@ class Recovery:
         except DuplicateKey:
             pass  # a concurrent request opened it first: one case per attempt
         seen: Unset | None = None if undecided_only else Unset.ANY
-        return self.admitter.admit(case_id_for(attempt), decided_by=by, seen_decided_at=seen)
+        return self.admitter.admit(
+            case_id_for(attempt), decided_by=by, seen_decided_at=seen, principal=principal
+        )
 
     @staticmethod
     def _insert_case(connection: Connection, attempt: Attempt, now: datetime) -> None:
@@ -161,54 +184,60 @@ class Recovery:
         ``actor`` is ``principal``'s role unless the principal is an ADMIN.
         """
         request = parse(RecoverRequest, task_id=task_id, actor=actor)
-        acting_for(principal, request.actor, "actor")
+        acting = acting_for(principal, request.actor, "actor")
         task_id, actor = request.task_id, request.actor
         task, current = self._read(task_id, tenant)
         _check_approver(task, actor, "recover")
+        return self._recover(task, current, Asker(actor, acting))
+
+    def _recover(self, task: Task, current: Attempt | None, asker: Asker) -> RecoveryOutcome:
+        task_id = task.task_id
         if task.bucket is not Bucket.ACTIVE:
             return self._refuse(
                 task,
-                actor,
+                asker,
                 f"not an interruption: {task_id} is in {task.bucket.value}; rework, reopen and "
                 "reassignment keep their own lifecycle paths",
             )
         if current is None:
-            return self._refuse(task, actor, f"{task_id} has no attempt to recover")
+            return self._refuse(task, asker, f"{task_id} has no attempt to recover")
         if current.state is AttemptState.RUNNING:
-            return self._recover_running(task, current, actor)
+            return self._recover_running(task, current, asker)
         if current.state not in INTERRUPTED:
             # Classified from durable state, not from the caller: the TASK's current attempt
             # ended normally, so it is active again by rework (reject/reopen), not interrupted.
             return self._refuse(
                 task,
-                actor,
+                asker,
                 f"not an interruption: attempt {current.number} of {task_id} ended "
                 f"{current.state.value}; rework and reassignment keep their own lifecycle paths",
             )
-        case = self._case(current) or self.open_case(current, by=actor)
+        case = self._case(current) or self.open_case(
+            current, by=asker.role, principal=asker.name
+        )
         if case.state is CaseState.OPEN and case.admission is not Admission.HOLD_FOR_REVIEW:
-            case = self.admitter.admit(case.case_id, decided_by=actor)
+            case = self.admitter.admit(case.case_id, decided_by=asker.role, principal=asker.name)
         return RecoveryOutcome(task_id, case.admission or Admission.NOT_ADMITTED, "decided", case)
 
-    def _recover_running(self, task: Task, current: Attempt, actor: str) -> RecoveryOutcome:
+    def _recover_running(self, task: Task, current: Attempt, asker: Asker) -> RecoveryOutcome:
         try:
             holder = self.admitter.leases.holder(task.task_id)
         except LeaseUnavailable:
-            return self._refuse(task, actor, "Redis is unreachable: the owner may be alive")
+            return self._refuse(task, asker, "Redis is unreachable: the owner may be alive")
         if holder == current.attempt_id:
-            return self._refuse(task, actor, f"attempt {current.number} holds a live lease")
+            return self._refuse(task, asker, f"attempt {current.number} holds a live lease")
         grace = loss_grace(self.services.settings)
         missing_since = current.lease_missing_since
         if missing_since is None or self.services.clock.now() - missing_since < grace:
             return self._refuse(
                 task,
-                actor,
+                asker,
                 f"the lease of attempt {current.number} is missing for less than the "
                 "grace window; the reconciler confirms the loss first",
             )
-        case = self.lose(current, state=AttemptState.SESSION_LOST, by=actor)
+        case = self.lose(current, state=AttemptState.SESSION_LOST, by=asker.role)
         if case is None:
-            return self._refuse(task, actor, "the attempt changed while it was being recovered")
+            return self._refuse(task, asker, "the attempt changed while it was being recovered")
         return RecoveryOutcome(task.task_id, case.admission or Admission.NOT_ADMITTED, "lost", case)
 
     def _read(self, task_id: str, tenant: str | None) -> tuple[Task, Attempt | None]:
@@ -222,17 +251,21 @@ class Recovery:
         with self.services.store.snapshot() as connection:
             return cases.for_attempt(connection, attempt.attempt_id)
 
-    def _refuse(self, task: Task, actor: str, reason: str) -> RecoveryOutcome:
+    def _refuse(self, task: Task, asker: Asker, reason: str) -> RecoveryOutcome:
         """``not_admitted``: keep the owner, start nothing, and record that it was asked (once
         per caller and reason within :data:`REFUSAL_WINDOW`)."""
         now = self.services.clock.now()
-        data = {"admission": Admission.NOT_ADMITTED.value, "reason": reason}
+        data = {"admission": Admission.NOT_ADMITTED.value, "reason": reason, **asker.acting}
         with self.services.store.transaction() as connection:
-            if not _asked_lately(connection, task.task_id, actor, data, now - REFUSAL_WINDOW):
+            if not _asked_lately(connection, task.task_id, asker.role, data, now - REFUSAL_WINDOW):
                 events.insert(
                     connection,
                     events.row(
-                        task_id=task.task_id, kind=EventKind.ADMISSION, by=actor, at=now, data=data
+                        task_id=task.task_id,
+                        kind=EventKind.ADMISSION,
+                        by=asker.role,
+                        at=now,
+                        data=data,
                     ),
                 )
         return RecoveryOutcome(task.task_id, Admission.NOT_ADMITTED, reason)
@@ -259,7 +292,10 @@ class Recovery:
         case, task = self._held_case(request.case_id, tenant)
         _check_approver(task, request.actor, f"review {request.case_id}")
         self._record_review(case, task, request, acting)
-        return self.admitter.admit(request.case_id, decided_by=request.actor)
+        name = acting.get("principal")
+        return self.admitter.admit(
+            request.case_id, decided_by=request.actor, principal=str(name) if name else None
+        )
 
     def _held_case(self, case_id: str, tenant: str | None) -> tuple[InterruptionCase, Task]:
         with self.services.store.snapshot() as connection:
@@ -284,6 +320,8 @@ class Recovery:
         effect, note, actor = request.effect, request.note, request.actor
         now = self.services.clock.now()
         review = {"effect": effect, "note": note, "by": actor, "at": now.isoformat()}
+        if acting.get("principal"):
+            review["principal"] = str(acting["principal"])
         with self.services.store.transaction() as connection:
             cases.set_review(connection, case.case_id, review)
             # The reviewed fact becomes the record of every unsettled operation of the
@@ -294,7 +332,7 @@ class Recovery:
                     connection,
                     op.operation_id,
                     present=effect == "present",
-                    source={"source": f"review:{actor}", "note": note},
+                    source={"source": f"review:{actor}", "note": note, **_by(acting)},
                     now=now,
                 )
             events.insert(
@@ -310,6 +348,10 @@ class Recovery:
             )
 
 
+def _by(acting: Mapping[str, Any]) -> dict[str, Any]:
+    return {"principal": acting["principal"]} if acting.get("principal") else {}
+
+
 def _check_approver(task: Task, actor: str, what: str) -> None:
     """NotAuthorized unless ``actor`` is one of the TASK's approvers."""
     allowed = approvers(task)
@@ -323,7 +365,7 @@ def _check_approver(task: Task, actor: str, what: str) -> None:
 
 
 def _asked_lately(
-    connection: Connection, task_id: str, actor: str, data: dict[str, str], since: datetime
+    connection: Connection, task_id: str, actor: str, data: Mapping[str, Any], since: datetime
 ) -> bool:
     """Whether ``actor`` was refused the same way on this TASK since ``since``."""
     return any(

@@ -36,8 +36,11 @@ def row(
     data: Mapping[str, Any] | None = None,
     principal: str | None = None,
 ) -> dict[str, Any]:
-    """The row of one history event; ``principal``: the name of the caller whose call wrote it
-    (None for the runtime's own events)."""
+    """The row of one history event. ``principal``: the name of the caller whose call wrote it
+    (None for the runtime's own events); by default the ``principal`` that ``data`` records
+    (``Principal.acting_for``), so every act of a principal names it in its own column."""
+    if principal is None and data is not None:
+        principal = data.get("principal")
     return {
         "task_id": task_id,
         "at": at,
