@@ -47,9 +47,17 @@ def bind(host: str, port: int, *, setting: str = "SUREHAND_API_PORT") -> socket.
     return sock
 
 
-def _config(app: Any, log_level: str) -> uvicorn.Config:
+def _config(app: Any, log_level: str, forwarded_allow_ips: str | None) -> uvicorn.Config:
     # access_log off unless debugging: request lines would repeat every task id at INFO.
-    return uvicorn.Config(app, log_level=log_level, access_log=log_level == "debug")
+    # Proxy headers (X-Forwarded-For/-Proto) are believed only from the addresses listed
+    # (SUREHAND_API_FORWARDED_ALLOW_IPS): anyone else could claim any address or scheme.
+    return uvicorn.Config(
+        app,
+        log_level=log_level,
+        access_log=log_level == "debug",
+        proxy_headers=True,
+        forwarded_allow_ips=forwarded_allow_ips or "127.0.0.1",
+    )
 
 
 def url_of(host: str, port: int) -> str:
@@ -65,6 +73,7 @@ def serve(
     log_level: str = "info",
     setting: str = "SUREHAND_API_PORT",
     announce: Callable[[str], object] | None = None,
+    forwarded_allow_ips: str | None = None,
 ) -> None:
     """Run ``app`` in this (main) thread until SIGINT/SIGTERM, then return normally.
 
@@ -74,7 +83,7 @@ def serve(
     if announce is not None:
         announce(url_of(host, sock.getsockname()[1]))
     with quiet_signals():
-        uvicorn.Server(_config(app, log_level)).run(sockets=[sock])
+        uvicorn.Server(_config(app, log_level, forwarded_allow_ips)).run(sockets=[sock])
 
 
 @contextlib.contextmanager
@@ -101,11 +110,19 @@ def _ignore(_signum: int, _frame: FrameType | None) -> None:
 class BackgroundServer:
     """uvicorn in a daemon thread; ``stop()`` finishes in-flight requests and returns."""
 
-    def __init__(self, app: Any, host: str, port: int, *, log_level: str = "warning") -> None:
+    def __init__(
+        self,
+        app: Any,
+        host: str,
+        port: int,
+        *,
+        log_level: str = "warning",
+        forwarded_allow_ips: str | None = None,
+    ) -> None:
         self.host = host
         self.socket = bind(host, port)
         self.port: int = self.socket.getsockname()[1]
-        self.server = uvicorn.Server(_config(app, log_level))
+        self.server = uvicorn.Server(_config(app, log_level, forwarded_allow_ips))
         self.thread = threading.Thread(
             target=self.server.run, kwargs={"sockets": [self.socket]}, name="surehand-http"
         )

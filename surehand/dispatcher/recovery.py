@@ -25,6 +25,7 @@ from sqlalchemy import Connection
 from surehand.config import Settings
 from surehand.dispatcher.admission import Admitter, Unset
 from surehand.dispatcher.context import Services
+from surehand.dispatcher.effects import unsettled
 from surehand.dispatcher.lifecycle import approvers
 from surehand.errors import (
     CaseNotFound,
@@ -33,6 +34,7 @@ from surehand.errors import (
     NotAuthorized,
     RecoveryError,
     TaskNotFound,
+    ValidationFailed,
 )
 from surehand.model import (
     Admission,
@@ -42,6 +44,7 @@ from surehand.model import (
     CaseState,
     EventKind,
     InterruptionCase,
+    Operation,
     Task,
 )
 from surehand.principals import Principal, acting_for
@@ -212,9 +215,7 @@ class Recovery:
                 f"not an interruption: attempt {current.number} of {task_id} ended "
                 f"{current.state.value}; rework and reassignment keep their own lifecycle paths",
             )
-        case = self._case(current) or self.open_case(
-            current, by=asker.role, principal=asker.name
-        )
+        case = self._case(current) or self.open_case(current, by=asker.role, principal=asker.name)
         if case.state is CaseState.OPEN and case.admission is not Admission.HOLD_FOR_REVIEW:
             case = self.admitter.admit(case.case_id, decided_by=asker.role, principal=asker.name)
         return RecoveryOutcome(task_id, case.admission or Admission.NOT_ADMITTED, "decided", case)
@@ -276,18 +277,28 @@ class Recovery:
         self,
         case_id: str,
         *,
-        effect: Effect,
+        effect: Effect | None,
         note: str,
         actor: str,
         tenant: str | None,
         principal: Principal | None = None,
+        operations: Mapping[int, Effect] | None = None,
     ) -> InterruptionCase:
-        """An approver states whether a held case's effect happened; admission runs again.
+        """An approver states whether a held case's effects happened; admission runs again.
 
-        ``effect`` is exactly ``"present"`` or ``"absent"`` and ``note`` says how it was
-        checked (ValidationFailed otherwise); a refused review writes nothing.
+        ``effect`` (``"present"`` or ``"absent"``) answers every unsettled operation of the
+        interrupted attempt, or ``operations`` answers each by its id (``effect`` then those
+        not listed); ``note`` says how it was checked. ValidationFailed otherwise, and for an
+        unsettled operation left unanswered; a refused review writes nothing.
         """
-        request = parse(ReviewRequest, case_id=case_id, effect=effect, note=note, actor=actor)
+        request = parse(
+            ReviewRequest,
+            case_id=case_id,
+            effect=effect,
+            operations=dict(operations or {}),
+            note=note,
+            actor=actor,
+        )
         acting = acting_for(principal, request.actor, "actor")
         case, task = self._held_case(request.case_id, tenant)
         _check_approver(task, request.actor, f"review {request.case_id}")
@@ -317,21 +328,25 @@ class Recovery:
         request: ReviewRequest,
         acting: dict[str, object],
     ) -> None:
-        effect, note, actor = request.effect, request.note, request.actor
+        note, actor = request.note, request.actor
         now = self.services.clock.now()
-        review = {"effect": effect, "note": note, "by": actor, "at": now.isoformat()}
-        if acting.get("principal"):
-            review["principal"] = str(acting["principal"])
         with self.services.store.transaction() as connection:
+            ops = operations.for_attempt(connection, case.interrupted_attempt_id)
+            answers = _answers(request, ops)
+            effect = _overall(request.effect, answers)
+            review: dict[str, Any] = {"effect": effect, "note": note, "by": actor}
+            review.update(at=now.isoformat(), **_by(acting))
+            if request.operations:
+                review["operations"] = {str(op_id): said for op_id, said in answers.items()}
             cases.set_review(connection, case.case_id, review)
             # The reviewed fact becomes the record of every unsettled operation of the
             # interrupted attempt (open, or raised with an unknown effect), so a later session
             # of this TASK neither repeats a present effect nor refuses an absent one.
-            for op in operations.for_attempt(connection, case.interrupted_attempt_id):
+            for op_id, said in answers.items():
                 operations.confirm(
                     connection,
-                    op.operation_id,
-                    present=effect == "present",
+                    op_id,
+                    present=said == "present",
                     source={"source": f"review:{actor}", "note": note, **_by(acting)},
                     now=now,
                 )
@@ -346,6 +361,31 @@ class Recovery:
                     data={"case_id": case.case_id, "effect": effect, **acting},
                 ),
             )
+
+
+def _answers(request: ReviewRequest, ops: list[Operation]) -> dict[int, str]:
+    """The answer for each operation a review speaks for (open, or raised: :func:`unsettled`),
+    from ``operations`` or else ``effect``; ValidationFailed for one left unanswered or an id
+    that is not an unsettled operation of the attempt."""
+    open_ids = {op.operation_id: op for op in ops if unsettled(op)}
+    stray = sorted(set(request.operations) - set(open_ids))
+    if stray:
+        raise ValidationFailed(
+            "operations", f"{stray[0]} is not an unsettled operation of this case"
+        )
+    answers: dict[int, str] = {}
+    for op_id, op in open_ids.items():
+        said = request.operations.get(op_id, request.effect)
+        if said is None:
+            raise ValidationFailed("operations", f"say present or absent for {op.name} ({op_id})")
+        answers[op_id] = said
+    return answers
+
+
+def _overall(effect: str | None, answers: Mapping[int, str]) -> str:
+    """What the review says as a whole: ``present``/``absent`` when every answer agrees."""
+    said = set(answers.values()) or {effect or "absent"}
+    return said.pop() if len(said) == 1 else "mixed"
 
 
 def _by(acting: Mapping[str, Any]) -> dict[str, Any]:

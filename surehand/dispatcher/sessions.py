@@ -220,7 +220,7 @@ class Session:
         ahead = self.services.store.allocate_ahead("REPORT", day)
         try:
             with self.services.store.one_write() as connection:
-                number = ahead if ahead is not None else counters.allocate(connection, "REPORT", day)
+                number = ahead or counters.allocate(connection, "REPORT", day)
                 moved = session_writes.settle_first_report(
                     connection, self._first_report(result, returned, review, now, day, number)
                 )

@@ -32,6 +32,20 @@ from surehand.store.engine import (
 __all__ = ["Store"]
 
 
+SECRET_WORDS = ("pass", "secret", "token", "key", "credential", "auth")
+
+
+def describe_url(url: str) -> str:
+    """``url`` with its password and every secret-looking query parameter shown as ``hidden``."""
+    parsed = make_url(url)
+    hidden = {
+        name: "hidden"
+        for name in parsed.query
+        if any(word in name.lower() for word in SECRET_WORDS)
+    }
+    return parsed.update_query_dict(hidden).render_as_string(hide_password=True)
+
+
 class Store:
     """A handle on one database: transactions, snapshots and migrations.
 
@@ -67,8 +81,9 @@ class Store:
         return self.engine.dialect.name
 
     def describe(self) -> str:
-        """The URL with any password hidden, for logs and `surehand check`."""
-        return make_url(self.url).render_as_string(hide_password=True)
+        """The URL with any secret hidden, for logs and `surehand check`: the password, and
+        every query parameter that can carry one (``?password=``, ``sslpassword``, ...)."""
+        return describe_url(self.url)
 
     def ensure_schema(self) -> None:
         """Upgrade (embedded) or verify (deployment) the schema once per process."""

@@ -9,13 +9,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from datetime import datetime
+from types import SimpleNamespace
 from typing import Any
 
 from sqlalchemy import Connection, Row, func, insert, select, update
 
-from surehand.model import Admission, CaseState, EffectFact, InterruptionCase
+from surehand.model import Admission, CaseState, EffectFact, InterruptionCase, Task
 from surehand.store.schema import interruption_cases as cases
 from surehand.store.schema import tasks
+from surehand.store.tasks import from_row
 
 
 def _case(row: Row[Any]) -> InterruptionCase:
@@ -105,6 +107,29 @@ def listing(
             tasks.c.tenant == tenant
         )
     return [_case(row) for row in connection.execute(query).all()]
+
+
+def held(
+    connection: Connection, *, tenant: str, limit: int = 200
+) -> list[tuple[InterruptionCase, Task]]:
+    """Open cases held for review with their TASKs, most urgent first: by the TASK's priority
+    (P0 first), then the longest waiting."""
+    query = (
+        select(cases, *(column.label(f"t_{column.name}") for column in tasks.c))
+        .join(tasks, tasks.c.task_id == cases.c.task_id)
+        .where(
+            tasks.c.tenant == tenant,
+            cases.c.state == CaseState.OPEN.value,
+            cases.c.admission == Admission.HOLD_FOR_REVIEW.value,
+        )
+        .order_by(tasks.c.priority, cases.c.interrupted_at, cases.c.case_id)
+        .limit(limit)
+    )
+    found: list[tuple[InterruptionCase, Task]] = []
+    for row in connection.execute(query).all():
+        task_row = SimpleNamespace(**{c.name: getattr(row, f"t_{c.name}") for c in tasks.c})
+        found.append((_case(row), from_row(task_row)))
+    return found
 
 
 def decide(

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import threading
 import weakref
-
 from typing import Any
 
 from sqlalchemy import Connection, Engine, select

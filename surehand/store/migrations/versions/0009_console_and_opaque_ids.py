@@ -81,21 +81,29 @@ def _rewrite(name: str, change: Callable[[int], int]) -> None:
     # Through a temporary negative value: a new value may equal an old one not yet rewritten.
     for old in moves:
         connection.execute(
-            sa.update(table).where(table.c.bound_operation_id == old).values(bound_operation_id=-old)
+            sa.update(table)
+            .where(table.c.bound_operation_id == old)
+            .values(bound_operation_id=-old)
         )
     for old, new in moves.items():
         connection.execute(
-            sa.update(table).where(table.c.bound_operation_id == -old).values(bound_operation_id=new)
+            sa.update(table)
+            .where(table.c.bound_operation_id == -old)
+            .values(bound_operation_id=new)
         )
 
 
 def downgrade() -> None:
     counters = _counters()
-    secret = op.get_bind().execute(
-        sa.select(counters.c.secret).where(
-            counters.c.kind == ROWIDS["kind"], counters.c.day == ROWIDS["day"]
+    secret = (
+        op.get_bind()
+        .execute(
+            sa.select(counters.c.secret).where(
+                counters.c.kind == ROWIDS["kind"], counters.c.day == ROWIDS["day"]
+            )
         )
-    ).scalar_one()
+        .scalar_one()
+    )
     for name in BOUND:
         _rewrite(name, lambda value: 1 + numbering.unpermute(value - 1, SPAN, secret))
         with op.batch_alter_table(name, schema=None) as batch_op:
