@@ -281,9 +281,7 @@ def _serve_worker_metrics(**_: Any) -> None:
     settings = Settings()
     if settings.metrics_port:
         hosts = HostRule.from_settings(settings)
-        serve_metrics(
-            settings.metrics_host, settings.metrics_port, settings.metrics_token, hosts
-        )
+        serve_metrics(settings.metrics_host, settings.metrics_port, settings.metrics_token, hosts)
 
 
 def connect_celery_signals() -> None:

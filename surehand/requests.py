@@ -18,8 +18,8 @@ from pydantic import (
     ConfigDict,
     Field,
     ValidationError,
+    ValidationInfo,
     field_validator,
-    model_validator,
 )
 
 from surehand.digest import normalize_text
@@ -335,18 +335,19 @@ class ReviewRequest(_Edge):
     per operation id in ``operations`` (``effect`` then answers the ones not listed)."""
 
     case_id: CaseId
-    effect: Effect | None = None
     operations: dict[Annotated[int, BeforeValidator(_count)], Effect] = Field(
         default_factory=dict, max_length=MAX_ITEMS
     )
+    effect: Effect | None = Field(None, validate_default=True)
     note: Text
     actor: RoleCode
 
-    @model_validator(mode="after")
-    def _answered(self) -> ReviewRequest:
-        if self.effect is None and not self.operations:
-            raise ValueError("effect: say present or absent (or answer each operation)")
-        return self
+    @field_validator("effect")
+    @classmethod
+    def _answered(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if value is None and not info.data.get("operations"):
+            raise ValueError("say present or absent (or answer each operation)")
+        return value
 
     @field_validator("note")
     @classmethod

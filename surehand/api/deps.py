@@ -37,7 +37,6 @@ def get_caller(
     _credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)],
 ) -> Caller:
     """Authenticate the request (AuthError → 401) and bind its principal to its tenant's facade."""
-    auth: Authenticator = request.app.state.auth
     views: TenantViews = request.app.state.views
     principal = authenticate(request)
     return Caller(principal, views(principal.tenant).acting_as(principal))

@@ -13,15 +13,15 @@ Unicode one in ``store/engine.py``) over the TASK id, the submission id, subject
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
 
 from sqlalchemy import ColumnElement, Connection, and_, func, or_, select
 
-from surehand.model import Bucket, Priority, Task
+from surehand.model import Bucket, Priority
+from surehand.model.listing import Count, Cursor, Page
 from surehand.store.schema import tasks
 from surehand.store.tasks import from_row
 
-EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+__all__ = ["Count", "Cursor", "Page", "TaskFilter", "counts", "page"]
 
 
 @dataclass(frozen=True)
@@ -52,52 +52,20 @@ def _matches(needle: str) -> ColumnElement[bool]:
     return or_(*(func.lower(column).contains(needle, autoescape=True) for column in columns))
 
 
-@dataclass(frozen=True)
-class Cursor:
-    """A position in the newest-first order: the TASK ``(created_at, task_id)`` it is at."""
-
-    created_at: datetime
-    task_id: str
-
-    @classmethod
-    def at(cls, task: Task) -> Cursor:
-        return cls(task.created_at, task.task_id)
-
-    def encode(self) -> str:
-        """``<microseconds since 1970>.<task id>``: URL-safe, exact."""
-        micros = (self.created_at - EPOCH) // timedelta(microseconds=1)
-        return f"{micros}.{self.task_id}"
-
-    @classmethod
-    def decode(cls, text: str) -> Cursor:
-        """The cursor ``encode`` wrote (ValueError for anything else)."""
-        micros, _, task_id = text.partition(".")
-        if not micros.isdigit() or len(micros) > 18 or not task_id.startswith("TASK-"):
-            raise ValueError("not a page cursor")
-        return cls(EPOCH + timedelta(microseconds=int(micros)), task_id)
-
-    def before(self) -> ColumnElement[bool]:
-        """Rows after this one in newest-first order (older ones)."""
-        return or_(
-            tasks.c.created_at < self.created_at,
-            and_(tasks.c.created_at == self.created_at, tasks.c.task_id < self.task_id),
-        )
-
-    def after(self) -> ColumnElement[bool]:
-        """Rows before this one in newest-first order (newer ones)."""
-        return or_(
-            tasks.c.created_at > self.created_at,
-            and_(tasks.c.created_at == self.created_at, tasks.c.task_id > self.task_id),
-        )
+def _older_than(cursor: Cursor) -> ColumnElement[bool]:
+    """Rows after ``cursor`` in newest-first order (older ones)."""
+    return or_(
+        tasks.c.created_at < cursor.created_at,
+        and_(tasks.c.created_at == cursor.created_at, tasks.c.task_id < cursor.task_id),
+    )
 
 
-@dataclass(frozen=True)
-class Page:
-    """One page of a list and the cursors of its neighbours (None: there is none)."""
-
-    tasks: list[Task]
-    older: Cursor | None
-    newer: Cursor | None
+def _newer_than(cursor: Cursor) -> ColumnElement[bool]:
+    """Rows before ``cursor`` in newest-first order (newer ones)."""
+    return or_(
+        tasks.c.created_at > cursor.created_at,
+        and_(tasks.c.created_at == cursor.created_at, tasks.c.task_id > cursor.task_id),
+    )
 
 
 def page(
@@ -114,7 +82,7 @@ def page(
         return _newer_page(connection, wanted, before, limit)
     query = select(tasks).where(*wanted.conditions())
     if after is not None:
-        query = query.where(after.before())
+        query = query.where(_older_than(after))
     rows = connection.execute(
         query.order_by(tasks.c.created_at.desc(), tasks.c.task_id.desc()).limit(limit + 1)
     ).all()
@@ -125,7 +93,7 @@ def page(
 
 
 def _newer_page(connection: Connection, wanted: TaskFilter, before: Cursor, limit: int) -> Page:
-    query = select(tasks).where(*wanted.conditions(), before.after())
+    query = select(tasks).where(*wanted.conditions(), _newer_than(before))
     rows = connection.execute(
         query.order_by(tasks.c.created_at.asc(), tasks.c.task_id.asc()).limit(limit + 1)
     ).all()
@@ -133,14 +101,6 @@ def _newer_page(connection: Connection, wanted: TaskFilter, before: Cursor, limi
     newer = Cursor.at(found[0]) if len(rows) > limit else None
     older = Cursor.at(found[-1]) if found else None
     return Page(found, older, newer)
-
-
-@dataclass(frozen=True)
-class Count:
-    """How many TASKs match: exact, or (``exact`` False) at least ``value``."""
-
-    value: int
-    exact: bool = True
 
 
 def counts(connection: Connection, wanted: TaskFilter, *, cap: int = 1000) -> dict[Bucket, Count]:
