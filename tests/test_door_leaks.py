@@ -10,6 +10,7 @@ match; host entries that could never match are refused, and ``[::1]evil.com`` is
 from __future__ import annotations
 
 import hmac
+import itertools
 from collections.abc import Iterator
 from typing import Any
 
@@ -31,7 +32,7 @@ from tests.recovery_helpers import Rig, open_rig
 
 
 def increasing_by_one(numbers: list[int]) -> bool:
-    return all(b - a == 1 for a, b in zip(numbers, numbers[1:], strict=False))
+    return all(b - a == 1 for a, b in itertools.pairwise(numbers))
 
 
 @pytest.fixture
@@ -63,7 +64,7 @@ def test_report_numbers_show_no_volume(two_tenants: tuple[Rig, Rig]) -> None:
     numbers = [_report_number(result.report.report_id) for result in mine]
     assert len(set(numbers)) == len(numbers)
     assert not increasing_by_one(numbers)
-    gaps = {b - a for a, b in zip(numbers, numbers[1:], strict=False)}
+    gaps = {b - a for a, b in itertools.pairwise(numbers)}
     assert gaps != {6}  # acme's numbers do not step over globex's five
 
 
