@@ -7,6 +7,8 @@ older TASK could not be found, a fuller bucket counted "300+", and nothing paged
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
 
 from surehand import Surehand
@@ -38,7 +40,7 @@ def seed(store: Store, clock: ManualClock, tenant: str = "acme", n: int = SEEDED
 
 
 @pytest.fixture
-def acme(store: Store, clock: ManualClock) -> Surehand:
+def acme(store: Store, clock: ManualClock) -> Iterator[Surehand]:
     seed(store, clock, tenant="globex", n=25)  # another tenant's TASKs: never listed or counted
     sh = seed(store, clock)
     yield sh
