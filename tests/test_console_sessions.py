@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Iterator
+from typing import Any
 
 import httpx
 import pytest
@@ -51,7 +52,7 @@ def csrf_of(html: str) -> str:
     return found.group(1)
 
 
-def sign_in(client: TestClient, token: str, next_path: str = "") -> httpx.Response:
+def sign_in(client: TestClient, token: str, next_path: str = "") -> Any:
     form = client.get("/ui/sign-in", params={"next": next_path} if next_path else None)
     data = {"token": token, "csrf_token": csrf_of(form.text), "next": next_path}
     return client.post("/ui/sign-in", data=data)
