@@ -39,30 +39,34 @@
     }
   }
 
-  // Make target's children look like source's, keeping every node that can be kept.
+  // Make target's children look like source's, keeping every node that can be kept: a keyed
+  // node (data-key) is matched by its key wherever it is, any other by its position. A kept
+  // node is moved only if the order changed (moving a node would drop the focus inside it).
   function morphChildren(target, source) {
     var wanted = Array.prototype.slice.call(source.childNodes);
-    var current = Array.prototype.slice.call(target.childNodes);
-    var byKey = {};
-    current.forEach(function (node) { var k = keyOf(node); if (k) { byKey[k] = node; } });
-    var index = 0;
-    wanted.forEach(function (next) {
-      var k = keyOf(next);
-      var found = k ? byKey[k] : current[index];
-      if (!found || !sameKind(found, next)) {
-        found = null;
-      }
-      if (found) {
-        morph(found, next);
-        if (target.childNodes[index] !== found) { target.insertBefore(found, target.childNodes[index] || null); }
-        if (k) { delete byKey[k]; }
-        current = current.filter(function (node) { return node !== found; });
-      } else {
-        target.insertBefore(next, target.childNodes[index] || null);
-      }
-      index++;
+    var keyed = {};
+    Array.prototype.forEach.call(target.childNodes, function (node) {
+      var k = keyOf(node);
+      if (k) { keyed[k] = node; }
     });
-    while (target.childNodes.length > index) { target.removeChild(target.lastChild); }
+    wanted.forEach(function (next, i) {
+      var k = keyOf(next);
+      var here = target.childNodes[i] || null;
+      var match = null;
+      if (k) {
+        match = keyed[k] && sameKind(keyed[k], next) ? keyed[k] : null;
+        delete keyed[k];
+      } else if (here && !keyOf(here) && sameKind(here, next)) {
+        match = here;
+      }
+      if (match) {
+        if (match !== here) { target.insertBefore(match, here); }
+        morph(match, next);
+      } else {
+        target.insertBefore(next, here);
+      }
+    });
+    while (target.childNodes.length > wanted.length) { target.removeChild(target.lastChild); }
   }
 
   function morph(target, source) {
