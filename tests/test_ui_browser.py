@@ -172,7 +172,13 @@ def shoot(page: Page, artifacts: Path, name: str) -> None:
     for width, height in WIDTHS.items():
         page.set_viewport_size({"width": width, "height": height})
         overflow = page.evaluate("document.documentElement.scrollWidth")
-        assert overflow <= width, f"{name} at {width} px is {overflow} px wide"
+        wide = page.evaluate(
+            "(w) => Array.from(document.querySelectorAll('body *'))"
+            ".filter(e => e.getBoundingClientRect().right > w + 1)"
+            ".slice(0, 5).map(e => e.tagName + '.' + e.className + ' ' + (e.id || ''))",
+            width,
+        )
+        assert overflow <= width, f"{name} at {width} px is {overflow} px wide: {wide}"
         page.screenshot(path=str(artifacts / f"{name}-{width}.png"), full_page=True)
     page.set_viewport_size({"width": 1280, "height": 900})
 
@@ -180,7 +186,9 @@ def shoot(page: Page, artifacts: Path, name: str) -> None:
 def test_a_dev_sees_the_case_but_no_review_form(browser: Browser, held: Held) -> None:
     """Without JavaScript, too: every page is complete as the server renders it."""
     page = signed_in(browser, held.url, DEV, javascript=False)
-    assert page.locator(f'.card.held[data-task="{held.task_id}"]').count() == 1
+    # In the held strip (first) and in its bucket's column.
+    assert page.locator(f'.card.held[data-task="{held.task_id}"]').count() == 2
+    assert page.locator(f'.held-strip [data-task="{held.task_id}"]').count() == 1
     page.goto(f"{held.url}/ui/cases/{held.case_id}")
     assert page.locator("text=open intent without key or probe").count() >= 1
     assert page.locator("text=Your answer").count() == 1  # still held
@@ -202,7 +210,7 @@ def test_a_pm_reviews_a_held_task_and_watches_it_run_again(
     browser: Browser, held: Held, artifacts: Path
 ) -> None:
     page = signed_in(browser, held.url, PM)
-    card = page.locator(f'.card.held[data-task="{held.task_id}"]')
+    card = page.locator(f'.held-strip .card.held[data-task="{held.task_id}"]')
     card.wait_for()
     shoot(page, artifacts, "board")
     page.click("nav >> text=Held")
