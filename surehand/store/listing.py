@@ -19,7 +19,7 @@ from sqlalchemy import ColumnElement, Connection, and_, func, or_, select
 from surehand.model import Bucket, Priority
 from surehand.model.listing import Count, Cursor, Page
 from surehand.store.schema import tasks
-from surehand.store.tasks import from_row
+from surehand.store.tasks import TASK_COLUMNS, from_row
 
 __all__ = ["Count", "Cursor", "Page", "TaskFilter", "counts", "page"]
 
@@ -80,7 +80,7 @@ def page(
     ones), or the newest ``limit``; newest first."""
     if before is not None:
         return _newer_page(connection, wanted, before, limit)
-    query = select(tasks).where(*wanted.conditions())
+    query = select(*TASK_COLUMNS).where(*wanted.conditions())  # not the stored document
     if after is not None:
         query = query.where(_older_than(after))
     rows = connection.execute(
@@ -93,7 +93,7 @@ def page(
 
 
 def _newer_page(connection: Connection, wanted: TaskFilter, before: Cursor, limit: int) -> Page:
-    query = select(tasks).where(*wanted.conditions(), _newer_than(before))
+    query = select(*TASK_COLUMNS).where(*wanted.conditions(), _newer_than(before))
     rows = connection.execute(
         query.order_by(tasks.c.created_at.asc(), tasks.c.task_id.asc()).limit(limit + 1)
     ).all()
