@@ -13,12 +13,13 @@ Unicode one in ``store/engine.py``) over the TASK id, the submission id, subject
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
-from sqlalchemy import ColumnElement, Connection, and_, func, or_, select
+from sqlalchemy import ColumnElement, Connection, func, literal, or_, select, tuple_
 
 from surehand.model import Bucket, Priority
 from surehand.model.listing import Count, Cursor, Page
-from surehand.store.schema import tasks
+from surehand.store.schema import UTCDateTime, tasks
 from surehand.store.tasks import TASK_COLUMNS, from_row
 
 __all__ = ["Count", "Cursor", "Page", "TaskFilter", "counts", "page"]
@@ -53,19 +54,23 @@ def _matches(needle: str) -> ColumnElement[bool]:
 
 
 def _older_than(cursor: Cursor) -> ColumnElement[bool]:
-    """Rows after ``cursor`` in newest-first order (older ones)."""
-    return or_(
-        tasks.c.created_at < cursor.created_at,
-        and_(tasks.c.created_at == cursor.created_at, tasks.c.task_id < cursor.task_id),
-    )
+    """Rows after ``cursor`` in newest-first order (older ones). A row-value comparison, not
+    the equivalent OR: both databases read it as a range of the board index, so a page deep in
+    the list costs what the first page costs."""
+    return _position() < _at(cursor)
 
 
 def _newer_than(cursor: Cursor) -> ColumnElement[bool]:
     """Rows before ``cursor`` in newest-first order (newer ones)."""
-    return or_(
-        tasks.c.created_at > cursor.created_at,
-        and_(tasks.c.created_at == cursor.created_at, tasks.c.task_id > cursor.task_id),
-    )
+    return _position() > _at(cursor)
+
+
+def _position() -> ColumnElement[Any]:
+    return tuple_(tasks.c.created_at, tasks.c.task_id)
+
+
+def _at(cursor: Cursor) -> ColumnElement[Any]:
+    return tuple_(literal(cursor.created_at, UTCDateTime()), literal(cursor.task_id))
 
 
 def page(
