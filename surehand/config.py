@@ -190,6 +190,27 @@ class Settings(BaseSettings):
         "answer besides the loopback names 127.0.0.1, localhost and [::1]; any other Host gets "
         "421 (protection against DNS rebinding). Add the names clients use behind a proxy.",
     )
+    api_forwarded_allow_ips: str = Field(
+        "127.0.0.1",
+        description="Comma list of proxy addresses (IPs or networks, or *) whose "
+        "X-Forwarded-For and X-Forwarded-Proto headers the API trusts: behind a TLS proxy in "
+        "another container, list its address so that the console sees https (its cookie gets "
+        "Secure) and the real client address (sign-in throttling counts per client).",
+    )
+    api_docs: bool = Field(
+        True,
+        description="Serve the API's reference at /docs (a plain page, no scripts) and its "
+        "OpenAPI document at /openapi.json; false turns both off (404).",
+    )
+    console_idle_seconds: float = Field(
+        1800.0,
+        gt=0,
+        description="A console session unused this long (no page opened; the live refresh does "
+        "not count) ends; the next page asks to sign in again.",
+    )
+    console_session_seconds: float = Field(
+        8 * 3600.0, gt=0, description="The longest a console session lasts, used or not."
+    )
     metrics_token: str = Field(
         "",
         description="Bearer token for /metrics (the API's and a worker's metrics port). With "

@@ -103,8 +103,13 @@ class Embedded:
             return
         from surehand.principals import Authenticator
 
-        Authenticator(self.settings).check_bind(self.host, "the API")
-        server = BackgroundServer(create_app(self.sh), self.host, self.port).start()
+        Authenticator(self.settings).check_start(self.host, "the API")
+        server = BackgroundServer(
+            create_app(self.sh),
+            self.host,
+            self.port,
+            forwarded_allow_ips=self.settings.api_forwarded_allow_ips,
+        ).start()
         self._api = server
         self.api_url = server.url
 

@@ -313,6 +313,13 @@ class Forbidden(AuthError, PermissionError):
     code = "forbidden"
 
 
+class TooManyAttempts(AuthError):
+    """Too many failed sign-ins or unknown tokens from this client; wait and try again."""
+
+    code = "too_many_attempts"
+    retryable = True
+
+
 class DuplicateKey(StoreError):
     """A unique constraint refused a row (used by the service layer to converge races)."""
 

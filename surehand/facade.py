@@ -20,11 +20,12 @@ from surehand.config import Settings
 from surehand.dispatcher import diagnostics, lifecycle, reports, submissions
 from surehand.dispatcher.context import Publisher, Services
 from surehand.dispatcher.dispatch import publish_after_commit, publish_successor
-from surehand.errors import CaseNotFound, ConfigError, TaskNotFound
+from surehand.errors import CaseNotFound, ConfigError, TaskNotFound, ValidationFailed
 from surehand.model import (
     Action,
     Admission,
     Attempt,
+    AttemptState,
     Bucket,
     CaseState,
     InterruptionCase,
@@ -42,12 +43,13 @@ from surehand.requests import (
     ReportRequest,
     TaskQuery,
     TaskRequest,
+    TaskSearch,
     case_id_arg,
     parse,
     submission_id_arg,
     task_id_arg,
 )
-from surehand.store import Store, events, tasks
+from surehand.store import Store, events, listing, tasks
 from surehand.store import attempts as attempt_rows
 from surehand.store import cases as case_rows
 from surehand.store import operations as operation_rows
@@ -261,6 +263,28 @@ class Surehand:
                 offset=query.offset,
             )
 
+    def find_tasks(self, **search: Any) -> listing.Page:
+        """A page of this tenant's TASKs, newest first, filtered and searched in the store
+        (see :class:`surehand.requests.TaskSearch`); its cursors page on without gaps."""
+        query = parse(TaskSearch, **search)
+        wanted = _task_filter(self.tenant, query)
+        after, before = _cursor(query.after, "after"), _cursor(query.before, "before")
+        with self.store.snapshot() as connection:
+            return listing.page(connection, wanted, after=after, before=before, limit=query.limit)
+
+    def count_tasks(self, **search: Any) -> dict[Bucket, listing.Count]:
+        """This tenant's TASKs per bucket matching the filters (a text search counts up to
+        1,000 per bucket and says when there are more)."""
+        wanted = _task_filter(self.tenant, parse(TaskSearch, **search))
+        with self.store.snapshot() as connection:
+            return listing.counts(connection, wanted)
+
+    def held(self, limit: int = 200) -> list[tuple[InterruptionCase, Task]]:
+        """Open cases held for review and their TASKs, P0 first, then the longest waiting."""
+        query = parse(CaseQuery, limit=min(limit, 1000))
+        with self.store.snapshot() as connection:
+            return case_rows.held(connection, tenant=self.tenant, limit=query.limit)
+
     def history(self, task_id: str) -> list[TaskEvent]:
         """The TASK's append-only history, oldest first."""
         task_id = self.get_task(task_id).task_id
@@ -424,15 +448,23 @@ class Surehand:
         return outcome
 
     def review(
-        self, case_id: str, *, effect: Literal["present", "absent"], note: str, actor: str
+        self,
+        case_id: str,
+        *,
+        effect: Literal["present", "absent"] | None = None,
+        note: str,
+        actor: str,
+        operations: Mapping[int, Literal["present", "absent"]] | None = None,
     ) -> InterruptionCase:
-        """An approver states whether a held case's effect happened; admission runs again.
+        """An approver states whether a held case's effects happened; admission runs again.
 
-        ``effect`` is exactly ``"present"`` or ``"absent"``; anything else is ValidationFailed.
+        ``effect`` (exactly ``"present"`` or ``"absent"``) answers every unsettled operation,
+        or ``operations`` answers each by its id; anything else is ValidationFailed.
         """
         case = self.recovery.review(
             case_id,
             effect=effect,
+            operations=operations,
             note=note,
             actor=actor,
             tenant=self.tenant,
@@ -476,6 +508,19 @@ class Surehand:
         with self.store.snapshot() as connection:
             return attempt_rows.for_task(connection, task_id)
 
+    def sessions(self, limit: int = 200) -> tuple[list[Attempt], list[Attempt]]:
+        """This tenant's running attempts and its lost ones (``SESSION_LOST``), the most
+        recently started first (``limit`` 1-1000 of each)."""
+        query = parse(CaseQuery, limit=limit)
+        with self.store.snapshot() as connection:
+            running, lost = (
+                attempt_rows.of_tenant(
+                    connection, tenant=self.tenant, state=state, limit=query.limit
+                )
+                for state in (AttemptState.RUNNING, AttemptState.SESSION_LOST)
+            )
+        return running, lost
+
     def operations(self, task_id: str) -> list[Operation]:
         task_id = self.get_task(task_id).task_id
         with self.store.snapshot() as connection:
@@ -500,6 +545,19 @@ class Surehand:
         traceback: TracebackType | None,
     ) -> None:
         self.close()
+
+
+def _task_filter(tenant: str, query: TaskSearch) -> listing.TaskFilter:
+    return listing.TaskFilter(tenant, query.bucket, query.recipient, query.priority, query.text)
+
+
+def _cursor(value: str | None, name: str) -> listing.Cursor | None:
+    if value is None:
+        return None
+    try:
+        return listing.Cursor.decode(value)
+    except ValueError:
+        raise ValidationFailed(name, "is not a page cursor of this list; start again") from None
 
 
 def _close_all(closers: list[Callable[[], None]]) -> None:

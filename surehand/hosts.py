@@ -12,7 +12,9 @@ Both doors wrap their ASGI app in :class:`HostAllowlist`, so there is one rule, 
 
 from __future__ import annotations
 
+import ipaddress
 import json
+import re
 from collections.abc import Awaitable, Callable, Iterable, MutableMapping
 from dataclasses import dataclass
 from typing import Any
@@ -32,16 +34,45 @@ LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]")
 SETTING = "SUREHAND_API_ALLOWED_HOSTS"
 
 
-def split_host(value: str) -> tuple[str, str | None]:
-    """``name[:port]`` → (lower-case name, port or None); IPv6 names keep their brackets."""
+_LABEL = re.compile(r"\A(?!-)[a-z0-9_-]{1,63}(?<!-)\Z")
+
+
+def split_host(value: str) -> tuple[str, str | None] | None:
+    """``name[:port]`` → (lower-case name, port or None); IPv6 names keep their brackets.
+
+    None for anything that is not exactly a host name (DNS labels), an IPv4 address or a
+    bracketed IPv6 address, optionally with a port of digits: ``[::1]evil.com`` is not
+    ``[::1]``, and an entry that can never match is refused rather than kept.
+    """
     value = value.strip().lower()
     if value.startswith("["):
         name, _, rest = value.partition("]")
-        return f"{name}]", rest.removeprefix(":") if rest.startswith(":") else None
-    if value.count(":") == 1:
-        name, _, port = value.partition(":")
-        return name, port
-    return value, None
+        port = rest.removeprefix(":") if rest.startswith(":") else None
+        if (rest and port is None) or not _ipv6(name[1:]):
+            return None
+        return (f"{name}]", port) if port is None or _port(port) else None
+    name, colon, port_text = value.partition(":")
+    port = port_text if colon else None
+    if not _hostname(name) or (port is not None and not _port(port)):
+        return None
+    return name, port
+
+
+def _ipv6(text: str) -> bool:
+    try:
+        ipaddress.IPv6Address(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _hostname(name: str) -> bool:
+    labels = name.removesuffix(".").split(".")
+    return 0 < len(name) <= 253 and all(_LABEL.match(label) for label in labels)
+
+
+def _port(text: str) -> bool:
+    return text.isascii() and text.isdigit() and 0 < int(text) < 65536
 
 
 @dataclass(frozen=True)
@@ -56,16 +87,14 @@ class HostRule:
         """Loopback names plus ``entries`` (ConfigError naming the setting for a bad one)."""
         names, pairs = set(LOOPBACK_NAMES), set()
         for entry in entries:
-            name, port = split_host(entry)
-            if (
-                not name
-                or any(c in name for c in "/@ *")
-                or (port is not None and not port.isdigit())
-            ):
+            parsed = split_host(entry)
+            if parsed is None:
                 raise ConfigError(
-                    f"{SETTING} entries are host names or name:port, not {entry!r}",
+                    f"{SETTING} entries are host names, IP addresses ([::1] for IPv6) or "
+                    f"name:port, not {entry!r}: it could never match a Host header",
                     setting=SETTING,
                 )
+            name, port = parsed
             if port is None:
                 names.add(name)
             else:
@@ -81,11 +110,10 @@ class HostRule:
 
     def allows(self, host: str | None) -> bool:
         """True if a ``Host`` header value names an allowed host."""
-        if not host:
+        parsed = split_host(host) if host else None
+        if parsed is None:
             return False
-        name, port = split_host(host)
-        if port is not None and not port.isdigit():
-            return False
+        name, port = parsed
         return name in self.names or (port is not None and (name, port) in self.pairs)
 
     def allows_origin(self, origin: str | None) -> bool:

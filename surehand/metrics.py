@@ -47,7 +47,9 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from sqlalchemy import func, select
 
 from surehand.config import Settings
-from surehand.errors import SurehandError
+from surehand.errors import ConfigError, SurehandError
+from surehand.hosts import SETTING, HostRule
+from surehand.principals import is_loopback
 from surehand.store import Store
 from surehand.store.schema import tasks as tasks_table
 
@@ -225,11 +227,42 @@ class _QuietHandler(WSGIRequestHandler):
         return None
 
 
-def serve_metrics(host: str, port: int, token: str = "") -> WSGIServer:
-    """Serve this process's metrics on ``host:port`` in a daemon thread (token if given)."""
+def check_port(host: str, token: str) -> None:
+    """Refuse a metrics port that anyone on the network could read: off loopback it needs
+    ``SUREHAND_METRICS_TOKEN`` (the counters show the deployment's volume)."""
+    if host and not token and not is_loopback(host):
+        raise ConfigError(
+            f"refusing to serve the worker's metrics on {host} without SUREHAND_METRICS_TOKEN: "
+            "anyone who can reach the port would read them. Set the token (Prometheus sends it "
+            "as a bearer token) or bind SUREHAND_METRICS_HOST=127.0.0.1",
+            setting="SUREHAND_METRICS_TOKEN",
+        )
+
+
+def host_checked(app: WSGIApp, hosts: HostRule) -> WSGIApp:
+    """``app`` answering only the ``Host`` names of the API's rule (421 otherwise): a web page
+    that rebinds its name to this port cannot read it from a browser (DNS rebinding)."""
+
+    def check(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        if hosts.allows(environ.get("HTTP_HOST")):
+            return app(environ, start_response)
+        start_response("421 Misdirected Request", [("Content-Type", "text/plain")])
+        return [f"this port does not answer to that Host name; add it to {SETTING}\n".encode()]
+
+    return check
+
+
+def serve_metrics(
+    host: str, port: int, token: str = "", hosts: HostRule | None = None
+) -> WSGIServer:
+    """Serve this process's metrics on ``host:port`` in a daemon thread (token if given; only
+    the ``Host`` names ``hosts`` allows, loopback by default). ConfigError for a port off
+    loopback without a token (:func:`check_port`)."""
+    check_port(host, token)
     app: WSGIApp = make_wsgi_app(REGISTRY)
     if token:
         app = guarded(app, token)
+    app = host_checked(app, hosts or HostRule.of(()))
     server = make_server(host, port, app, _Server, handler_class=_QuietHandler)
     threading.Thread(target=server.serve_forever, name="surehand-metrics", daemon=True).start()
     return server
@@ -247,7 +280,8 @@ def _serve_worker_metrics(**_: Any) -> None:
     """A ``surehand worker`` has no API: serve its counters on SUREHAND_METRICS_PORT if set."""
     settings = Settings()
     if settings.metrics_port:
-        serve_metrics(settings.metrics_host, settings.metrics_port, settings.metrics_token)
+        hosts = HostRule.from_settings(settings)
+        serve_metrics(settings.metrics_host, settings.metrics_port, settings.metrics_token, hosts)
 
 
 def connect_celery_signals() -> None:

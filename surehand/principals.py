@@ -20,6 +20,7 @@ is given another ``principal``. The network doors bind each request's principal 
 from __future__ import annotations
 
 import copy
+import hashlib
 import hmac
 import ipaddress
 import threading
@@ -31,11 +32,13 @@ from surehand.config import Settings
 from surehand.errors import AuthError, ConfigError, Forbidden
 from surehand.model import ADMIN
 from surehand.requests import check_role, validate_tenant
+from surehand.throttle import FailureThrottle
 
 if TYPE_CHECKING:  # the facade imports this module
     from surehand.facade import Surehand
 
 LOCAL_NAME = "local"
+MIN_TOKEN_LENGTH = 16  # what `surehand api`, `up` and `mcp --transport http` start with
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,13 +61,15 @@ class Principal:
         return requested
 
     def acting_for(self, role: str, field: str) -> dict[str, Any]:
-        """Check that this principal may name ``role`` in ``field`` (sender, actor, reporter).
+        """Check that this principal may name ``role`` in ``field`` (sender, actor, reporter),
+        and return what the event of the act records: who acted (``principal``, the token's
+        name, and ``principal_role``) and, when it is another role, for whom (``on_behalf_of``).
 
-        Its own role: nothing to record (``{}``). Another role: ADMIN only (Forbidden
-        otherwise), and the returned event data records who acted for whom.
+        Another role: ADMIN only (Forbidden otherwise).
         """
+        who = {"principal": self.name, "principal_role": self.role}
         if role == self.role:
-            return {}
+            return who
         if self.role != ADMIN:
             raise Forbidden(
                 f"{field} is {role}, but principal {self.name!r} acts as {self.role}; only "
@@ -72,7 +77,7 @@ class Principal:
                 field=field,
                 role=self.role,
             )
-        return {"on_behalf_of": role, "principal": self.name, "principal_role": self.role}
+        return {"on_behalf_of": role, **who}
 
 
 def acting_for(principal: Principal | None, role: str, field: str) -> dict[str, Any]:
@@ -99,6 +104,7 @@ def parse_tokens(spec: str) -> dict[str, Principal]:
             )
         name, role, tenant = parts
         try:
+            _check_name(name)
             check_role(role)
             validate_tenant(tenant)
         except ValueError as exc:
@@ -107,6 +113,12 @@ def parse_tokens(spec: str) -> dict[str, Principal]:
             ) from None
         table[token] = Principal(name, role, tenant)
     return table
+
+
+def _check_name(name: str) -> None:
+    """A principal's name is what the history records of its acts (``task_events.principal``)."""
+    if len(name) > 64 or not name.isprintable():
+        raise ValueError("the name must be at most 64 printable characters")
 
 
 def is_loopback(host: str) -> bool:
@@ -125,6 +137,25 @@ class Authenticator:
     def __init__(self, settings: Settings) -> None:
         self.tokens: Mapping[str, Principal] = parse_tokens(settings.api_tokens)
         self.local = Principal(LOCAL_NAME, ADMIN, validate_tenant(settings.tenant))
+        self._digests = [
+            (hashlib.sha256(token.encode()).digest(), principal)
+            for token, principal in self.tokens.items()
+        ]
+        self.throttle = FailureThrottle()
+
+    def check_start(self, host: str, door: str) -> None:
+        """What a serving command checks before it listens: no open door off loopback
+        (:meth:`check_bind`) and no token shorter than :data:`MIN_TOKEN_LENGTH`."""
+        self.check_bind(host, door)
+        for token, principal in self.tokens.items():
+            if len(token) < MIN_TOKEN_LENGTH:
+                raise ConfigError(
+                    f"SUREHAND_API_TOKENS: the token of {principal.name!r} has {len(token)} "
+                    f"characters; use at least {MIN_TOKEN_LENGTH} random ones (for example "
+                    '`python -c "import secrets; print(secrets.token_urlsafe(24))"`), so that '
+                    "it cannot be guessed",
+                    setting="SUREHAND_API_TOKENS",
+                )
 
     @property
     def open(self) -> bool:
@@ -148,12 +179,34 @@ class Authenticator:
         scheme, _, token = (authorization or "").partition(" ")
         if scheme.lower() != "bearer" or not token.strip():
             raise AuthError("send Authorization: Bearer <token> (see SUREHAND_API_TOKENS)")
-        token = token.strip()
-        for known, principal in self.tokens.items():
-            # Constant-time comparison, so response timing does not leak token prefixes.
-            if hmac.compare_digest(known.encode(), token.encode()):
-                return principal
-        raise AuthError("the bearer token is not known to this server")
+        found = self._match(token.strip())
+        if found is None:
+            raise AuthError("the bearer token is not known to this server")
+        return found
+
+    def _match(self, token: str) -> Principal | None:
+        """The principal of ``token``, comparing it with every configured token in constant
+        time and never stopping early: the time taken says neither how much of a token was
+        right nor which entry matched."""
+        digest = hashlib.sha256(token.encode()).digest()
+        found: Principal | None = None
+        for known, principal in self._digests:
+            if hmac.compare_digest(known, digest):
+                found = principal
+        return found
+
+    def authenticate_client(self, client: str, authorization: str | None, door: str) -> Principal:
+        """:meth:`authenticate`, throttled per client: a client that keeps failing is refused
+        for a while (TooManyAttempts) and every failure is logged (``surehand.throttle``)."""
+        self.throttle.check(client)
+        try:
+            principal = self.authenticate(authorization)
+        except AuthError:
+            self.throttle.failed(client, door)
+            raise
+        if not self.open:
+            self.throttle.succeeded(client)
+        return principal
 
 
 class TenantViews:

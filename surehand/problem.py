@@ -26,6 +26,7 @@ from surehand.errors import (
     ReportRejected,
     SessionError,
     SurehandError,
+    TooManyAttempts,
     ValidationFailed,
 )
 
@@ -37,6 +38,8 @@ FORBIDDEN_REPORT_REASONS = frozenset({"reporter_mismatch"})
 
 def status_for(error: SurehandError) -> int:
     """The HTTP status of a typed error (most specific class first)."""
+    if isinstance(error, TooManyAttempts):
+        return 429
     if isinstance(error, Forbidden | NotAuthorized) or _wrong_reporter(error):
         return 403
     if isinstance(error, AuthError):

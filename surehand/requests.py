@@ -12,7 +12,15 @@ import re
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal, TypeVar
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+)
 
 from surehand.digest import normalize_text
 from surehand.errors import ValidationFailed
@@ -328,12 +336,24 @@ class RecoverRequest(Edge):
 
 
 class ReviewRequest(Edge):
-    """An approver's statement about a held case (``review``): exactly present or absent."""
+    """An approver's statement about a held case (``review``): whether each unsettled
+    operation's effect happened, exactly present or absent -- one ``effect`` for all, or one
+    per operation id in ``operations`` (``effect`` then answers the ones not listed)."""
 
     case_id: CaseId
-    effect: Effect
+    operations: dict[Annotated[int, BeforeValidator(_count)], Effect] = Field(
+        default_factory=dict, max_length=MAX_ITEMS
+    )
+    effect: Effect | None = Field(None, validate_default=True)
     note: Text
     actor: RoleCode
+
+    @field_validator("effect")
+    @classmethod
+    def _answered(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if value is None and not info.data.get("operations"):
+            raise ValueError("say present or absent (or answer each operation)")
+        return value
 
     @field_validator("note")
     @classmethod
@@ -350,6 +370,37 @@ class TaskQuery(Edge):
     recipient: RoleCode | None = None
     limit: Limit = 100
     offset: Offset = 0
+
+
+MAX_SEARCH = 200
+
+
+def _search_text(value: object) -> object:
+    text = _text_arg(value)
+    if isinstance(text, str) and len(text) > MAX_SEARCH:
+        raise ValueError(f"must be at most {MAX_SEARCH} characters")
+    return text
+
+
+def _role_any_case(value: object) -> object:
+    """A role code given in any case (``qa`` is QA): role codes are upper-case."""
+    if not isinstance(value, str):
+        raise ValueError(f"must be a string, not {type(value).__name__}")
+    return check_role(value.upper())
+
+
+class TaskSearch(Edge):
+    """The filters and page of the console's lists (``Surehand.find_tasks``): text is searched
+    case-insensitively in the TASK id, submission id, subject and body; ``after``/``before``
+    are page cursors from an earlier page."""
+
+    bucket: Bucket | None = None
+    recipient: Annotated[str, BeforeValidator(_role_any_case)] | None = None
+    priority: Priority | None = None
+    text: Annotated[str, BeforeValidator(_search_text)] = ""
+    after: str | None = Field(None, max_length=64)
+    before: str | None = Field(None, max_length=64)
+    limit: Annotated[int, BeforeValidator(_count), Field(ge=1, le=500)] = 50
 
 
 class CaseQuery(Edge):

@@ -58,9 +58,17 @@ def bind_unix(path: Path) -> socket.socket:
     return sock
 
 
-def _config(app: Any, log_level: str) -> uvicorn.Config:
+def _config(app: Any, log_level: str, forwarded_allow_ips: str | None) -> uvicorn.Config:
     # access_log off unless debugging: request lines would repeat every task id at INFO.
-    return uvicorn.Config(app, log_level=log_level, access_log=log_level == "debug")
+    # Proxy headers (X-Forwarded-For/-Proto) are believed only from the addresses listed
+    # (SUREHAND_API_FORWARDED_ALLOW_IPS): anyone else could claim any address or scheme.
+    return uvicorn.Config(
+        app,
+        log_level=log_level,
+        access_log=log_level == "debug",
+        proxy_headers=True,
+        forwarded_allow_ips=forwarded_allow_ips or "127.0.0.1",
+    )
 
 
 def url_of(host: str, port: int) -> str:
@@ -76,6 +84,7 @@ def serve(
     log_level: str = "info",
     setting: str = "SUREHAND_API_PORT",
     announce: Callable[[str], object] | None = None,
+    forwarded_allow_ips: str | None = None,
 ) -> None:
     """Run ``app`` in this (main) thread until SIGINT/SIGTERM, then return normally.
 
@@ -85,7 +94,7 @@ def serve(
     if announce is not None:
         announce(url_of(host, sock.getsockname()[1]))
     with quiet_signals():
-        uvicorn.Server(_config(app, log_level)).run(sockets=[sock])
+        uvicorn.Server(_config(app, log_level, forwarded_allow_ips)).run(sockets=[sock])
 
 
 @contextlib.contextmanager
@@ -120,15 +129,16 @@ class BackgroundServer:
         *,
         log_level: str = "warning",
         unix_socket: Path | None = None,
+        forwarded_allow_ips: str | None = None,
     ) -> None:
         self.host = host
         self.socket = bind(host, port)
         self.port: int = self.socket.getsockname()[1]
-        # The same app on a Unix socket too (``unix_socket``, created mode 0600): the session
-        # server's door for agents whose sandbox has no network.
+        # The same app on a Unix socket too (``unix_socket``): the session server's door for
+        # agents whose sandbox has no network.
         self.unix_socket = unix_socket
         self.sockets = [self.socket, *([bind_unix(unix_socket)] if unix_socket else [])]
-        self.server = uvicorn.Server(_config(app, log_level))
+        self.server = uvicorn.Server(_config(app, log_level, forwarded_allow_ips))
         self.thread = threading.Thread(
             target=self.server.run, kwargs={"sockets": self.sockets}, name="surehand-http"
         )

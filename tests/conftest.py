@@ -74,11 +74,15 @@ def _pg_store(pg_url: str) -> Iterator[Store]:
 
 
 def truncate(store: Store, *, renewed: bool = False) -> None:
-    """Empty every table of ``store`` (the Postgres database an xdist worker's tests share)."""
-    names = ", ".join(f'"{table.name}"' for table in metadata.sorted_tables)
+    """Empty every table of ``store`` (the Postgres database an xdist worker's tests share),
+    except the key that shows row ids (``store/opaque.py``): processes that cached it keep it."""
+    names = ", ".join(
+        f'"{table.name}"' for table in metadata.sorted_tables if table.name != "counters"
+    )
     try:
         with store.engine.begin() as connection:
             connection.execute(text(f"TRUNCATE {names} RESTART IDENTITY CASCADE"))
+            connection.execute(text("DELETE FROM counters WHERE kind <> 'ROWIDS'"))
     except DBAPIError as error:
         if renewed or not error.connection_invalidated:
             raise

@@ -93,13 +93,14 @@ def receipt_row(store: Store, tenant: str, submission_id: str) -> tuple[Any, ...
 
 
 def counter_rows(store: Store) -> list[tuple[Any, ...]]:
-    """(kind, day, last) of every counter (its key, if any, left out)."""
+    """(kind, day, last) of every number counter (its key, if any, left out; and not the row
+    that only holds the key of shown row ids, ``store/opaque.py``)."""
     counters = tables.counters
     with store.snapshot() as connection:
         rows = connection.execute(
-            select(counters.c.kind, counters.c.day, counters.c.last).order_by(
-                counters.c.kind, counters.c.day
-            )
+            select(counters.c.kind, counters.c.day, counters.c.last)
+            .where(counters.c.kind != "ROWIDS")
+            .order_by(counters.c.kind, counters.c.day)
         ).all()
     return [tuple(row) for row in rows]
 

@@ -361,7 +361,11 @@ def test_docs_health_and_metrics(api: Served) -> None:
         with api.client("tok-metrics") as scraper:  # /metrics is the operator's (every tenant)
             metrics = scraper.get("/metrics")
     assert docs.status_code == 200
-    assert "swagger" in docs.text.lower()
+    # The reference is a plain page: no script from anywhere (Swagger UI's came from a CDN).
+    assert "<script" not in docs.text.lower()
+    assert "script-src" not in docs.headers["content-security-policy"]
+    assert "default-src 'none'" in docs.headers["content-security-policy"]
+    assert "/v1/tasks" in docs.text
     assert "/v1/tasks" in spec["paths"]
     assert "Idempotency-Key" in json.dumps(spec["paths"]["/v1/tasks"]["post"])
     assert health.json() == {"status": "ok"}

@@ -20,6 +20,8 @@ from surehand.facade import Surehand
 from tests.procs import free_port, spawn, wait_until
 
 TASK = {"sender": "PM", "recipient": "DEV", "subject": "Write the release notes"}
+# Tokens as `surehand mcp --transport http` accepts them at start: 16 characters or more.
+ACME, GLOBEX = "tok-acme-0123456789", "tok-globex-0123456789"
 
 
 def stdio_params(home: Path) -> StdioServerParameters:
@@ -114,7 +116,7 @@ def mcp_http(tmp_path: Path) -> Iterator[str]:
     port = free_port()
     env = {
         "SUREHAND_HOME": str(tmp_path),
-        "SUREHAND_API_TOKENS": "tok-a=ann:PM:acme,tok-b=bo:PM:globex",
+        "SUREHAND_API_TOKENS": f"{ACME}=ann:PM:acme,{GLOBEX}=bo:PM:globex",
     }
     proc = spawn(["mcp", "--transport", "http", "--port", str(port)], env, tmp_path / "mcp.log")
     url = f"http://127.0.0.1:{port}/mcp"
@@ -151,8 +153,8 @@ def test_http_transport_needs_a_token_and_scopes_tenants(mcp_http: str) -> None:
             listed = structured(await client.call_tool("list_tasks", {}))
             return {"created": created, "listed": listed}
 
-    acme = anyio.run(session, "tok-a")
-    globex = anyio.run(session, "tok-b")
+    acme = anyio.run(session, ACME)
+    globex = anyio.run(session, GLOBEX)
     assert acme["created"]["disposition"] == globex["created"]["disposition"] == "created"
     assert acme["created"]["task_id"] != globex["created"]["task_id"]
     assert [t["tenant"] for t in globex["listed"]["tasks"]] == ["globex"]

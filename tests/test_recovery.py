@@ -379,6 +379,7 @@ def test_review_present_reconciles_the_report_and_records_the_effect_as_present(
         "probe": "present",
         "source": "review:PM",
         "note": "charge ch_42 in the gateway",
+        "principal": "local",
     }
     assert rig.sh.run_session(task_id).outcome == "not_claimed"
     assert rig.ledger.of(task_id) == []

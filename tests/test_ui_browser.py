@@ -40,7 +40,9 @@ from tests.ui_agents import EFFECTS_ENV, started
 
 pytestmark = pytest.mark.slow
 
-TOKENS = "pm=alice:PM:acme,dev=dave:DEV:acme,other=olga:PM:globex"
+# Tokens as `surehand up` accepts them at start (16 characters or more).
+PM, DEV, OTHER = "pm-token-0123456789", "dev-token-0123456789", "other-token-0123456789"
+TOKENS = f"{PM}=alice:PM:acme,{DEV}=dave:DEV:acme,{OTHER}=olga:PM:globex"
 FAST = {
     "SUREHAND_LEASE_TTL_SECONDS": "2",
     "SUREHAND_HEARTBEAT_SECONDS": "0.5",
@@ -102,7 +104,7 @@ def _up_env(home: Path) -> dict[str, str]:
 def _submit(url: str) -> str:
     answer = httpx.post(
         f"{url}/v1/tasks",
-        headers={"Authorization": "Bearer pm", "Idempotency-Key": "charge-inv-42"},
+        headers={"Authorization": f"Bearer {PM}", "Idempotency-Key": "charge-inv-42"},
         json={
             "sender": "PM",
             "recipient": "DEV",
@@ -118,7 +120,7 @@ def _submit(url: str) -> str:
 
 
 def _hold(url: str, task_id: str) -> dict[str, str] | None:
-    answer = httpx.get(f"{url}/v1/tasks/{task_id}", headers={"Authorization": "Bearer pm"})
+    answer = httpx.get(f"{url}/v1/tasks/{task_id}", headers={"Authorization": f"Bearer {PM}"})
     return answer.json()["hold"]  # type: ignore[no-any-return]
 
 
@@ -158,7 +160,7 @@ def signed_in(browser: Browser, url: str, token: str, *, javascript: bool = True
     )
     page = context.new_page()
     page.goto(f"{url}/ui/")
-    assert page.url.endswith("/ui/sign-in")
+    assert "/ui/sign-in?next=" in page.url
     page.fill("#token", token)
     page.click("button[type=submit]")
     page.wait_for_url(f"{url}/ui/")
@@ -170,24 +172,32 @@ def shoot(page: Page, artifacts: Path, name: str) -> None:
     for width, height in WIDTHS.items():
         page.set_viewport_size({"width": width, "height": height})
         overflow = page.evaluate("document.documentElement.scrollWidth")
-        assert overflow <= width, f"{name} at {width} px is {overflow} px wide"
+        wide = page.evaluate(
+            "(w) => Array.from(document.querySelectorAll('body *'))"
+            ".filter(e => e.getBoundingClientRect().right > w + 1)"
+            ".slice(0, 5).map(e => e.tagName + '.' + e.className + ' ' + (e.id || ''))",
+            width,
+        )
+        assert overflow <= width, f"{name} at {width} px is {overflow} px wide: {wide}"
         page.screenshot(path=str(artifacts / f"{name}-{width}.png"), full_page=True)
     page.set_viewport_size({"width": 1280, "height": 900})
 
 
 def test_a_dev_sees_the_case_but_no_review_form(browser: Browser, held: Held) -> None:
     """Without JavaScript, too: every page is complete as the server renders it."""
-    page = signed_in(browser, held.url, "dev", javascript=False)
-    assert page.locator(f'.card.held[data-task="{held.task_id}"]').count() == 1
+    page = signed_in(browser, held.url, DEV, javascript=False)
+    # In the held strip (first) and in its bucket's column.
+    assert page.locator(f'.card.held[data-task="{held.task_id}"]').count() == 2
+    assert page.locator(f'.held-strip [data-task="{held.task_id}"]').count() == 1
     page.goto(f"{held.url}/ui/cases/{held.case_id}")
     assert page.locator("text=open intent without key or probe").count() >= 1
-    assert page.locator("text=What a successor would do").count() == 1  # still held
+    assert page.locator("text=Your answer").count() == 1  # still held
     assert page.locator("#review-form").count() == 0
     assert "you act as DEV" in page.inner_text("main")
 
 
 def test_another_tenants_task_is_not_reachable_by_url(browser: Browser, held: Held) -> None:
-    page = signed_in(browser, held.url, "other")
+    page = signed_in(browser, held.url, OTHER)
     for path in (f"tasks/{held.task_id}", f"cases/{held.case_id}", f"tasks/{held.task_id}/audit"):
         answer = page.goto(f"{held.url}/ui/{path}")
         assert answer is not None
@@ -199,8 +209,8 @@ def test_another_tenants_task_is_not_reachable_by_url(browser: Browser, held: He
 def test_a_pm_reviews_a_held_task_and_watches_it_run_again(
     browser: Browser, held: Held, artifacts: Path
 ) -> None:
-    page = signed_in(browser, held.url, "pm")
-    card = page.locator(f'.card.held[data-task="{held.task_id}"]')
+    page = signed_in(browser, held.url, PM)
+    card = page.locator(f'.held-strip .card.held[data-task="{held.task_id}"]')
     card.wait_for()
     shoot(page, artifacts, "board")
     page.click("nav >> text=Held")
@@ -230,7 +240,7 @@ def test_a_pm_reviews_a_held_task_and_watches_it_run_again(
 def _refused_without_csrf(page: Page) -> None:
     """The same form with its CSRF token removed is refused, and nothing is recorded."""
     page.evaluate("document.querySelector('#review-form [name=csrf_token]').remove()")
-    page.check("input[name=effect][value=absent]")
+    page.check("input[name^=effect-][value=absent]")
     page.fill("#note", "posted without a CSRF token")
     with page.expect_response(lambda r: r.url.endswith("/review")) as answer:
         page.click("#review-form button[type=submit]")
@@ -241,7 +251,7 @@ def _refused_without_csrf(page: Page) -> None:
 
 
 def _review_absent_by_keyboard(page: Page, held: Held) -> None:
-    page.focus("input[name=effect][value=absent]")
+    page.focus("input[name^=effect-][value=absent]")
     page.keyboard.press("Space")
     page.keyboard.press("Tab")
     page.keyboard.type("Checked the billing ledger: no charge for INV-42.")

@@ -76,13 +76,14 @@ def test_a_dev_token_may_not_claim_another_sender(
     assert task_count(sh) == 0
 
 
-def test_a_token_sends_as_its_own_role_and_nothing_extra_is_recorded(
+def test_a_token_sends_as_its_own_role_and_its_name_is_recorded(
     http: TestClient, sh: Surehand
 ) -> None:
     response = http.post("/v1/tasks", json=TASK, headers=bearer("tok-pm"))
     assert response.status_code == 201, response.text
     [created] = sh.history(response.json()["task_id"])
-    assert (created.by, created.data) == ("PM", {})
+    assert (created.by, created.principal) == ("PM", "alice")
+    assert created.data == {"principal": "alice", "principal_role": "PM"}  # nobody else's
 
 
 def test_an_admin_token_may_send_for_another_role_and_that_is_recorded(
@@ -112,7 +113,11 @@ def test_an_admin_acting_as_another_role_in_a_move_or_report_is_recorded(
     )
     assert reported.status_code == 201, reported.text
     claim_event, report_event = sh.history(task_id)[1:]
-    assert claim_event.data == {}
+    assert (claim_event.principal, claim_event.data) == (
+        "dan",
+        {"principal": "dan", "principal_role": "DEV"},
+    )
+    assert report_event.principal == "root"
     assert report_event.data["on_behalf_of"] == "DEV"
     assert report_event.data["principal"] == "root"
 

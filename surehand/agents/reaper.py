@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import errno
 import os
 import resource
 import signal
@@ -74,6 +75,7 @@ class Options:
         self.subreaper = False
         self.sandboxed = False
         self.program_pid = 0
+        self.executable = ""  # PROGRAM's path, found on PATH before the fork
 
 
 _options = Options()
@@ -163,6 +165,9 @@ def _prctl(option: int, value: int) -> None:
 
 def _spawn(options: Options) -> int:
     """Fork PROGRAM with its limits and user; OSError if it cannot be executed."""
+    # Found on PATH here, before the fork: the search imports modules the agent's user may be
+    # unable to read (an interpreter under a home of the worker's).
+    options.executable = _executable(options.program[0])
     read_end, write_end = os.pipe2(os.O_CLOEXEC)  # carries an exec error back, else closes
     pid = os.fork()
     if pid == 0:  # this process has one thread: forking it is safe
@@ -190,7 +195,18 @@ def _become_program(options: Options) -> None:
         os.setgroups([])
         os.setgid(gid)
         os.setuid(uid)
-    os.execvpe(options.program[0], list(options.program), dict(os.environ))
+    os.execve(options.executable, list(options.program), dict(os.environ))
+
+
+def _executable(name: str) -> str:
+    """``name``'s path, as ``execvp`` would find it on PATH."""
+    if os.sep in name:
+        return name
+    for directory in os.get_exec_path():
+        candidate = os.path.join(directory, name)
+        if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
+            return candidate
+    raise OSError(os.strerror(errno.ENOENT))
 
 
 def _forward(signum: int, _frame: object) -> None:

@@ -8,13 +8,14 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import JSONResponse, RedirectResponse, Response
 from sqlalchemy import text
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from surehand import __version__, metrics
 from surehand.api import openapi, problems
 from surehand.api.deps import AdminDep, check_metrics_reader
+from surehand.api.docs import add_docs
 from surehand.api.routes import router
 from surehand.doors.limits import BodyLimit
 from surehand.errors import SurehandError
@@ -51,12 +52,14 @@ def create_app(sh: Surehand | None = None) -> FastAPI:
     hosts = HostRule.from_settings(surehand.settings)
     views = TenantViews(surehand)
     views.warm()
+    docs_on = surehand.settings.api_docs
     app = FastAPI(
         title="surehand",
         version=__version__,
         description=DESCRIPTION,
-        docs_url="/docs",
-        openapi_url="/openapi.json",
+        docs_url=None,  # our own page (api/docs.py): Swagger UI loads scripts from a CDN
+        redoc_url=None,
+        openapi_url="/openapi.json" if docs_on else None,
     )
     app.state.surehand = surehand
     app.state.auth = Authenticator(surehand.settings)
@@ -64,9 +67,12 @@ def create_app(sh: Surehand | None = None) -> FastAPI:
     app.state.store_metrics = metrics.store_registry(surehand.store)
     app.openapi = lambda: openapi.document(app)  # type: ignore[method-assign]
     app.include_router(router)
+    if docs_on:
+        add_docs(app)
+    app.add_api_route("/", _to_console, methods=["GET"], include_in_schema=False)
     # The review console (/ui/): inside the host allowlist and body limit, signed in with
     # the same principals, reading through the same tenant views.
-    app.mount("/ui", create_console(app.state.auth, views), name="ui")
+    app.mount("/ui", create_console(app.state.auth, views, surehand.settings), name="ui")
     _add_operations(app)
     _add_error_handlers(app)
     app.add_middleware(BodyLimit, max_bytes=surehand.settings.api_max_body_bytes)
@@ -117,13 +123,27 @@ def _add_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(Exception, _on_unexpected)
 
 
-def _readiness(sh: Surehand) -> JSONResponse | None:
-    """None when the database answers and its schema is current, else the 503 problem."""
+def _to_console() -> RedirectResponse:
+    """``/`` is the review console (a person who opens the server's address lands there)."""
+    return RedirectResponse("/ui/", status_code=307)
+
+
+def _readiness(sh: Surehand, *, public: bool) -> JSONResponse | None:
+    """None when the database answers and its schema is current, else the 503 problem.
+
+    ``public``: the answer names nothing (no database, host or user -- a driver's message
+    can name all three); the error is logged here, and ``/v1/admin/health`` tells an ADMIN.
+    """
     try:
         with sh.store.snapshot() as connection:
             connection.execute(text("SELECT 1"))
         current = migrate.is_current(sh.store.engine)
     except SurehandError as error:
+        if public:
+            log.warning("health check: the database does not answer: %s", error.message)
+            return problems.problem(
+                503, "not_ready", "not ready: the store does not answer", retryable=True
+            )
         return problems.problem(503, error.code, error.message, retryable=True)
     if not current:
         return problems.problem(
@@ -137,14 +157,14 @@ def healthz(request: Request) -> JSONResponse:
 
     Public, so it says nothing about the configuration; ``/v1/admin/health`` does, to ADMINs.
     """
-    return _readiness(request.app.state.surehand) or JSONResponse({"status": "ok"})
+    return _readiness(request.app.state.surehand, public=True) or JSONResponse({"status": "ok"})
 
 
 def health_details(request: Request, _admin: AdminDep) -> JSONResponse:
     """Readiness with the details an operator wants: database (no password) and version."""
     sh: Surehand = request.app.state.surehand
     details: dict[str, Any] = {"database": sh.store.describe(), "version": __version__}
-    refused = _readiness(sh)
+    refused = _readiness(sh, public=False)
     if refused is not None:
         return refused
     return JSONResponse({"status": "ok", **details})

@@ -37,10 +37,17 @@ def get_caller(
     _credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)],
 ) -> Caller:
     """Authenticate the request (AuthError → 401) and bind its principal to its tenant's facade."""
-    auth: Authenticator = request.app.state.auth
     views: TenantViews = request.app.state.views
-    principal = auth.authenticate(request.headers.get("authorization"))
+    principal = authenticate(request)
     return Caller(principal, views(principal.tenant).acting_as(principal))
+
+
+def authenticate(request: Request) -> Principal:
+    """The caller's principal; unknown tokens are counted per client and a client that keeps
+    sending them is refused for a while (429, ``surehand.throttle``)."""
+    auth: Authenticator = request.app.state.auth
+    client = request.client.host if request.client is not None else "unknown"
+    return auth.authenticate_client(client, request.headers.get("authorization"), "API token")
 
 
 CallerDep = Annotated[Caller, Depends(get_caller)]
@@ -51,8 +58,7 @@ def get_admin(
     _credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)],
 ) -> Principal:
     """The caller, who must be an ADMIN principal (401 without a token, 403 for other roles)."""
-    auth: Authenticator = request.app.state.auth
-    principal = auth.authenticate(request.headers.get("authorization"))
+    principal = authenticate(request)
     if principal.role != ADMIN:
         raise Forbidden(f"only an ADMIN principal may read this, not {principal.role}")
     return principal
@@ -75,7 +81,7 @@ def check_metrics_reader(request: Request) -> None:
         return
     if auth.open or not header:
         raise AuthError("send Authorization: Bearer <SUREHAND_METRICS_TOKEN> for /metrics")
-    auth.authenticate(header)  # an unknown token is 401, like everywhere
+    authenticate(request)  # an unknown token is 401 (and counted), like everywhere
     raise Forbidden(
         "/metrics counts every tenant's TASKs, so no tenant's token reads it: send "
         "SUREHAND_METRICS_TOKEN (set it on the API to scrape)"

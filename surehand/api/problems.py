@@ -74,7 +74,9 @@ def problem(
 def error_response(error: SurehandError) -> JSONResponse:
     """A typed error as problem+json (401s also carry ``WWW-Authenticate``)."""
     document = shape.for_error(error)
-    headers = {"WWW-Authenticate": WWW_AUTHENTICATE} if document["status"] == 401 else None
+    headers = {"WWW-Authenticate": WWW_AUTHENTICATE} if document["status"] == 401 else {}
+    if "retry_after" in document:
+        headers["Retry-After"] = str(document["retry_after"])
     return send(document, headers)
 
 

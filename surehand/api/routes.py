@@ -178,7 +178,11 @@ def get_case(case_id: CaseIdPath, caller: CallerDep) -> JSONResponse:
 def review(case_id: CaseIdPath, body: ReviewBody, caller: CallerDep) -> JSONResponse:
     """Release a held TASK: the approver states whether the effect happened (403 otherwise)."""
     case = caller.sh.review(
-        case_id, effect=body.effect, note=body.note, actor=caller.acting(body.actor)
+        case_id,
+        effect=body.effect,
+        operations=body.operations,
+        note=body.note,
+        actor=caller.acting(body.actor),
     )
     return _json(case.to_dict())
 

@@ -110,6 +110,15 @@ class RecoverBody(_Body):
 class ReviewBody(_Body):
     """An approver's statement about a held case's interrupted effect."""
 
-    effect: Literal["present", "absent"]
+    effect: Literal["present", "absent"] | None = Field(
+        None,
+        description="The answer for every unsettled operation of the interrupted attempt "
+        "(those not answered in `operations`).",
+    )
+    operations: dict[int, Literal["present", "absent"]] | None = Field(
+        None,
+        max_length=256,
+        description="One answer per unsettled operation, by operation id (from the case).",
+    )
     note: str = Field(min_length=1, max_length=4096, description="How the effect was checked.")
     actor: RoleCode | None = Field(None, description="Reviewing role; defaults to the caller's.")

@@ -88,7 +88,13 @@ _NEEDS: dict[str, dict[str, str]] = {
 
 def require_services(settings: Settings, command: str, *, embedded: bool) -> None:
     """Refuse to run deployment command ``command`` on in-process stand-ins (a memory broker
-    nobody else consumes, fakeredis leases nobody else sees) unless ``--embedded`` says so."""
+    nobody else consumes, fakeredis leases nobody else sees) unless ``--embedded`` says so.
+    A worker also checks its metrics port before it starts (not once Celery is up, where a
+    refusal would only be logged)."""
+    if command == "worker" and settings.metrics_port:
+        from surehand.metrics import check_port
+
+        check_port(settings.metrics_host, settings.metrics_token)
     if embedded:
         return
     present = {

@@ -118,7 +118,7 @@ def history_table(history: Sequence[TaskEvent]) -> Table:
             event.kind.value,
             _plain(event.action or ""),
             moves,
-            _plain(event.by),
+            _plain(f"{event.by} ({event.principal})" if event.principal else event.by),
             Text("\n").join(detail),
         )
     return table

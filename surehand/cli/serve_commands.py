@@ -178,6 +178,7 @@ def _announce(embedded: Embedded, *, as_json: bool, hints: bool) -> None:
             {
                 "event": "ready",
                 "api": embedded.api_url,
+                "console": f"{embedded.api_url}/ui/" if embedded.api_url else None,
                 "database": store,
                 "roles": embedded.roles,
                 "probes": embedded.sh.registry.probe_names(),
@@ -194,6 +195,7 @@ def _announce(embedded: Embedded, *, as_json: bool, hints: bool) -> None:
     console.print(f"  store       {store}")
     if embedded.api_url:
         console.print(f"  HTTP API    {embedded.api_url}   (OpenAPI: {embedded.api_url}/docs)")
+        console.print(f"  console     {embedded.api_url}/ui/   (sign in with an API token)")
     console.print(f"  worker      roles {', '.join(embedded.roles)} ({agents})")
     console.print(f"  leases      {settings.redis_url or 'in-process (fakeredis)'}")
     console.print(f"  probes      {', '.join(embedded.sh.registry.probe_names()) or 'none'}")
@@ -234,7 +236,7 @@ def api(
 
     settings = _settings(database_url=database_url, redis_url=redis_url, broker_url=broker_url)
     bind_host = host or settings.api_host
-    Authenticator(settings).check_bind(bind_host, "the API")
+    Authenticator(settings).check_start(bind_host, "the API")
     require_services(settings, "api", embedded=embedded)
     bind_port = settings.api_port if port is None else port
     sh = Surehand(settings=settings)
@@ -243,12 +245,20 @@ def api(
     from surehand.cli.session_commands import announce_probes  # (keeps `up` first in --help)
 
     announce_probes(sh)
-    serve(create_app(sh), bind_host, bind_port, log_level=loglevel, announce=_api_listening)
+    serve(
+        create_app(sh),
+        bind_host,
+        bind_port,
+        log_level=loglevel,
+        announce=_api_listening,
+        forwarded_allow_ips=settings.api_forwarded_allow_ips,
+    )
 
 
 def _api_listening(url: str) -> None:
     """Said once the socket listens (a taken port fails first, naming SUREHAND_API_PORT)."""
     err_console.print(f"surehand API on {url} (OpenAPI at {url}/docs)", soft_wrap=True)
+    err_console.print(f"review console on {url}/ui/", soft_wrap=True)
 
 
 @app.command()

@@ -67,13 +67,15 @@ class Admitter:
         *,
         decided_by: str,
         seen_decided_at: datetime | Unset | None = Unset.ANY,
+        principal: str | None = None,
     ) -> InterruptionCase:
         """Evaluate the case's evidence and record (and apply) the admission decision.
 
         ``seen_decided_at`` is the decision the caller saw (None: undecided). If the case was
         decided since — by a concurrent reconciler — that decision stands and is returned as
         it is, so two passes never decide (or hold, or reconcile) one case twice. Without it
-        (a review, a recover request) the evidence is always evaluated again.
+        (a review, a recover request) the evidence is always evaluated again. ``principal``:
+        the name of the caller whose request (review, recover) this decision answers.
         """
         case, task, attempt = self._load(case_id)
         if seen_decided_at is not Unset.ANY and case.decided_at != seen_decided_at:
@@ -84,6 +86,7 @@ class Admitter:
                 task,
                 Evidence(EffectFact.UNKNOWN, Admission.NOT_ADMITTED, {"lease": "live"}),
                 decided_by,
+                principal,
             )
         unregistered = self._run_probes(attempt)
         with self.services.store.snapshot() as connection:
@@ -94,7 +97,7 @@ class Admitter:
         evidence = self._bounded(case, history, evidence)
         if _still_waiting(case, evidence):
             return case  # recorded on an earlier pass; nothing new to write
-        return self._decide(case, task, evidence, decided_by)
+        return self._decide(case, task, evidence, decided_by, principal)
 
     def _after_wait(self, case: InterruptionCase, evidence: Evidence) -> Evidence:
         """A hold that only a probe missing here causes waits for a process that has it.
@@ -194,7 +197,12 @@ class Admitter:
             return None
 
     def _decide(
-        self, case: InterruptionCase, task: Task, evidence: Evidence, decided_by: str
+        self,
+        case: InterruptionCase,
+        task: Task,
+        evidence: Evidence,
+        decided_by: str,
+        principal: str | None = None,
     ) -> InterruptionCase:
         now = self.services.clock.now()
         resolve = evidence.admission is Admission.RECONCILE_ONLY
@@ -225,7 +233,7 @@ class Admitter:
             ):
                 # Another admission decided first; its decision stands.
                 return _reread(connection, case.case_id)
-            _audit(connection, case, task, evidence, decided_by, now)
+            _audit(connection, case, task, evidence, (decided_by, principal), now)
             self._apply(connection, case, task, evidence)
             # The decision is fenced on the revision the TASK has once it is applied: any later
             # change makes it stale, and a successor claim re-checks it.
@@ -305,15 +313,17 @@ def _audit(
     case: InterruptionCase,
     task: Task,
     evidence: Evidence,
-    decided_by: str,
+    decided: tuple[str, str | None],
     now: datetime,
 ) -> None:
+    """The ADMISSION event; ``decided``: the deciding role and the principal's name, if any."""
     events.insert(
         connection,
         events.row(
             task_id=case.task_id,
             kind=EventKind.ADMISSION,
-            by=decided_by,
+            by=decided[0],
+            principal=decided[1],
             at=now,
             attempt_id=case.interrupted_attempt_id,
             epoch=case.interrupted_epoch,

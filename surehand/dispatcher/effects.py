@@ -44,6 +44,14 @@ def confirmed_present(operation: Operation) -> bool:
     )
 
 
+def unsettled(operation: Operation) -> bool:
+    """What a review speaks for: an open intent, or an effect that raised and was not
+    established since (by a probe or an earlier review)."""
+    return operation.state in (OperationState.INTENT, OperationState.FAILED) and (
+        (operation.outcome or {}).get("probe") is None
+    )
+
+
 def keyed(operation: Operation) -> bool:
     return operation.retry_policy is RetryPolicy.KEYED and bool(operation.idempotency_key)
 
@@ -96,8 +104,14 @@ def by_effects(
         return Evidence(EffectFact.CONFIRMED, Admission.RECONCILE_ONLY, refs)
     if any(raised_unknown(op) for op in operations):
         return Evidence(EffectFact.UNKNOWN, Admission.HOLD_FOR_REVIEW, {**refs, "why": "raised"})
-    if not open_ops and any(confirmed_present(op) for op in operations):
-        # A probe (or review) confirmed an interrupted effect: do not run the agent again.
+    if (
+        not open_ops
+        and any(confirmed_present(op) for op in operations)
+        and not any(probed_absent(op) for op in operations)
+    ):
+        # A probe (or review) confirmed an interrupted effect, and none is known not to have
+        # happened: do not run the agent again. (One established absent: a successor runs,
+        # and the present ones return their recorded outcome.)
         return Evidence(
             EffectFact.CONFIRMED, Admission.RECONCILE_ONLY, {**refs, "why": "effect confirmed"}
         )

@@ -17,6 +17,7 @@ partial index of active, unheld TASKs, so it costs O(TASKs in flight). A TASK wa
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -97,7 +98,13 @@ class Reconciler:
         report.stalled_receipts = self._stalled_receipts()
         report.seconds = round(time.perf_counter() - started, 6)
         metrics.observe_pass(report.seconds, report.lost, report.admissions)
+        self._note_pass(report.seconds)
         return report
+
+    def _note_pass(self, seconds: float) -> None:
+        """For the console's workers page; a Redis that is down loses only that line."""
+        with contextlib.suppress(LeaseUnavailable):
+            self.recovery.admitter.leases.record_pass(time.time(), seconds)
 
     def _stalled_receipts(self) -> int:
         """The stalled-receipt count, refreshed at most every ``STALLED_COUNT_EVERY`` seconds:

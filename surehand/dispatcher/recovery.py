@@ -15,14 +15,17 @@ caller can grow a TASK's history by asking again and again.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 from sqlalchemy import Connection
 
 from surehand.config import Settings
 from surehand.dispatcher.admission import Admitter, Unset
 from surehand.dispatcher.context import Services
+from surehand.dispatcher.effects import unsettled
 from surehand.dispatcher.lifecycle import approvers
 from surehand.errors import (
     CaseNotFound,
@@ -31,6 +34,7 @@ from surehand.errors import (
     NotAuthorized,
     RecoveryError,
     TaskNotFound,
+    ValidationFailed,
 )
 from surehand.model import (
     Admission,
@@ -40,6 +44,7 @@ from surehand.model import (
     CaseState,
     EventKind,
     InterruptionCase,
+    Operation,
     Task,
 )
 from surehand.principals import Principal, acting_for
@@ -83,6 +88,20 @@ class RecoveryOutcome:
         }
 
 
+@dataclass(frozen=True)
+class Asker:
+    """Who asks for a recovery: the acting role, and what its events record of the principal
+    (``Principal.acting_for``; empty for an in-process caller)."""
+
+    role: str
+    acting: Mapping[str, Any]
+
+    @property
+    def name(self) -> str | None:
+        found = self.acting.get("principal")
+        return None if found is None else str(found)
+
+
 class Recovery:
     """Opens cases for lost attempts and routes every successor decision through admission."""
 
@@ -121,7 +140,12 @@ class Recovery:
         return self.admitter.admit(case_id_for(attempt), decided_by=by, seen_decided_at=None)
 
     def open_case(
-        self, attempt: Attempt, *, by: str, undecided_only: bool = False
+        self,
+        attempt: Attempt,
+        *,
+        by: str,
+        undecided_only: bool = False,
+        principal: str | None = None,
     ) -> InterruptionCase:
         """Open (or find) the case of an interrupted attempt and run admission on it.
 
@@ -133,7 +157,9 @@ class Recovery:
         except DuplicateKey:
             pass  # a concurrent request opened it first: one case per attempt
         seen: Unset | None = None if undecided_only else Unset.ANY
-        return self.admitter.admit(case_id_for(attempt), decided_by=by, seen_decided_at=seen)
+        return self.admitter.admit(
+            case_id_for(attempt), decided_by=by, seen_decided_at=seen, principal=principal
+        )
 
     @staticmethod
     def _insert_case(connection: Connection, attempt: Attempt, now: datetime) -> None:
@@ -161,54 +187,58 @@ class Recovery:
         ``actor`` is ``principal``'s role unless the principal is an ADMIN.
         """
         request = parse(RecoverRequest, task_id=task_id, actor=actor)
-        acting_for(principal, request.actor, "actor")
+        acting = acting_for(principal, request.actor, "actor")
         task_id, actor = request.task_id, request.actor
         task, current = self._read(task_id, tenant)
         _check_approver(task, actor, "recover")
+        return self._recover(task, current, Asker(actor, acting))
+
+    def _recover(self, task: Task, current: Attempt | None, asker: Asker) -> RecoveryOutcome:
+        task_id = task.task_id
         if task.bucket is not Bucket.ACTIVE:
             return self._refuse(
                 task,
-                actor,
+                asker,
                 f"not an interruption: {task_id} is in {task.bucket.value}; rework, reopen and "
                 "reassignment keep their own lifecycle paths",
             )
         if current is None:
-            return self._refuse(task, actor, f"{task_id} has no attempt to recover")
+            return self._refuse(task, asker, f"{task_id} has no attempt to recover")
         if current.state is AttemptState.RUNNING:
-            return self._recover_running(task, current, actor)
+            return self._recover_running(task, current, asker)
         if current.state not in INTERRUPTED:
             # Classified from durable state, not from the caller: the TASK's current attempt
             # ended normally, so it is active again by rework (reject/reopen), not interrupted.
             return self._refuse(
                 task,
-                actor,
+                asker,
                 f"not an interruption: attempt {current.number} of {task_id} ended "
                 f"{current.state.value}; rework and reassignment keep their own lifecycle paths",
             )
-        case = self._case(current) or self.open_case(current, by=actor)
+        case = self._case(current) or self.open_case(current, by=asker.role, principal=asker.name)
         if case.state is CaseState.OPEN and case.admission is not Admission.HOLD_FOR_REVIEW:
-            case = self.admitter.admit(case.case_id, decided_by=actor)
+            case = self.admitter.admit(case.case_id, decided_by=asker.role, principal=asker.name)
         return RecoveryOutcome(task_id, case.admission or Admission.NOT_ADMITTED, "decided", case)
 
-    def _recover_running(self, task: Task, current: Attempt, actor: str) -> RecoveryOutcome:
+    def _recover_running(self, task: Task, current: Attempt, asker: Asker) -> RecoveryOutcome:
         try:
             holder = self.admitter.leases.holder(task.task_id)
         except LeaseUnavailable:
-            return self._refuse(task, actor, "Redis is unreachable: the owner may be alive")
+            return self._refuse(task, asker, "Redis is unreachable: the owner may be alive")
         if holder == current.attempt_id:
-            return self._refuse(task, actor, f"attempt {current.number} holds a live lease")
+            return self._refuse(task, asker, f"attempt {current.number} holds a live lease")
         grace = loss_grace(self.services.settings)
         missing_since = current.lease_missing_since
         if missing_since is None or self.services.clock.now() - missing_since < grace:
             return self._refuse(
                 task,
-                actor,
+                asker,
                 f"the lease of attempt {current.number} is missing for less than the "
                 "grace window; the reconciler confirms the loss first",
             )
-        case = self.lose(current, state=AttemptState.SESSION_LOST, by=actor)
+        case = self.lose(current, state=AttemptState.SESSION_LOST, by=asker.role)
         if case is None:
-            return self._refuse(task, actor, "the attempt changed while it was being recovered")
+            return self._refuse(task, asker, "the attempt changed while it was being recovered")
         return RecoveryOutcome(task.task_id, case.admission or Admission.NOT_ADMITTED, "lost", case)
 
     def _read(self, task_id: str, tenant: str | None) -> tuple[Task, Attempt | None]:
@@ -222,17 +252,21 @@ class Recovery:
         with self.services.store.snapshot() as connection:
             return cases.for_attempt(connection, attempt.attempt_id)
 
-    def _refuse(self, task: Task, actor: str, reason: str) -> RecoveryOutcome:
+    def _refuse(self, task: Task, asker: Asker, reason: str) -> RecoveryOutcome:
         """``not_admitted``: keep the owner, start nothing, and record that it was asked (once
         per caller and reason within :data:`REFUSAL_WINDOW`)."""
         now = self.services.clock.now()
-        data = {"admission": Admission.NOT_ADMITTED.value, "reason": reason}
+        data = {"admission": Admission.NOT_ADMITTED.value, "reason": reason, **asker.acting}
         with self.services.store.transaction() as connection:
-            if not _asked_lately(connection, task.task_id, actor, data, now - REFUSAL_WINDOW):
+            if not _asked_lately(connection, task.task_id, asker.role, data, now - REFUSAL_WINDOW):
                 events.insert(
                     connection,
                     events.row(
-                        task_id=task.task_id, kind=EventKind.ADMISSION, by=actor, at=now, data=data
+                        task_id=task.task_id,
+                        kind=EventKind.ADMISSION,
+                        by=asker.role,
+                        at=now,
+                        data=data,
                     ),
                 )
         return RecoveryOutcome(task.task_id, Admission.NOT_ADMITTED, reason)
@@ -243,23 +277,36 @@ class Recovery:
         self,
         case_id: str,
         *,
-        effect: Effect,
+        effect: Effect | None,
         note: str,
         actor: str,
         tenant: str | None,
         principal: Principal | None = None,
+        operations: Mapping[int, Effect] | None = None,
     ) -> InterruptionCase:
-        """An approver states whether a held case's effect happened; admission runs again.
+        """An approver states whether a held case's effects happened; admission runs again.
 
-        ``effect`` is exactly ``"present"`` or ``"absent"`` and ``note`` says how it was
-        checked (ValidationFailed otherwise); a refused review writes nothing.
+        ``effect`` (``"present"`` or ``"absent"``) answers every unsettled operation of the
+        interrupted attempt, or ``operations`` answers each by its id (``effect`` then those
+        not listed); ``note`` says how it was checked. ValidationFailed otherwise, and for an
+        unsettled operation left unanswered; a refused review writes nothing.
         """
-        request = parse(ReviewRequest, case_id=case_id, effect=effect, note=note, actor=actor)
+        request = parse(
+            ReviewRequest,
+            case_id=case_id,
+            effect=effect,
+            operations=dict(operations or {}),
+            note=note,
+            actor=actor,
+        )
         acting = acting_for(principal, request.actor, "actor")
         case, task = self._held_case(request.case_id, tenant)
         _check_approver(task, request.actor, f"review {request.case_id}")
         self._record_review(case, task, request, acting)
-        return self.admitter.admit(request.case_id, decided_by=request.actor)
+        name = acting.get("principal")
+        return self.admitter.admit(
+            request.case_id, decided_by=request.actor, principal=str(name) if name else None
+        )
 
     def _held_case(self, case_id: str, tenant: str | None) -> tuple[InterruptionCase, Task]:
         with self.services.store.snapshot() as connection:
@@ -281,20 +328,26 @@ class Recovery:
         request: ReviewRequest,
         acting: dict[str, object],
     ) -> None:
-        effect, note, actor = request.effect, request.note, request.actor
+        note, actor = request.note, request.actor
         now = self.services.clock.now()
-        review = {"effect": effect, "note": note, "by": actor, "at": now.isoformat()}
         with self.services.store.transaction() as connection:
+            ops = operations.for_attempt(connection, case.interrupted_attempt_id)
+            answers = _answers(request, ops)
+            effect = _overall(request.effect, answers)
+            review: dict[str, Any] = {"effect": effect, "note": note, "by": actor}
+            review.update(at=now.isoformat(), **_by(acting))
+            if request.operations:
+                review["operations"] = {str(op_id): said for op_id, said in answers.items()}
             cases.set_review(connection, case.case_id, review)
             # The reviewed fact becomes the record of every unsettled operation of the
             # interrupted attempt (open, or raised with an unknown effect), so a later session
             # of this TASK neither repeats a present effect nor refuses an absent one.
-            for op in operations.for_attempt(connection, case.interrupted_attempt_id):
+            for op_id, said in answers.items():
                 operations.confirm(
                     connection,
-                    op.operation_id,
-                    present=effect == "present",
-                    source={"source": f"review:{actor}", "note": note},
+                    op_id,
+                    present=said == "present",
+                    source={"source": f"review:{actor}", "note": note, **_by(acting)},
                     now=now,
                 )
             events.insert(
@@ -310,6 +363,35 @@ class Recovery:
             )
 
 
+def _answers(request: ReviewRequest, ops: list[Operation]) -> dict[int, str]:
+    """The answer for each operation a review speaks for (open, or raised: :func:`unsettled`),
+    from ``operations`` or else ``effect``; ValidationFailed for one left unanswered or an id
+    that is not an unsettled operation of the attempt."""
+    open_ids = {op.operation_id: op for op in ops if unsettled(op)}
+    stray = sorted(set(request.operations) - set(open_ids))
+    if stray:
+        raise ValidationFailed(
+            "operations", f"{stray[0]} is not an unsettled operation of this case"
+        )
+    answers: dict[int, str] = {}
+    for op_id, op in open_ids.items():
+        said = request.operations.get(op_id, request.effect)
+        if said is None:
+            raise ValidationFailed("operations", f"say present or absent for {op.name} ({op_id})")
+        answers[op_id] = said
+    return answers
+
+
+def _overall(effect: str | None, answers: Mapping[int, str]) -> str:
+    """What the review says as a whole: ``present``/``absent`` when every answer agrees."""
+    said = set(answers.values()) or {effect or "absent"}
+    return said.pop() if len(said) == 1 else "mixed"
+
+
+def _by(acting: Mapping[str, Any]) -> dict[str, Any]:
+    return {"principal": acting["principal"]} if acting.get("principal") else {}
+
+
 def _check_approver(task: Task, actor: str, what: str) -> None:
     """NotAuthorized unless ``actor`` is one of the TASK's approvers."""
     allowed = approvers(task)
@@ -323,7 +405,7 @@ def _check_approver(task: Task, actor: str, what: str) -> None:
 
 
 def _asked_lately(
-    connection: Connection, task_id: str, actor: str, data: dict[str, str], since: datetime
+    connection: Connection, task_id: str, actor: str, data: Mapping[str, Any], since: datetime
 ) -> bool:
     """Whether ``actor`` was refused the same way on this TASK since ``since``."""
     return any(

@@ -185,17 +185,18 @@ def _new_revision(
     )
     now = services.clock.now()
     day = utc_day(now)
+    seq, number = counters.allocate(connection, "REPORT", day)
     report = new_report(
         task,
         request,
-        report_id=report_id(day, counters.next_number(connection, "REPORT", day)),
+        report_id=report_id(day, number),
         recipient=recipient,
         digest=digest,
         attempt_id=attempt_id,
         now=now,
         previous=previous,
     )
-    report_rows.insert(connection, report, task.tenant)
+    report_rows.insert(connection, report, task.tenant, seq)
     return report
 
 

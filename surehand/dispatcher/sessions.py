@@ -221,9 +221,7 @@ class Session:
         ahead = self.services.store.allocate_ahead("REPORT", day)
         try:
             with self.services.store.one_write() as connection:
-                number = (
-                    ahead if ahead is not None else counters.next_number(connection, "REPORT", day)
-                )
+                number = ahead or counters.allocate(connection, "REPORT", day)
                 moved = session_writes.settle_first_report(
                     connection, self._first_report(result, returned, review, now, day, number)
                 )
@@ -234,14 +232,20 @@ class Session:
         return moved
 
     def _first_report(
-        self, result: Any, returned: Any, review: bool, now: datetime, day: str, number: int
+        self,
+        result: Any,
+        returned: Any,
+        review: bool,
+        now: datetime,
+        day: str,
+        number: tuple[int, int],
     ) -> session_writes.FirstReport:
         task, attempt = self.task, self.attempt
         request = self._report_request(report_body(result), ReportStatus.DONE, None)
         report = new_report(
             task,
             request,
-            report_id=report_id(day, number),
+            report_id=report_id(day, number[1]),
             recipient=task.fields.sender,  # the route write_report checks: back to the sender
             digest=body_hash(request.body),
             attempt_id=attempt.attempt_id,
@@ -256,7 +260,7 @@ class Session:
             result=returned,
             target=lifecycle.EDGES[action][1],
             now=now,
-            report=report_rows.row(report, task.tenant),
+            report=report_rows.row(report, task.tenant, number[0]),
             events=(
                 report_event(report),
                 lifecycle.settle_event(

@@ -56,8 +56,9 @@ class RequireToken:
                 (v.decode("latin-1") for k, v in scope.get("headers", []) if k == b"authorization"),
                 None,
             )
+            client = (scope.get("client") or ("unknown", 0))[0]
             try:
-                self.auth.authenticate(header)
+                self.auth.authenticate_client(str(client), header, "MCP token")
             except AuthError as error:
                 await _unauthorized(send, error)
                 return
@@ -65,11 +66,12 @@ class RequireToken:
 
 
 async def _unauthorized(send: Callable[[Message], Awaitable[None]], error: AuthError) -> None:
-    body = json.dumps(problem.for_error(error)).encode()
+    document = problem.for_error(error)
+    body = json.dumps(document).encode()
     await send(
         {
             "type": "http.response.start",
-            "status": 401,
+            "status": document["status"],
             "headers": [
                 (b"content-type", b"application/problem+json"),
                 (b"www-authenticate", b'Bearer realm="surehand"'),
@@ -92,7 +94,7 @@ def run_http(host: str, port: int, sh: Surehand | None = None) -> None:
     """Serve MCP over streamable HTTP at ``http://host:port/mcp`` until SIGINT/SIGTERM."""
     surehand = sh or Surehand.from_env()
     auth = Authenticator(surehand.settings)
-    auth.check_bind(host, "the MCP HTTP server")
+    auth.check_start(host, "the MCP HTTP server")
     app = http_app(build_server(surehand), auth, HostRule.from_settings(surehand.settings))
     serve(app, host, port, log_level="warning", setting="SUREHAND_MCP_PORT", announce=_listening)
 

@@ -216,6 +216,7 @@ class TaskEvent:
     attempt_id: str | None = None
     epoch: int | None = None
     data: Mapping[str, Any] = field(default_factory=dict)
+    principal: str | None = None  # who (the token's name) made the call; None: the runtime
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -224,6 +225,7 @@ class TaskEvent:
             "at": self.at.isoformat(),
             "kind": self.kind.value,
             "by": self.by,
+            "principal": self.principal,
             "action": self.action,
             "from": self.from_bucket.value if self.from_bucket else None,
             "to": self.to_bucket.value if self.to_bucket else None,

@@ -20,6 +20,10 @@ Keys we own (``{ns}`` is empty, or the namespace followed by a colon; see :func:
     unchanged, the lease was taken from us and that is a loss. Run the lease Redis with
     ``maxmemory-policy noeviction``: an evicted lease is (safely, but needlessly) a loss.
 
+``{ns}reconciler:last-pass`` -- string, a day's TTL.
+    Value: ``"<unix time> <seconds>"`` of the last reconciler pass any process ran, for the
+    console's workers page. Losing it loses nothing but that line of the page.
+
 Keys owned by kombu when the Celery broker is Redis (we never touch them directly):
 ``surehand.{ROLE}`` and ``surehand.{ROLE}:{n}`` lists (one per priority step, ``sep=":"``),
 ``_kombu.binding.*`` sets, and ``unacked*`` structures used for visibility timeouts.
@@ -31,6 +35,7 @@ from collections.abc import Iterable
 
 LEASE_PREFIX = "lease:"
 GENERATION_KEY = "lease-generation"
+LAST_PASS_KEY = "reconciler:last-pass"
 
 
 def prefix(namespace: str) -> str:
@@ -43,6 +48,10 @@ def prefix(namespace: str) -> str:
     if any(ch.isspace() for ch in namespace):
         raise ValueError(f"Redis namespace must not contain whitespace: {namespace!r}")
     return f"{namespace}:"
+
+
+def last_pass_key(namespace: str = "") -> str:
+    return f"{prefix(namespace)}{LAST_PASS_KEY}"
 
 
 def lease_key(task_id: str, namespace: str = "") -> str:

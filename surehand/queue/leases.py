@@ -203,6 +203,38 @@ class LeaseStore:
             )
         return result
 
+    def remaining_ms(self, task_ids: Sequence[str]) -> dict[str, int | None]:
+        """Milliseconds each TASK's lease has left (None: no lease), in one round trip."""
+        if not task_ids:
+            return {}
+        with _translated("remaining"):
+            pipe = self._redis.pipeline(transaction=False)
+            for key in keys.lease_keys(task_ids, self.namespace):
+                pipe.pttl(key)
+            answers = pipe.execute()
+        return {
+            task_id: int(ms) if int(ms) >= 0 else None
+            for task_id, ms in zip(task_ids, answers, strict=True)
+        }
+
+    def record_pass(self, at: float, seconds: float) -> None:
+        """Note a reconciler pass (when, how long) for the console's workers page; a day."""
+        with _translated("record_pass"):
+            self._redis.set(self._pass_key, f"{at:.3f} {seconds:.6f}", ex=86_400)
+
+    def last_pass(self) -> tuple[float, float] | None:
+        """``(when, seconds)`` of the last reconciler pass any process noted, or None."""
+        with _translated("last_pass"):
+            value = self._redis.get(self._pass_key)
+        if value is None:
+            return None
+        at, _, seconds = str(value).partition(" ")
+        return float(at), float(seconds)
+
+    @property
+    def _pass_key(self) -> str:
+        return keys.last_pass_key(self.namespace)
+
     def ensure_generation(self) -> str:
         """The dataset generation marker, minted if missing (one round trip)."""
         key = keys.generation_key(self.namespace)

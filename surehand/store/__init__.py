@@ -32,6 +32,20 @@ from surehand.store.engine import (
 __all__ = ["Store"]
 
 
+SECRET_WORDS = ("pass", "secret", "token", "key", "credential", "auth")
+
+
+def describe_url(url: str) -> str:
+    """``url`` with its password and every secret-looking query parameter shown as ``hidden``."""
+    parsed = make_url(url)
+    hidden = {
+        name: "hidden"
+        for name in parsed.query
+        if any(word in name.lower() for word in SECRET_WORDS)
+    }
+    return parsed.update_query_dict(hidden).render_as_string(hide_password=True)
+
+
 class Store:
     """A handle on one database: transactions, snapshots and migrations.
 
@@ -67,8 +81,9 @@ class Store:
         return self.engine.dialect.name
 
     def describe(self) -> str:
-        """The URL with any password hidden, for logs and `surehand check`."""
-        return make_url(self.url).render_as_string(hide_password=True)
+        """The URL with any secret hidden, for logs and `surehand check`: the password, and
+        every query parameter that can carry one (``?password=``, ``sslpassword``, ...)."""
+        return describe_url(self.url)
 
     def ensure_schema(self) -> None:
         """Upgrade (embedded) or verify (deployment) the schema once per process."""
@@ -127,8 +142,9 @@ class Store:
             with transaction(self.engine) as connection:
                 yield connection
 
-    def allocate_ahead(self, kind: str, day: str) -> int | None:
-        """On Postgres, allocate a number in a short transaction of its own; on SQLite, None.
+    def allocate_ahead(self, kind: str, day: str) -> tuple[int, int] | None:
+        """On Postgres, allocate a number in a short transaction of its own (``(counter value,
+        number shown)``, as ``counters.allocate``); on SQLite, None.
 
         Postgres creators would otherwise queue on the counter row for the whole of their
         creating transaction. The allocation commits without waiting for the WAL flush: that
@@ -141,7 +157,7 @@ class Store:
             return None
         self.ensure_schema()
         with one_statement(self._async_commit_engine) as connection:
-            return counters.next_number(connection, kind, day)
+            return counters.allocate(connection, kind, day)
 
     def receipt_or_number(
         self, tenant: str, submission_id: str, day: str

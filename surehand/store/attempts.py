@@ -343,3 +343,18 @@ def stranded(connection: Connection, *, limit: int) -> list[Attempt]:
     """
     rows = connection.execute(_STRANDED, {"b_limit": limit}).all()
     return [_attempt(row) for row in rows]
+
+
+def of_tenant(
+    connection: Connection, *, tenant: str, state: AttemptState, limit: int = 200
+) -> list[Attempt]:
+    """A tenant's attempts in ``state``, the most recently started first (the console's
+    workers page: running sessions, lost ones)."""
+    rows = connection.execute(
+        select(attempts)
+        .join(tasks, tasks.c.task_id == attempts.c.task_id)
+        .where(tasks.c.tenant == tenant, attempts.c.state == state.value)
+        .order_by(attempts.c.started_at.desc(), attempts.c.attempt_id)
+        .limit(limit)
+    ).all()
+    return [_attempt(row) for row in rows]

@@ -9,13 +9,24 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from datetime import datetime
+from types import SimpleNamespace
 from typing import Any
 
-from sqlalchemy import Connection, Row, func, insert, select, update
+from sqlalchemy import (
+    Connection,
+    Row,
+    bindparam,
+    func,
+    insert,
+    literal_column,
+    select,
+    update,
+)
 
-from surehand.model import Admission, CaseState, EffectFact, InterruptionCase
+from surehand.model import Admission, CaseState, EffectFact, InterruptionCase, Task
 from surehand.store.schema import interruption_cases as cases
 from surehand.store.schema import tasks
+from surehand.store.tasks import TASK_COLUMNS, from_row
 
 
 def _case(row: Row[Any]) -> InterruptionCase:
@@ -105,6 +116,35 @@ def listing(
             tasks.c.tenant == tenant
         )
     return [_case(row) for row in connection.execute(query).all()]
+
+
+_HELD = (
+    select(cases, *(column.label(f"t_{column.name}") for column in TASK_COLUMNS))
+    .join(tasks, tasks.c.task_id == cases.c.task_id)
+    .where(
+        # Open held cases are few, a tenant's TASKs many: the plan must start from the partial
+        # index on open cases. ``tenant || ''`` keeps the planners from starting at the tenant's
+        # TASKs (which a bound tenant looks selective enough for), and literals, not
+        # parameters, let SQLite see that the query only wants what the partial index holds.
+        tasks.c.tenant.concat("") == bindparam("tenant"),
+        cases.c.state == literal_column(f"'{CaseState.OPEN.value}'"),
+        cases.c.admission == literal_column(f"'{Admission.HOLD_FOR_REVIEW.value}'"),
+    )
+    .order_by(tasks.c.priority, cases.c.interrupted_at, cases.c.case_id)
+    .limit(bindparam("limit"))
+)
+
+
+def held(
+    connection: Connection, *, tenant: str, limit: int = 200
+) -> list[tuple[InterruptionCase, Task]]:
+    """Open cases held for review with their TASKs, most urgent first: by the TASK's priority
+    (P0 first), then the longest waiting. Served by ``ix_interruption_cases_open``."""
+    found: list[tuple[InterruptionCase, Task]] = []
+    for row in connection.execute(_HELD, {"tenant": tenant, "limit": limit}).all():
+        task_row = SimpleNamespace(**{c.name: getattr(row, f"t_{c.name}") for c in TASK_COLUMNS})
+        found.append((_case(row), from_row(task_row)))
+    return found
 
 
 def decide(

@@ -16,9 +16,9 @@ from surehand.store import numbering
 from surehand.store.driver import DriverStatement
 from surehand.store.schema import counters
 
-# Kinds whose numbers are shown permuted. REPORT numbers stay sequential for now: a REPORT is
-# only visible on its own tenant's TASK, and its id is the FCoP document name.
-PERMUTED = frozenset({"TASK"})
+# Kinds whose numbers are shown permuted: both counters are shared by every tenant, so numbers
+# shown as counted would tell each tenant the deployment's volume.
+PERMUTED = frozenset({"TASK", "REPORT"})
 
 
 def _upsert(insert: Any) -> Any:
@@ -55,9 +55,15 @@ def next_number(connection: Connection, kind: str, day: str) -> int:
 
     One upsert statement. Its row lock serialises allocators until the transaction ends, so a
     rolled-back allocation releases its number and a committed one is never handed out again.
-    The number returned is the one to show in the id (permuted for TASKs).
+    The number returned is the one to show in the id (permuted).
     """
+    return allocate(connection, kind, day)[1]
+
+
+def allocate(connection: Connection, kind: str, day: str) -> tuple[int, int]:
+    """:func:`next_number`, as ``(counter value, number shown)``: the counter value orders
+    what was numbered within the day and is never shown."""
     params = {"kind": kind, "day": day, "secret": new_secret(kind)}
     row = _UPSERT[connection.dialect.name].one_or_none(connection, params)
     assert row is not None  # an upsert always returns its row
-    return presented(int(row.last), row.secret)
+    return int(row.last), presented(int(row.last), row.secret)

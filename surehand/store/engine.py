@@ -251,6 +251,9 @@ def _sqlite_engine(url: str, pool_size: int) -> Engine:
         cursor.execute("PRAGMA foreign_keys=ON")
         cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
         cursor.close()
+        # SQLite's own lower() folds ASCII only; Postgres (UTF-8) folds every letter. The
+        # console's case-insensitive search must answer the same on both.
+        dbapi_connection.create_function("lower", 1, _lower, deterministic=True)
 
     @event.listens_for(engine, "begin")
     def _on_begin(connection: Connection) -> None:
@@ -260,6 +263,10 @@ def _sqlite_engine(url: str, pool_size: int) -> Engine:
         connection.exec_driver_sql("BEGIN" if read_only else "BEGIN IMMEDIATE")
 
     return engine
+
+
+def _lower(value: object) -> object:
+    return value.lower() if isinstance(value, str) else value
 
 
 def translate(error: exc.DBAPIError | exc.SQLAlchemyError) -> SurehandError:

@@ -10,6 +10,7 @@ from sqlalchemy import Connection, Row, func, select
 from sqlalchemy import insert as sql_insert
 
 from surehand.model import Bucket, EventKind, TaskEvent
+from surehand.store import opaque
 from surehand.store.schema import task_events
 
 _INSERT = sql_insert(task_events)  # executed with parameters: compiled once, reused from the cache
@@ -33,13 +34,19 @@ def row(
     attempt_id: str | None = None,
     epoch: int | None = None,
     data: Mapping[str, Any] | None = None,
+    principal: str | None = None,
 ) -> dict[str, Any]:
-    """The row of one history event."""
+    """The row of one history event. ``principal``: the name of the caller whose call wrote it
+    (None for the runtime's own events); by default the ``principal`` that ``data`` records
+    (``Principal.acting_for``), so every act of a principal names it in its own column."""
+    if principal is None and data is not None:
+        principal = data.get("principal")
     return {
         "task_id": task_id,
         "at": at,
         "kind": kind.value,
         "by": by,
+        "principal": principal,
         "action": action,
         "from_bucket": from_bucket.value if from_bucket else None,
         "to_bucket": to_bucket.value if to_bucket else None,
@@ -50,13 +57,14 @@ def row(
     }
 
 
-def _event(row: Row[Any]) -> TaskEvent:
+def _event(connection: Connection, row: Row[Any]) -> TaskEvent:
     return TaskEvent(
-        event_id=row.id,
+        event_id=opaque.shown(connection, row.id),  # shown, never the global sequence
         task_id=row.task_id,
         at=row.at,
         kind=EventKind(row.kind),
         by=row.by,
+        principal=row.principal,
         action=row.action,
         from_bucket=Bucket(row.from_bucket) if row.from_bucket else None,
         to_bucket=Bucket(row.to_bucket) if row.to_bucket else None,
@@ -73,7 +81,7 @@ def history(connection: Connection, task_id: str, kind: EventKind | None = None)
     if kind is not None:
         query = query.where(task_events.c.kind == kind.value)
     rows = connection.execute(query.order_by(task_events.c.id)).all()
-    return [_event(row) for row in rows]
+    return [_event(connection, row) for row in rows]
 
 
 def count(connection: Connection, task_id: str | None = None, kind: EventKind | None = None) -> int:

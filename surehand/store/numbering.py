@@ -72,6 +72,27 @@ def _permute(index: int, size: int, key: Any) -> int:
     return value
 
 
+def permute(index: int, size: int, secret: str) -> int:
+    """A keyed permutation of ``[0, size)`` (``size`` >= 2): ``index`` → its image."""
+    return _permute(index, size, _keyed(secret, size))
+
+
+def unpermute(image: int, size: int, secret: str) -> int:
+    """The inverse of :func:`permute`: the index whose image is ``image``."""
+    key, side = _keyed(secret, size), math.isqrt(size - 1) + 1
+    value = _unfeistel(image, side, key)
+    while value >= size:  # cycle-walking backwards retraces the forward walk
+        value = _unfeistel(value, side, key)
+    return value
+
+
+def _unfeistel(value: int, side: int, key: Any) -> int:
+    left, right = divmod(value, side)
+    for round_ in reversed(range(ROUNDS)):
+        left, right = (right - _round(key, round_, left)) % side, left
+    return left * side + right
+
+
 def _feistel(value: int, side: int, key: Any) -> int:
     # Halves in Z_side, rounds add modulo side: each round is invertible, so is the network.
     left, right = divmod(value, side)

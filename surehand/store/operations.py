@@ -10,12 +10,13 @@ from typing import Any
 from sqlalchemy import Connection, Row, bindparam, func, insert, select, update
 
 from surehand.model import Operation, OperationState, RetryPolicy
+from surehand.store import opaque
 from surehand.store.schema import operations
 
 
-def _operation(row: Row[Any]) -> Operation:
+def _operation(connection: Connection, row: Row[Any]) -> Operation:
     return Operation(
-        operation_id=row.id,
+        operation_id=opaque.shown(connection, row.id),
         task_id=row.task_id,
         attempt_id=row.attempt_id,
         epoch=row.epoch,
@@ -75,7 +76,7 @@ def insert_intent(
     probe: str | None,
     now: datetime,
 ) -> int:
-    """Record an intent; returns the operation id."""
+    """Record an intent; returns the operation id (as shown: ``store/opaque.py``)."""
     result = connection.execute(
         _INSERT_INTENT,
         {
@@ -92,7 +93,7 @@ def insert_intent(
             "started_at": now,
         },
     )
-    return int(result.scalar_one())
+    return opaque.shown(connection, int(result.scalar_one()))
 
 
 def settle(
@@ -109,7 +110,7 @@ def settle(
     result = connection.execute(
         _SETTLE,
         {
-            "b_operation_id": operation_id,
+            "b_operation_id": opaque.internal(connection, operation_id),
             "b_state": state.value,
             "b_outcome": dict(outcome) if outcome is not None else None,
             "b_external_receipt": external_receipt,
@@ -124,7 +125,10 @@ def rebind(connection: Connection, operation_id: int, *, attempt_id: str, epoch:
     """Hand an open intent to the successor attempt admitted to repeat it (single_verified)."""
     result = connection.execute(
         update(operations)
-        .where(operations.c.id == operation_id, operations.c.state == OperationState.INTENT.value)
+        .where(
+            operations.c.id == opaque.internal(connection, operation_id),
+            operations.c.state == OperationState.INTENT.value,
+        )
         .values(attempt_id=attempt_id, epoch=epoch)
     )
     return result.rowcount == 1
@@ -137,28 +141,28 @@ def latest_by_fingerprint(
     row = connection.execute(
         _LATEST_BY_FINGERPRINT, {"task_id": task_id, "fingerprint": fingerprint}
     ).one_or_none()
-    return _operation(row) if row is not None else None
+    return _operation(connection, row) if row is not None else None
 
 
 def get(connection: Connection, operation_id: int) -> Operation | None:
     row = connection.execute(
-        select(operations).where(operations.c.id == operation_id)
+        select(operations).where(operations.c.id == opaque.internal(connection, operation_id))
     ).one_or_none()
-    return _operation(row) if row is not None else None
+    return _operation(connection, row) if row is not None else None
 
 
 def for_attempt(connection: Connection, attempt_id: str) -> list[Operation]:
     rows = connection.execute(
         select(operations).where(operations.c.attempt_id == attempt_id).order_by(operations.c.id)
     ).all()
-    return [_operation(row) for row in rows]
+    return [_operation(connection, row) for row in rows]
 
 
 def for_task(connection: Connection, task_id: str) -> list[Operation]:
     rows = connection.execute(
         select(operations).where(operations.c.task_id == task_id).order_by(operations.c.id)
     ).all()
-    return [_operation(row) for row in rows]
+    return [_operation(connection, row) for row in rows]
 
 
 def count(connection: Connection, task_id: str | None = None) -> int:
@@ -186,7 +190,7 @@ def confirm(
     result = connection.execute(
         update(operations)
         .where(
-            operations.c.id == operation_id,
+            operations.c.id == opaque.internal(connection, operation_id),
             operations.c.state.in_([OperationState.INTENT.value, OperationState.FAILED.value]),
         )
         .values(state=state.value, outcome=outcome, settled_at=now)

@@ -16,9 +16,15 @@ from sqlalchemy import insert as sql_insert
 from surehand.model import Report, ReportStatus
 from surehand.store.schema import reports
 
-# Writing order: REPORT numbers grow within a UTC day, and a longer number is a later one
-# (NNN has at least three digits, so REPORT-...-1000 follows REPORT-...-999).
-_CHRONOLOGICAL = (reports.c.created_at, func.length(reports.c.report_id), reports.c.report_id)
+# Writing order: the time, then the day's counter value behind the (permuted) number. REPORTs
+# numbered before migration 0009 have no counter value but sequential numbers, in which a
+# longer number is a later one (REPORT-...-1000 follows REPORT-...-999).
+_CHRONOLOGICAL = (
+    reports.c.created_at,
+    func.coalesce(reports.c.seq, 0),
+    func.length(reports.c.report_id),
+    reports.c.report_id,
+)
 
 
 def _report(row: Row[Any]) -> Report:
@@ -67,13 +73,14 @@ _LATEST = select(reports).where(*_SERIES).order_by(reports.c.revision.desc()).li
 _GET = select(reports).where(reports.c.report_id == bindparam("report_id"))
 
 
-def insert(connection: Connection, report: Report, tenant: str) -> None:
-    """Insert one REPORT inside the caller's transaction (DuplicateKey on a dedupe-key clash)."""
-    connection.execute(_INSERT, row(report, tenant))
+def insert(connection: Connection, report: Report, tenant: str, seq: int | None) -> None:
+    """Insert one REPORT inside the caller's transaction (DuplicateKey on a dedupe-key clash);
+    ``seq``: the counter value its number was allocated from."""
+    connection.execute(_INSERT, row(report, tenant, seq))
 
 
-def row(report: Report, tenant: str) -> dict[str, Any]:
-    """The row of one REPORT."""
+def row(report: Report, tenant: str, seq: int | None) -> dict[str, Any]:
+    """The row of one REPORT (``seq``: the counter value behind its number)."""
     return {
         "report_id": report.report_id,
         "task_id": report.task_id,
@@ -89,6 +96,7 @@ def row(report: Report, tenant: str) -> dict[str, Any]:
         "supersedes": report.supersedes,
         "attempt_id": report.attempt_id,
         "created_at": report.created_at,
+        "seq": seq,
     }
 
 

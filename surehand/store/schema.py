@@ -147,7 +147,17 @@ tasks = Table(
     _check("priority", model.Priority, "priority"),
     _check("risk_level", model.RiskLevel, "risk_level"),
 )
-Index("ix_tasks_tenant_bucket", tasks.c.tenant, tasks.c.bucket)
+# The console's board and lists (store/listing.py): newest first per bucket, paged by keyset on
+# (created_at, task_id), counted by bucket -- with or without a recipient -- from the index alone.
+Index("ix_tasks_board", tasks.c.tenant, tasks.c.bucket, tasks.c.created_at, tasks.c.task_id)
+Index(
+    "ix_tasks_recipient_board",
+    tasks.c.tenant,
+    tasks.c.recipient,
+    tasks.c.bucket,
+    tasks.c.created_at,
+    tasks.c.task_id,
+)
 # The dispatcher sweep's indexes hold only the rows it looks for (unpublished TASKs; inbox TASKs
 # by publish time). A claim or a settle moves its TASK out of both, so it updates neither.
 _UNPUBLISHED = tasks.c.published.is_(False)
@@ -194,6 +204,9 @@ task_events = Table(
     _ts("at"),
     Column("kind", String(32), nullable=False),
     Column("by", String(64), nullable=False),
+    # The name of the principal (API token) whose call wrote the event; NULL for the runtime's
+    # own events and for events written before migration 0009.
+    Column("principal", String(64)),
     Column("action", String(32)),
     Column("from_bucket", String(16)),
     Column("to_bucket", String(16)),
@@ -222,6 +235,9 @@ reports = Table(
     Column("supersedes", String(32)),
     Column("attempt_id", String(64)),
     _ts("created_at"),
+    # The day's counter value behind the (permuted) REPORT number: orders REPORTs written at
+    # one instant; never shown. NULL before migration 0009, whose numbers were sequential.
+    Column("seq", BigInteger),
     _check("status", model.ReportStatus, "status"),
     UniqueConstraint(
         "task_id",
@@ -260,7 +276,7 @@ attempts = Table(
     Column("agent_returned", Boolean, nullable=False, server_default=text("false")),
     Column("result", JSON),
     Column("error", Text),
-    Column("bound_operation_id", Integer),
+    Column("bound_operation_id", BigInteger),  # as shown (store/opaque.py)
     Column("case_id", String(64)),  # the interruption case that admitted this successor
     _ts("lease_missing_since", nullable=True),  # reconciler: first pass that found no lease
     _ts("started_at"),
@@ -322,7 +338,7 @@ interruption_cases = Table(
     _ts("decided_at", nullable=True),
     Column("decided_by", String(64)),
     Column("successor_attempt_id", String(64)),
-    Column("bound_operation_id", Integer),
+    Column("bound_operation_id", BigInteger),  # as shown (store/opaque.py)
     Column("state", String(16), nullable=False),
     Column("review", JSON),
     UniqueConstraint("interrupted_attempt_id", name="uq_interruption_cases_attempt"),

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlencode
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -23,12 +24,14 @@ from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from surehand.errors import SurehandError
+from surehand.config import Settings
+from surehand.errors import SurehandError, TooManyAttempts
 from surehand.principals import Authenticator, TenantViews
 from surehand.problem import status_for
+from surehand.ui import list_routes, record_routes
 from surehand.ui.routes import router
-from surehand.ui.sessions import PREFIX, SessionCodec, SignInRequired
-from surehand.ui.views import approver_names, consequence
+from surehand.ui.sessions import PREFIX, SessionStore, SignInCodec, SignInRequired
+from surehand.ui.views import approver_names, consequence, operation_label, where_to_check
 
 log = logging.getLogger(__name__)
 HERE = Path(__file__).resolve().parent
@@ -45,16 +48,20 @@ class Console:
 
     auth: Authenticator
     views: TenantViews
-    codec: SessionCodec
+    sessions: SessionStore
+    codec: SignInCodec
     templates: Jinja2Templates
 
 
-def create_console(auth: Authenticator, views: TenantViews) -> FastAPI:
+def create_console(auth: Authenticator, views: TenantViews, settings: Settings) -> FastAPI:
     """The console: signs in the principals ``auth`` knows, and reads through ``views`` (the
     API's per-tenant handles), each acting as the signed-in principal."""
     console = FastAPI(docs_url=None, redoc_url=None, openapi_url=None)
-    console.state.console = Console(auth, views, SessionCodec(), _templates())
+    store = SessionStore(settings.console_idle_seconds, settings.console_session_seconds)
+    console.state.console = Console(auth, views, store, SignInCodec(), _templates())
     console.include_router(router)
+    console.include_router(list_routes.router)
+    console.include_router(record_routes.router)
     console.mount("/static", StaticFiles(directory=HERE / "static"), name="static")
     console.add_exception_handler(SignInRequired, _to_sign_in)
     console.add_exception_handler(SurehandError, _on_error)
@@ -72,6 +79,8 @@ def _templates() -> Jinja2Templates:
     templates.env.globals["base"] = PREFIX
     templates.env.globals["consequence"] = consequence
     templates.env.globals["approvers"] = approver_names
+    templates.env.globals["operation_label"] = operation_label
+    templates.env.globals["where_to_check"] = where_to_check
     return templates
 
 
@@ -109,14 +118,23 @@ def error_page(request: Request, status: int, title: str, detail: str) -> Respon
 
 
 async def _to_sign_in(request: Request, _error: Exception) -> Response:
-    return RedirectResponse(f"{PREFIX}/sign-in", status_code=303)
+    """To the sign-in page, which brings the user back to the page asked for (a page, not a
+    live fragment or a form's POST)."""
+    path = request.url.path
+    if request.method != "GET" or path.endswith("/live"):
+        return RedirectResponse(f"{PREFIX}/sign-in", status_code=303)
+    asked = path + (f"?{request.url.query}" if request.url.query else "")
+    return RedirectResponse(f"{PREFIX}/sign-in?{urlencode({'next': asked})}", status_code=303)
 
 
 async def _on_error(request: Request, error: Exception) -> Response:
     assert isinstance(error, SurehandError)
     status = status_for(error)
     title = {403: "Not allowed", 404: "Not found", 400: "Bad request"}.get(status, "Refused")
-    return error_page(request, status, title, error.message)
+    page = error_page(request, status, title, error.message)
+    if isinstance(error, TooManyAttempts):
+        page.headers["Retry-After"] = str(error.details.get("retry_after", 60))
+    return page
 
 
 async def _on_bad_request(request: Request, error: Exception) -> Response:

@@ -1,11 +1,17 @@
-"""Console sign-in: a bearer token exchanged once for a signed session cookie, and CSRF tokens.
+"""Console sign-in: a bearer token exchanged once for a server-side session, and CSRF tokens.
 
-The cookie (``surehand_console``, path ``/ui``) is HttpOnly, SameSite=Strict, Secure over
-HTTPS, and carries no token: only the principal (name, role, tenant), a CSRF nonce and an expiry,
-signed with HMAC-SHA256 under a key this process draws at start (a restart signs everyone out).
-A visitor who has not signed in gets an anonymous session too, so that the sign-in form carries
-a CSRF token like every other form. Every request re-checks that the principal still exists
-(its token is still configured, or the API is still open and the caller on loopback).
+A signed-in browser holds ``surehand_console`` (path ``/ui``, HttpOnly, SameSite=Lax, Secure
+over HTTPS): a random session id, nothing else. The session -- principal, CSRF nonce, when it
+started and when it was last used -- lives in this API process (:class:`SessionStore`), so
+signing out ends it for every copy of the cookie, it ends after ``SUREHAND_CONSOLE_IDLE_SECONDS``
+without a page opened (the live refresh does not count) and after
+``SUREHAND_CONSOLE_SESSION_SECONDS`` in any case, and a restart ends them all.
+
+SameSite=Lax, not Strict: a link to a case followed from chat or e-mail arrives with the
+cookie and opens the case. Nothing a GET does changes anything, and every form carries the
+session's CSRF token, so another site still cannot act for the user. A visitor who has not
+signed in gets a separate, signed ``surehand_signin`` cookie holding only the sign-in form's
+CSRF nonce: visiting the sign-in page never replaces (so never ends) a signed-in session.
 """
 
 from __future__ import annotations
@@ -15,9 +21,11 @@ import hashlib
 import hmac
 import json
 import secrets
+import threading
 import time
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from urllib.parse import urlsplit
 
 from fastapi import Request
 from fastapi.responses import Response
@@ -26,10 +34,11 @@ from surehand.errors import Forbidden
 from surehand.principals import Authenticator, Principal, is_loopback
 
 COOKIE = "surehand_console"
+SIGN_IN_COOKIE = "surehand_signin"
 PREFIX = "/ui"  # where the API mounts the console
 COOKIE_PATH = PREFIX
-SESSION_SECONDS = 8 * 3600
 ANONYMOUS_SECONDS = 3600
+MAX_SESSIONS = 10_000  # per process; the least recently used go first beyond it
 
 
 class SignInRequired(Exception):
@@ -38,22 +47,68 @@ class SignInRequired(Exception):
 
 @dataclass(frozen=True)
 class ConsoleSession:
-    """A decoded session cookie: the principal (None before sign-in) and its CSRF nonce."""
+    """A signed-in session as the server holds it."""
 
     csrf: str
-    expires: int
-    principal: Principal | None = None
-
-    def payload(self) -> dict[str, Any]:
-        data: dict[str, Any] = {"c": self.csrf, "e": self.expires}
-        if self.principal is not None:
-            who = self.principal
-            data["p"] = [who.name, who.role, who.tenant]
-        return data
+    principal: Principal
+    started: float
+    last_used: float
 
 
-class SessionCodec:
-    """Signs and verifies session cookies under a per-process key."""
+class SessionStore:
+    """The signed-in sessions of this process, by the SHA-256 of their cookie (thread-safe)."""
+
+    def __init__(self, idle: float, longest: float, clock: Callable[[], float] = time.time) -> None:
+        self.idle, self.longest, self._clock = idle, longest, clock
+        self._sessions: dict[bytes, ConsoleSession] = {}
+        self._lock = threading.Lock()
+
+    def start(self, principal: Principal) -> tuple[str, ConsoleSession]:
+        """A new session for ``principal``: the cookie value and the session."""
+        sid, now = secrets.token_urlsafe(32), self._clock()
+        session = ConsoleSession(secrets.token_urlsafe(24), principal, now, now)
+        with self._lock:
+            self._sessions[_digest(sid)] = session
+            while len(self._sessions) > MAX_SESSIONS:
+                self._sessions.pop(next(iter(self._sessions)))
+        return sid, session
+
+    def get(self, sid: str | None, *, touch: bool) -> ConsoleSession | None:
+        """The live session of a cookie (None: none, ended, idle too long or too old);
+        ``touch`` counts this request as use (a page opened, not a live refresh)."""
+        if not sid:
+            return None
+        key, now = _digest(sid), self._clock()
+        with self._lock:
+            session = self._sessions.get(key)
+            if session is None:
+                return None
+            if now - session.last_used > self.idle or now - session.started > self.longest:
+                del self._sessions[key]
+                return None
+            if touch:
+                session = replace(session, last_used=now)
+                del self._sessions[key]
+                self._sessions[key] = session  # the most recently used last
+        return session
+
+    def end(self, sid: str | None) -> None:
+        """End a session: every copy of its cookie stops working."""
+        if sid:
+            with self._lock:
+                self._sessions.pop(_digest(sid), None)
+
+    def remaining(self, session: ConsoleSession) -> int:
+        """Seconds the cookie should live: until the session's absolute end."""
+        return max(0, int(session.started + self.longest - self._clock()))
+
+
+def _digest(sid: str) -> bytes:
+    return hashlib.sha256(sid.encode()).digest()
+
+
+class SignInCodec:
+    """Signs the anonymous sign-in cookie (a CSRF nonce and an expiry) under a process key."""
 
     def __init__(self, key: bytes | None = None) -> None:
         self._key = key or secrets.token_bytes(32)
@@ -61,23 +116,22 @@ class SessionCodec:
     def _mac(self, body: bytes) -> bytes:
         return hmac.new(self._key, body, hashlib.sha256).digest()
 
-    def encode(self, session: ConsoleSession) -> str:
-        """``base64url(json).base64url(hmac)``."""
-        body = json.dumps(session.payload(), separators=(",", ":")).encode()
+    def encode(self, nonce: str, expires: int) -> str:
+        body = json.dumps({"c": nonce, "e": expires}, separators=(",", ":")).encode()
         return f"{_b64(body)}.{_b64(self._mac(body))}"
 
-    def decode(self, value: str | None, now: float | None = None) -> ConsoleSession | None:
-        """The session a cookie holds, or None if it is missing, forged, malformed or expired."""
+    def decode(self, value: str | None, now: float | None = None) -> str | None:
+        """The nonce a valid, unexpired cookie holds (None if missing, forged or expired)."""
         try:
             body_part, _, mac_part = (value or "").partition(".")
             body = _unb64(body_part)
             if not hmac.compare_digest(_unb64(mac_part), self._mac(body)):
                 return None
             data = json.loads(body)
-            session = ConsoleSession(str(data["c"]), int(data["e"]), _principal(data.get("p")))
+            nonce, expires = str(data["c"]), int(data["e"])
         except (ValueError, KeyError, TypeError):
             return None
-        return session if session.expires > (now or time.time()) else None
+        return nonce if expires > (now or time.time()) else None
 
 
 def _b64(raw: bytes) -> str:
@@ -88,51 +142,59 @@ def _unb64(text: str) -> bytes:
     return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
 
 
-def _principal(value: Any) -> Principal | None:
-    if value is None:
-        return None
-    name, role, tenant = (str(part) for part in value)
-    return Principal(name, role, tenant)
-
-
-def new_session(principal: Principal | None = None) -> ConsoleSession:
-    """A fresh session with a new CSRF nonce (a sign-in always rotates it)."""
-    seconds = SESSION_SECONDS if principal is not None else ANONYMOUS_SECONDS
-    return ConsoleSession(secrets.token_urlsafe(24), int(time.time()) + seconds, principal)
-
-
-def set_cookie(
-    response: Response, request: Request, codec: SessionCodec, session: ConsoleSession
-) -> None:
-    """Write ``session`` as the console's cookie on ``response``."""
+def _cookie(response: Response, request: Request, name: str, value: str, seconds: int) -> None:
     response.set_cookie(
-        COOKIE,
-        codec.encode(session),
-        max_age=max(0, session.expires - int(time.time())),
+        name,
+        value,
+        max_age=seconds,
         path=COOKIE_PATH,
         httponly=True,
-        samesite="strict",
+        samesite="lax",
         secure=request.url.scheme == "https",
     )
 
 
-def clear_cookie(response: Response) -> None:
-    response.delete_cookie(COOKIE, path=COOKIE_PATH, httponly=True, samesite="strict")
+def set_session_cookie(response: Response, request: Request, sid: str, seconds: int) -> None:
+    _cookie(response, request, COOKIE, sid, seconds)
+
+
+def new_nonce() -> str:
+    return secrets.token_urlsafe(24)
+
+
+def set_sign_in_cookie(
+    response: Response, request: Request, codec: SignInCodec, nonce: str
+) -> None:
+    """The anonymous sign-in cookie holding the sign-in form's CSRF ``nonce``."""
+    expires = int(time.time()) + ANONYMOUS_SECONDS
+    _cookie(response, request, SIGN_IN_COOKIE, codec.encode(nonce, expires), ANONYMOUS_SECONDS)
+
+
+def clear_cookies(response: Response) -> None:
+    for name in (COOKIE, SIGN_IN_COOKIE):
+        response.delete_cookie(name, path=COOKIE_PATH, httponly=True, samesite="lax")
+
+
+def client_address(request: Request) -> str:
+    """The client as the server sees it (the forwarded address behind a trusted proxy)."""
+    return request.client.host if request.client is not None else "unknown"
 
 
 def client_on_loopback(request: Request) -> bool:
-    """True if the TCP peer is a loopback address (open local mode signs in only those)."""
+    """True if the client is a loopback address (open local mode signs in only those)."""
     return request.client is not None and is_loopback(request.client.host)
 
 
 def sign_in(auth: Authenticator, request: Request, token: str) -> Principal:
     """The principal a sign-in names: the local ADMIN (open mode, loopback callers only) or the
-    owner of ``token`` (AuthError if none)."""
+    owner of ``token`` (AuthError if none; TooManyAttempts for a client that keeps failing)."""
     if auth.open:
         if not client_on_loopback(request):
             raise Forbidden("the open local console signs in loopback callers only")
         return auth.local
-    return auth.authenticate(f"Bearer {token.strip()}")
+    return auth.authenticate_client(
+        client_address(request), f"Bearer {token.strip()}", "console sign-in"
+    )
 
 
 def still_valid(auth: Authenticator, request: Request, principal: Principal) -> bool:
@@ -142,9 +204,22 @@ def still_valid(auth: Authenticator, request: Request, principal: Principal) -> 
     return principal in set(auth.tokens.values())
 
 
-def check_csrf(session: ConsoleSession | None, submitted: object) -> None:
+def check_csrf(expected: str | None, submitted: object) -> None:
     """Forbidden unless the form's ``csrf_token`` is the session's nonce."""
-    if session is None or not isinstance(submitted, str) or not submitted:
+    if expected is None or not isinstance(submitted, str) or not submitted:
         raise Forbidden("the form's CSRF token is missing; reload the page and submit again")
-    if not hmac.compare_digest(session.csrf.encode(), submitted.encode()):
+    if not hmac.compare_digest(expected.encode(), submitted.encode()):
         raise Forbidden("the form's CSRF token does not match; reload the page and submit again")
+
+
+def safe_next(value: str | None) -> str:
+    """Where to go after signing in: a console path asked for, never another site (an open
+    redirect would let any link send a freshly signed-in user anywhere)."""
+    if not value or "\\" in value or any(ord(c) < 32 for c in value):
+        return f"{PREFIX}/"
+    parts = urlsplit(value)
+    if parts.scheme or parts.netloc or not parts.path.startswith(f"{PREFIX}/"):
+        return f"{PREFIX}/"
+    if parts.path.startswith(f"{PREFIX}/sign-"):
+        return f"{PREFIX}/"
+    return value

@@ -7,18 +7,17 @@ arranges them for a template. Nothing here writes: reviews go through :meth:`Sur
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from surehand.dispatcher import dispatch
-from surehand.dispatcher.effects import Evidence, evaluate
+from surehand.dispatcher.effects import Evidence, evaluate, unsettled
 from surehand.dispatcher.lifecycle import approvers
 from surehand.facade import Surehand
 from surehand.model import (
     Admission,
     Attempt,
-    Bucket,
     CaseState,
     EventKind,
     InterruptionCase,
@@ -29,64 +28,7 @@ from surehand.model import (
 )
 from surehand.principals import Principal
 
-# TASKs read per bucket (newest first) for the board's counts and filters; a fuller bucket shows
-# its count as "300+". The service layer has no count or text query, so the board filters these.
-SCAN_LIMIT = 300
-SHOWN_PER_BUCKET = 50
-PRIORITIES = ("P0", "P1", "P2", "P3")
-
-
-@dataclass(frozen=True)
-class BoardFilter:
-    """The board's filters as given in the query string (already validated by the route)."""
-
-    recipient: str | None = None
-    priority: str | None = None
-    text: str = ""
-
-    def keeps(self, task: Task) -> bool:
-        if self.priority and task.fields.priority.value != self.priority:
-            return False
-        needle = self.text.strip().casefold()
-        haystack = f"{task.task_id}\n{task.fields.subject}\n{task.fields.body}".casefold()
-        return not needle or needle in haystack
-
-
-@dataclass(frozen=True)
-class Column:
-    """One bucket on the board: its TASKs (held first) and how many match."""
-
-    bucket: str
-    tasks: list[Task]
-    count: int
-    more: bool  # the scan reached SCAN_LIMIT: the count is a lower bound
-
-
-def board(sh: Surehand, wanted: BoardFilter) -> list[Column]:
-    """Every bucket's matching TASKs, newest first with held TASKs on top."""
-    columns = []
-    for bucket in Bucket:
-        found = sh.list_tasks(bucket=bucket, recipient=wanted.recipient, limit=SCAN_LIMIT)
-        kept = sorted((task for task in found if wanted.keeps(task)), key=lambda t: t.hold is None)
-        more = len(found) == SCAN_LIMIT
-        columns.append(Column(bucket.value, kept[:SHOWN_PER_BUCKET], len(kept), more))
-    return columns
-
-
-@dataclass(frozen=True)
-class HeldItem:
-    task: Task
-    case: InterruptionCase
-
-
-def held(sh: Surehand) -> list[HeldItem]:
-    """Open cases held for review, with their TASKs, newest first."""
-    open_cases = sh.cases(state=CaseState.OPEN, limit=SCAN_LIMIT)
-    return [
-        HeldItem(sh.get_task(case.task_id), case)
-        for case in open_cases
-        if case.admission is Admission.HOLD_FOR_REVIEW
-    ]
+CASES_PER_TASK = 300
 
 
 @dataclass(frozen=True)
@@ -124,7 +66,7 @@ def task_page(sh: Surehand, task_id: str) -> TaskPage:
         reports=sh.reports(task.task_id),
         attempts=sh.attempts(task.task_id),
         operations=sh.operations(task.task_id),
-        cases=sh.cases(task_id=task.task_id, limit=SCAN_LIMIT),
+        cases=sh.cases(task_id=task.task_id, limit=CASES_PER_TASK),
     )
 
 
@@ -138,16 +80,9 @@ def approver_names(task: Task) -> str:
     return " or ".join(sorted(approvers(task), reverse=True))
 
 
-def unsettled(operation: Operation) -> bool:
-    """Open (intent only) or raised with its effect unknown: what a review speaks for."""
-    return operation.state in (OperationState.INTENT, OperationState.FAILED) and (
-        (operation.outcome or {}).get("probe") is None
-    )
-
-
 @dataclass(frozen=True)
 class CasePage:
-    """A case with the evidence its approver needs."""
+    """A case with the evidence its approver needs, plain words first."""
 
     task: Task
     case: InterruptionCase
@@ -155,6 +90,7 @@ class CasePage:
     operations: list[Operation]
     after_present: Evidence | None
     after_absent: Evidence | None
+    after_mixed: Evidence | None  # some present, some absent (several unsettled operations)
     successor: Attempt | None
 
     @property
@@ -162,6 +98,34 @@ class CasePage:
         return (
             self.case.state is CaseState.OPEN and self.case.admission is Admission.HOLD_FOR_REVIEW
         )
+
+    @property
+    def unsettled(self) -> list[Operation]:
+        """The operations the review answers, one answer each."""
+        return [op for op in self.operations if unsettled(op)]
+
+    @property
+    def story(self) -> str:
+        """What happened, in words."""
+        attempt, names = self.attempt, ", ".join(op.name for op in self.unsettled)
+        stopped = CAUSES.get(attempt.cause.value if attempt and attempt.cause else "", "stopped")
+        what = f"attempt {attempt.number} {stopped}" if attempt else "the attempt stopped"
+        if not names:
+            return f"The agent's {what}; its records do not settle the TASK."
+        return (
+            f"The agent's {what} while doing {names}. surehand recorded that it began "
+            f"{'this effect' if len(self.unsettled) == 1 else 'these effects'} but not "
+            "whether it finished, so it cannot tell whether it happened."
+        )
+
+
+CAUSES = {
+    "session_lost": "stopped answering (its worker died or lost contact: the session was lost)",
+    "lease_lost": "lost its lease and stopped",
+    "agent_failed": "raised an error",
+    "store_unavailable": "could not record its progress (the database was unreachable)",
+    "redis_unavailable": "could not renew its lease (Redis was unreachable)",
+}
 
 
 def case_page(sh: Surehand, case_id: str) -> CasePage:
@@ -173,17 +137,32 @@ def case_page(sh: Surehand, case_id: str) -> CasePage:
     attempt = attempts.get(case.interrupted_attempt_id)
     ops = [op for op in sh.operations(task.task_id) if op.attempt_id == case.interrupted_attempt_id]
     held_now = case.state is CaseState.OPEN and case.admission is Admission.HOLD_FOR_REVIEW
-    present = preview(attempt, ops, "present") if held_now and attempt else None
-    absent = preview(attempt, ops, "absent") if held_now and attempt else None
+    previews: list[Evidence | None] = [None, None, None]
+    if held_now and attempt:
+        open_ids = [op.operation_id for op in ops if unsettled(op)]
+        previews = [
+            preview(attempt, ops, dict.fromkeys(open_ids, "present")),
+            preview(attempt, ops, dict.fromkeys(open_ids, "absent")),
+            preview(attempt, ops, _mixed(open_ids)) if len(open_ids) > 1 else None,
+        ]
     successor = attempts.get(case.successor_attempt_id or "")
-    return CasePage(task, case, attempt, ops, present, absent, successor)
+    present, absent, mixed = previews
+    return CasePage(task, case, attempt, ops, present, absent, mixed, successor)
 
 
-def preview(attempt: Attempt, ops: Sequence[Operation], effect: str) -> Evidence:
-    """The admission a review stating ``effect`` would lead to: the review records the fact on
-    every unsettled operation (as ``Recovery.review`` does), then admission evaluates it."""
-    stated = [_stated(op, effect) if unsettled(op) else op for op in ops]
-    return evaluate(attempt, stated, {"effect": effect})
+def _mixed(open_ids: Sequence[int]) -> dict[int, str]:
+    return {op_id: "present" if index == 0 else "absent" for index, op_id in enumerate(open_ids)}
+
+
+def preview(attempt: Attempt, ops: Sequence[Operation], answers: Mapping[int, str]) -> Evidence:
+    """The admission a review giving ``answers`` (operation id → present/absent) would lead
+    to: the review records each answer on its operation (as ``Recovery.review`` does), then
+    admission evaluates the records."""
+    stated = [
+        _stated(op, answers[op.operation_id]) if op.operation_id in answers else op for op in ops
+    ]
+    said = set(answers.values())
+    return evaluate(attempt, stated, {"effect": said.pop() if len(said) == 1 else "mixed"})
 
 
 def _stated(op: Operation, effect: str) -> Operation:
@@ -193,20 +172,45 @@ def _stated(op: Operation, effect: str) -> Operation:
 
 def consequence(evidence: Evidence, ops: Sequence[Operation]) -> str:
     """What a successor does under ``evidence``, in words."""
-    rerun = [op.name for op in ops if unsettled(op)]
     if evidence.admission is Admission.RECONCILE_ONLY:
         return (
-            "No new attempt: the REPORT is written from the records and the TASK moves to "
-            "review. Nothing runs again."
+            "The agent is not run again: the REPORT is built from the records and the TASK "
+            "moves on to review. Nothing runs again."
         )
     if evidence.admission is Admission.REEXECUTE:
-        again = ", ".join(rerun) or "none"
         return (
-            "A successor attempt runs the agent again on the same TASK. Operations recorded "
-            f"as not having happened run again when the agent declares them ({again}); "
-            "settled ones return their recorded outcome."
+            "The agent runs again on the same TASK (a new attempt). An effect answered "
+            "absent runs again when the agent declares it; one answered present, or already "
+            "recorded as done, is not repeated: the agent gets its recorded outcome."
         )
     return f"Admission answers {evidence.admission.value}: the TASK stays held."
+
+
+def where_to_check(task: Task, op: Operation) -> list[str]:
+    """Hints of where an operation's effect would show: what identifies it, in words."""
+    hints = [
+        f"{op.name} with {', '.join(f'{k}={v!r}' for k, v in op.args.items()) or 'no arguments'}"
+    ]
+    if op.idempotency_key:
+        hints.append(f"idempotency key {op.idempotency_key} (the far side may record it)")
+    if op.external_receipt:
+        hints.append(f"receipt {op.external_receipt}")
+    hints.extend(f"the TASK's reference {ref}" for ref in task.fields.references)
+    return hints
+
+
+def operation_label(op: Operation) -> str:
+    """An operation's state in words (an effect a review found absent did not fail)."""
+    outcome = op.outcome or {}
+    answered, source = outcome.get("probe"), str(outcome.get("source", ""))
+    by = "a review" if source.startswith("review") else f"probe {op.probe or ''}".strip()
+    if answered == "present":
+        return f"happened (confirmed by {by})"
+    if answered == "absent":
+        return f"did not happen (confirmed by {by})"
+    return {"intent": "begun, outcome unknown", "succeeded": "done", "failed": "raised"}.get(
+        op.state.value, op.state.value
+    )
 
 
 @dataclass(frozen=True)

@@ -4,16 +4,16 @@ An error in the session's own code (not the agent's, not the store's or Redis's)
 its attempt ``running`` without a lease, for the reconciler to re-run again and again. It now
 ends the attempt ``interrupted`` with this cause, through admission like any interruption.
 
-Revision ID: 0009
-Revises: 0008
+Revision ID: 0010
+Revises: 0009
 """
 
 from __future__ import annotations
 
 from alembic import op
 
-revision = "0009"
-down_revision = "0008"
+revision = "0010"
+down_revision = "0009"
 branch_labels = None
 depends_on = None
 

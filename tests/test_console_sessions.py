@@ -1,0 +1,191 @@
+"""Console sessions (issue 20): deep links survive sign-in, a cross-site navigation never signs
+anybody out, sign-out ends the session on the server, sessions idle out, sign-in is throttled
+per client with each failure logged, and proxy headers are believed only from the addresses
+configured. In process, except the proxy test, which runs uvicorn as ``surehand api`` does.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+from fastapi import FastAPI
+from fastapi.testclient import TestClient
+
+from surehand.api import create_app
+from surehand.config import Settings
+from surehand.facade import Surehand
+from surehand.principals import Principal
+from surehand.serving import BackgroundServer
+from surehand.store import Store
+from surehand.ui.sessions import SessionStore, safe_next
+
+TOKENS = "pm-token-0123456789=alice:PM:acme,pm2-token-0123456789=bob:PM:acme"
+CSRF = re.compile(r'name="csrf_token" value="([^"]+)"')
+
+
+@pytest.fixture
+def sh(store: Store) -> Iterator[Surehand]:
+    handle = Surehand(settings=Settings(database_url=store.url, api_tokens=TOKENS, tenant="acme"))
+    yield handle
+    handle.close()
+
+
+@pytest.fixture
+def app(sh: Surehand) -> FastAPI:
+    return create_app(sh)
+
+
+def browser(app: FastAPI, address: str = "127.0.0.1") -> TestClient:
+    return TestClient(
+        app, base_url="http://127.0.0.1", follow_redirects=False, client=(address, 50000)
+    )
+
+
+def csrf_of(html: str) -> str:
+    found = CSRF.search(html)
+    assert found is not None, html[:1500]
+    return found.group(1)
+
+
+def sign_in(client: TestClient, token: str, next_path: str = "") -> Any:
+    form = client.get("/ui/sign-in", params={"next": next_path} if next_path else None)
+    data = {"token": token, "csrf_token": csrf_of(form.text), "next": next_path}
+    return client.post("/ui/sign-in", data=data)
+
+
+def test_a_deep_link_lands_on_its_page_after_sign_in(app: FastAPI, sh: Surehand) -> None:
+    task_id = str(sh.write_task(sender="PM", recipient="DEV", subject="Deep").task_id)
+    client = browser(app)
+    asked = f"/ui/tasks/{task_id}?done=approved"
+    to_sign_in = client.get(asked)
+    assert to_sign_in.status_code == 303
+    location = to_sign_in.headers["location"]
+    assert location.startswith("/ui/sign-in?next=")
+    form = client.get(location)
+    assert f'name="next" value="{asked}"' in form.text.replace("&amp;", "&")
+    answer = client.post(
+        "/ui/sign-in",
+        data={"token": "pm-token-0123456789", "csrf_token": csrf_of(form.text), "next": asked},
+    )
+    assert answer.headers["location"] == asked
+    assert client.get(asked).status_code == 200
+
+
+@pytest.mark.parametrize(
+    "target",
+    ["https://evil.example/", "//evil.example/ui/", "/\\evil.example", "/ui/../admin", "/other"],
+)
+def test_sign_in_never_sends_anyone_to_another_site(target: str) -> None:
+    assert safe_next(target) == "/ui/" or safe_next(target).startswith("/ui/")
+    assert "evil" not in safe_next(target)
+    assert not safe_next(target).startswith("//")
+
+
+def test_a_cross_site_navigation_signs_nobody_out(app: FastAPI) -> None:
+    """Before: the sign-in page replaced the signed-in cookie with an anonymous one, so a link
+    to it (from any site) signed the user out."""
+    client = browser(app)
+    assert sign_in(client, "pm-token-0123456789").status_code == 303
+    cookie = client.cookies["surehand_console"]
+    again = client.get("/ui/sign-in", params={"next": "/ui/held"})
+    assert again.status_code == 303  # already signed in: on to the page asked for
+    assert again.headers["location"] == "/ui/held"
+    assert "surehand_console" not in again.headers.get("set-cookie", "")
+    assert client.cookies["surehand_console"] == cookie
+    assert client.get("/ui/").status_code == 200
+
+
+def test_sign_out_ends_the_session_for_every_copy_of_the_cookie(app: FastAPI) -> None:
+    """Before: the cookie was the session, so a copy kept working for 8 hours."""
+    client = browser(app)
+    sign_in(client, "pm-token-0123456789")
+    copied = client.cookies["surehand_console"]
+    csrf = csrf_of(client.get("/ui/").text)
+    assert client.post("/ui/sign-out", data={"csrf_token": csrf}).status_code == 303
+    thief = browser(app)
+    thief.cookies.set("surehand_console", copied, path="/ui")
+    assert thief.get("/ui/").status_code == 303
+    assert thief.get("/ui/").headers["location"].startswith("/ui/sign-in")
+
+
+def test_sessions_end_when_idle_and_when_old() -> None:
+    now = [1000.0]
+    sessions = SessionStore(idle=60, longest=300, clock=lambda: now[0])
+    who = Principal("alice", "PM", "acme")
+    sid, _ = sessions.start(who)
+    now[0] += 50
+    assert sessions.get(sid, touch=False) is not None
+    now[0] += 20  # 70 s since the last use: the live refresh (touch=False) did not count
+    assert sessions.get(sid, touch=True) is None
+    sid, _ = sessions.start(who)
+    for _ in range(6):  # used every 50 s: never idle...
+        now[0] += 50
+        assert sessions.get(sid, touch=True) is not None
+    now[0] += 10  # ...but at most 300 s in all
+    assert sessions.get(sid, touch=True) is None
+
+
+def test_sign_in_is_throttled_per_client_and_failures_are_logged(
+    app: FastAPI, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Before: 100 wrong tokens in 0.2 s, nothing logged."""
+    attacker, bystander = browser(app, "192.0.2.7"), browser(app, "192.0.2.8")
+    with caplog.at_level(logging.WARNING, logger="surehand.throttle"):
+        statuses = [sign_in(attacker, f"guess-{n:012d}").status_code for n in range(6)]
+    assert statuses == [401] * 5 + [429]
+    refused = sign_in(attacker, "pm-token-0123456789")  # even the right token, for a while
+    assert refused.status_code == 429
+    assert int(refused.headers["retry-after"]) > 0
+    assert "too many failed attempts" in refused.text
+    failures = [r.getMessage() for r in caplog.records if r.name == "surehand.throttle"]
+    assert len(failures) == 5
+    assert all("192.0.2.7" in line for line in failures)
+    assert not any("guess-" in line for line in failures)  # never the token
+    assert sign_in(bystander, "pm-token-0123456789").status_code == 303
+
+
+def test_api_tokens_are_throttled_too(app: FastAPI) -> None:
+    with TestClient(app, base_url="http://127.0.0.1", client=("192.0.2.9", 1)) as http:
+        statuses = [
+            http.get("/v1/tasks", headers={"Authorization": f"Bearer guess-{n}"}).status_code
+            for n in range(6)
+        ]
+        right = http.get("/v1/tasks", headers={"Authorization": "Bearer pm-token-0123456789"})
+    assert statuses == [401] * 5 + [429]
+    assert right.status_code == 429
+    assert right.json()["code"] == "too_many_attempts"
+
+
+@pytest.mark.parametrize(("trusted", "secure"), [("127.0.0.1", True), ("192.0.2.1", False)])
+def test_proxy_headers_count_only_from_the_addresses_configured(
+    sh: Surehand, trusted: str, secure: bool
+) -> None:
+    """Behind a TLS proxy the cookie is Secure once the proxy's address is trusted
+    (SUREHAND_API_FORWARDED_ALLOW_IPS); from anyone else X-Forwarded-Proto is ignored."""
+    server = BackgroundServer(create_app(sh), "127.0.0.1", 0, forwarded_allow_ips=trusted)
+    server.start()
+    try:
+        answer = httpx.get(
+            f"{server.url}/ui/sign-in", headers={"X-Forwarded-Proto": "https"}, timeout=10
+        )
+    finally:
+        server.stop()
+    assert ("secure" in answer.headers["set-cookie"].lower()) is secure
+
+
+def test_the_root_is_the_console(app: FastAPI) -> None:
+    answer = browser(app).get("/")
+    assert answer.status_code == 307
+    assert answer.headers["location"] == "/ui/"
+
+
+def test_docs_can_be_switched_off(store: Store) -> None:
+    settings = Settings(database_url=store.url, api_docs=False)
+    with Surehand(settings=settings) as sh, browser(create_app(sh)) as client:
+        assert client.get("/docs").status_code == 404
+        assert client.get("/openapi.json").status_code == 404
