@@ -68,7 +68,7 @@ def test_a_review_absent_is_in_the_successors_briefing_and_the_effect_runs_once(
     assert interruption["review"]["note"] == "no such ticket in OPS"
     [effect] = brief["effects"]
     assert (effect["status"], effect["confirmed_by"]) == ("confirmed_absent", "review:PM")
-    assert "reviewed by PM: effect absent (no such ticket in OPS)" in task_file
+    assert 'reviewed by `"PM"`: effect `"absent"` (`"no such ticket in OPS"`)' in task_file
     assert '**confirmed_absent**: `"ticket.create"`' in task_file
     assert (agent_files(tmp_path) / "ledger.txt").read_text().splitlines() == [
         "created Rotate the API keys (attempt 2)"
