@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from surehand import metrics
 from surehand.agents.builtin import register_builtin_agents
 from surehand.agents.registry import AgentHandler, AgentRegistry, Probe, declare_probe
+from surehand.agents.session_door import SessionDoorFactory
 from surehand.clock import Clock, SystemClock
 from surehand.config import Settings
 from surehand.dispatcher import diagnostics, lifecycle, reports, submissions
@@ -328,7 +329,7 @@ class Surehand:
     @cached_property
     def registry(self) -> AgentRegistry:
         registry = AgentRegistry()
-        register_builtin_agents(registry, self.settings)
+        register_builtin_agents(registry, self.settings, session_door())
         if self.settings.agents:
             registry.load(self.settings.agents)
         if self.settings.probes:
@@ -578,3 +579,12 @@ def _alive(owner: weakref.ReferenceType[Surehand]) -> Surehand:
     if found is None:
         raise ConfigError("the Surehand that registered this Celery app was closed and dropped")
     return found
+
+
+def session_door() -> SessionDoorFactory | None:
+    """The session MCP server for command agents; None when the ``mcp`` extra is missing."""
+    try:
+        from surehand.mcp.session_server import SessionMcp
+    except ImportError:
+        return None
+    return SessionMcp.shared

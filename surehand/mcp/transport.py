@@ -14,18 +14,20 @@ import json
 import logging
 import sys
 from collections.abc import Awaitable, Callable, MutableMapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mcp.server.mcpserver import MCPServer
 from mcp.server.transport_security import TransportSecuritySettings
 
 from surehand import problem
 from surehand.errors import AuthError
-from surehand.facade import Surehand
 from surehand.hosts import HostAllowlist, HostRule
 from surehand.mcp.tools import build_server
 from surehand.principals import Authenticator
 from surehand.serving import serve
+
+if TYPE_CHECKING:
+    from surehand.facade import Surehand
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -36,7 +38,7 @@ ASGIApp = Callable[
 MCP_PATH = "/mcp"
 
 
-def run_stdio(sh: Surehand | None = None) -> None:
+def run_stdio(sh: Surehand) -> None:
     """Serve MCP on stdin/stdout until the host closes stdin."""
     # stdout is the protocol channel: keep every log line on stderr, and quiet.
     logging.basicConfig(level=logging.WARNING)
@@ -90,9 +92,9 @@ def http_app(server: MCPServer[Any], auth: Authenticator, hosts: HostRule) -> AS
     return HostAllowlist(RequireToken(app, auth), hosts)
 
 
-def run_http(host: str, port: int, sh: Surehand | None = None) -> None:
+def run_http(host: str, port: int, sh: Surehand) -> None:
     """Serve MCP over streamable HTTP at ``http://host:port/mcp`` until SIGINT/SIGTERM."""
-    surehand = sh or Surehand.from_env()
+    surehand = sh
     auth = Authenticator(surehand.settings)
     auth.check_start(host, "the MCP HTTP server")
     app = http_app(build_server(surehand), auth, HostRule.from_settings(surehand.settings))

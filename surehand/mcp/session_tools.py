@@ -26,7 +26,7 @@ from surehand.digest import operation_fingerprint
 from surehand.dispatcher.operations import Declared, declare_operation, settle_operation
 from surehand.dispatcher.sessions import Session
 from surehand.errors import AuthError, LeaseLost, SurehandError, ValidationFailed
-from surehand.mcp.tools import error_result
+from surehand.mcp.server import error_result
 from surehand.model import Operation, OperationState, ReportStatus
 from surehand.store import operations
 
