@@ -387,9 +387,9 @@ class Surehand:
     def celery(self) -> Celery:
         """The Celery app with surehand's session and reconcile tasks registered."""
         from surehand.dispatcher.worker import register_tasks
-        from surehand.notices import register_hold_notice
         from surehand.queue import broker_pools
         from surehand.queue.celery_app import make_celery
+        from surehand.queue.notices import register_hold_notice
 
         app = make_celery(self.settings)
         self._closers.append(broker_pools.use(app))
@@ -418,7 +418,7 @@ class Surehand:
     def _notify_hold(self, case: InterruptionCase) -> None:
         # Only with a broker: a hold notice is a Celery task, shown by Flower (notices.py).
         if self.settings.broker_url:
-            from surehand.notices import send_hold_notices
+            from surehand.queue.notices import send_hold_notices
 
             held = {"task_id": case.task_id, "case_id": case.case_id}
             send_hold_notices(self.celery, [{**held, "attempt": case.interrupted_epoch}])
@@ -431,7 +431,7 @@ class Surehand:
         """One reconciler pass: find lost sessions, open cases, admit successors."""
         report = self.reconciler.run_once()
         if report.held and self.settings.broker_url:
-            from surehand.notices import send_hold_notices
+            from surehand.queue.notices import send_hold_notices
 
             send_hold_notices(self.celery, report.held)  # so Flower shows the held TASKs
         return report

@@ -48,7 +48,7 @@ from surehand.agents.presets import TOKEN_ENV, URL_ENV, Program, mcp_configs, pr
 from surehand.agents.session_door import AgentGrant, SessionDoor, SessionDoorFactory
 from surehand.config import Settings
 from surehand.errors import AgentError, ConfigError
-from surehand.fcop import render_recovery, render_task
+from surehand.fcop.render import render_recovery, render_task
 from surehand.store import Store
 
 log = logging.getLogger(__name__)

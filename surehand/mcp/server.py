@@ -17,7 +17,7 @@ from mcp.server.mcpserver.tools import Tool
 from mcp_types import CallToolResult, InputRequiredResult, TextContent
 from pydantic import ConfigDict, ValidationError
 
-from surehand import problem
+from surehand.doors import problem
 
 
 def result(data: dict[str, Any], *, error: bool = False) -> CallToolResult:

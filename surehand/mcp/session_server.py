@@ -31,17 +31,18 @@ from mcp.server.mcpserver import MCPServer
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp_types import ToolAnnotations
 
-from surehand import __version__, problem
+from surehand import __version__
 from surehand.agents.context import SessionContext
 from surehand.agents.session_door import AgentGrant
 from surehand.config import Settings
 from surehand.dispatcher.context import Services
 from surehand.dispatcher.sessions import Session
+from surehand.doors import problem
+from surehand.doors.hosts import HostAllowlist, HostRule
 from surehand.doors.limits import BodyLimit
-from surehand.hosts import HostAllowlist, HostRule
+from surehand.doors.serving import BackgroundServer
 from surehand.mcp.server import SurehandServer, strict_tool
 from surehand.mcp.session_tools import INSTRUCTIONS, Grant, SessionTools, bearer
-from surehand.serving import BackgroundServer
 from surehand.store import Store
 
 log = logging.getLogger(__name__)

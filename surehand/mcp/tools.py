@@ -18,10 +18,12 @@ from mcp.server.mcpserver import Context, MCPServer
 from mcp_types import CallToolResult, ToolAnnotations
 from pydantic import Field
 
-from surehand import __version__, problem
+from surehand import __version__
+from surehand.doors import problem
+from surehand.doors.auth import Authenticator, TenantViews
 from surehand.errors import SurehandError
 from surehand.mcp.server import SurehandServer, error_result, result, strict_tool
-from surehand.principals import Authenticator, Principal, TenantViews
+from surehand.principals import Principal
 
 if TYPE_CHECKING:
     from surehand.facade import Surehand

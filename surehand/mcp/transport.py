@@ -3,7 +3,7 @@
 Over stdio the caller is the local user (``SUREHAND_TENANT``), like the CLI. Over HTTP the same
 bearer tokens as the HTTP API apply (``SUREHAND_API_TOKENS``): every request without a known
 token gets 401 before it reaches the MCP session, and without tokens the server refuses to bind
-anything but loopback. The ``Host`` rule is the HTTP API's (:mod:`surehand.hosts`): 421 for a
+anything but loopback. The ``Host`` rule is the HTTP API's (:mod:`surehand.doors.hosts`): 421 for a
 name that is not loopback or listed in ``SUREHAND_API_ALLOWED_HOSTS``, whatever the bind address.
 Refusals are problem documents, as everywhere else.
 """
@@ -19,12 +19,12 @@ from typing import TYPE_CHECKING, Any
 from mcp.server.mcpserver import MCPServer
 from mcp.server.transport_security import TransportSecuritySettings
 
-from surehand import problem
+from surehand.doors import problem
+from surehand.doors.auth import Authenticator
+from surehand.doors.hosts import HostAllowlist, HostRule
+from surehand.doors.serving import serve
 from surehand.errors import AuthError
-from surehand.hosts import HostAllowlist, HostRule
 from surehand.mcp.tools import build_server
-from surehand.principals import Authenticator
-from surehand.serving import serve
 
 if TYPE_CHECKING:
     from surehand.facade import Surehand
