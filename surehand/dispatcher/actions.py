@@ -9,15 +9,18 @@ the next reconciler pass, and a hold notice is only a convenience for Flower.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from surehand import metrics
 from surehand.dispatcher import lifecycle, submissions
 from surehand.dispatcher.context import Services
 from surehand.dispatcher.dispatch import publish_after_commit, publish_successor
-from surehand.dispatcher.recovery import Recovery, RecoveryOutcome
 from surehand.model import Action, Admission, InterruptionCase, Task, WriteTaskResult
 from surehand.principals import Principal
+
+if TYPE_CHECKING:  # recovery imports the lease store (redis); a process that only writes
+    # TASKs (`surehand submit`, `tasks --json`) must not import it
+    from surehand.dispatcher.recovery import Recovery, RecoveryOutcome
 
 
 def write_task(
