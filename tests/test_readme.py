@@ -18,6 +18,7 @@ import httpx
 import pytest
 
 from tests.procs import free_port, wait_until
+from tests.skips import missing
 
 pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parent.parent
@@ -65,7 +66,7 @@ def _commands(block: str) -> list[str]:
 @pytest.fixture(scope="module")
 def checkout(tmp_path_factory: pytest.TempPathFactory) -> Checkout:
     if os.environ.get("SUREHAND_TEST_FRESH_VENV") == "0" or not _index_reachable():
-        pytest.skip("no package index reachable (or SUREHAND_TEST_FRESH_VENV=0)")
+        missing("a reachable package index for the README's fresh venv (or FRESH_VENV=0)")
     path = tmp_path_factory.mktemp("readme") / "checkout"
     ignored = shutil.ignore_patterns(".venv", ".git", ".surehand", "__pycache__", "*.egg-info")
     shutil.copytree(REPO, path, ignore=ignored)
