@@ -580,12 +580,15 @@ def test_a_run_where_every_session_failed_passes_the_safety_checks_but_falls_sho
             assert written.task_id is not None
             submissions[f"deploy-{n}"] = written.task_id
             sh.run_session(written.task_id)
+        sh.reconcile()  # admission decides the failed sessions' cases, as the reconciler would
         with sh.store.snapshot() as connection:
             listed = task_rows.list_tasks(connection, tenant=None)
             records = [record_of(connection, task, []) for task in listed]
     verdict = Verdict(records, submissions, Faults(random_kills=ROUNDS, redis_restarts=ROUNDS))
 
-    assert (verdict.duplicate_tasks, verdict.stranded, verdict.in_motion) == ([], [], [])
+    assert (verdict.duplicate_tasks, verdict.stranded, verdict.in_motion) == ([], [], []), (
+        verdict.explain()
+    )
     assert verdict.shortfalls() == [
         "no kill landed inside an effect",
         "pg_terminate_backend terminated no backend",
