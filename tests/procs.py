@@ -133,14 +133,14 @@ class Proc:
 def spawn(args: list[str], env: Mapping[str, str], log: Path) -> Proc:
     """Start ``python -m surehand ARGS`` in its own process group with ``env`` added."""
     full_env = {**os.environ, **env, "PYTHONUNBUFFERED": "1"}
-    handle = log.open("wb")
-    process = subprocess.Popen(
-        SUREHAND + args,
-        env=full_env,
-        stdout=handle,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
+    with log.open("wb") as handle:  # the child writes to its own copy of the descriptor
+        process = subprocess.Popen(
+            SUREHAND + args,
+            env=full_env,
+            stdout=handle,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     return Proc(process, log)
 
 
