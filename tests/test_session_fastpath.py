@@ -321,6 +321,7 @@ def test_a_move_committed_while_the_settle_waits_leaves_the_attempt_running(
     session = claimed(services, task_id)
     outcome: list[BaseException | Task] = []
     with services.store.engine.connect() as blocker:
+        blocker_pid = blocker.execute(text("SELECT pg_backend_pid()")).scalar_one()
         blocker.execute(  # another writer holds the TASK row and sets a hold
             update(tables.tasks)
             .where(tables.tasks.c.task_id == task_id)
@@ -328,7 +329,7 @@ def test_a_move_committed_while_the_settle_waits_leaves_the_attempt_running(
         )
         worker = threading.Thread(target=_settle_into, args=(session, outcome))
         worker.start()
-        _wait_until_blocked(services, task_id)
+        _wait_until_blocked_by(services, task_id, blocker_pid)
         blocker.commit()
     worker.join(30)
 
@@ -347,13 +348,17 @@ def _settle_into(session: Session, outcome: list[BaseException | Task]) -> None:
         outcome.append(error)
 
 
-def _wait_until_blocked(services: Services, task_id: str) -> None:
-    """Until some backend waits on a lock (the settle behind the blocker's row lock)."""
+def _wait_until_blocked_by(services: Services, task_id: str, blocker_pid: int) -> None:
+    """Until a backend of this database waits on a lock the blocker holds (the settle behind
+    the blocker's row lock): another run's lock waits on the same server do not count."""
     deadline = time.monotonic() + 10
-    query = text("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'")
+    query = text(
+        "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+        "AND wait_event_type = 'Lock' AND CAST(:blocker AS integer) = ANY(pg_blocking_pids(pid))"
+    )
     while time.monotonic() < deadline:
         with services.store.engine.connect() as connection:
-            if connection.execute(query).scalar_one():
+            if connection.execute(query, {"blocker": blocker_pid}).scalar_one():
                 return
         time.sleep(0.01)
     raise AssertionError(f"the settle of {task_id} never waited for the row lock")
