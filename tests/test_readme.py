@@ -151,10 +151,23 @@ def test_the_tour_works_top_to_bottom_as_written(checkout: Checkout, serving: in
     assert output.startswith("reused TASK-"), output
 
 
+def _promised_status(command: str) -> str | None:
+    """The HTTP status the command's trailing comment promises (``# 201 created``), if any."""
+    found = re.match(r"\s*(\d{3})\b", command.partition("#")[2])
+    return found.group(1) if found else None
+
+
 def test_the_http_tour_creates_then_reuses_and_lists(checkout: Checkout, serving: int) -> None:
     outputs = []
+    statuses = []
     for command in _commands(_blocks("### Over HTTP", "bash")[0]):
+        status = _promised_status(command)
+        if status:  # curl prints the status it got on a line of its own, after the body
+            command = command.replace("curl -s ", "curl -s -w '\\n%{http_code}' ", 1)
         outputs.append(output := _run(checkout, command, serving))
+        if status:
+            statuses.append((status, output.rsplit("\n", 1)[-1]))
         for word in _promised(command):
             assert f'"disposition":"{word}"' in output, f"{command}\n{output}"
+    assert statuses == [("201", "201"), ("200", "200")]  # (promised, answered)
     assert "Fix the signup page" in outputs[-1]
