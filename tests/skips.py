@@ -42,14 +42,20 @@ def missing(what: str) -> NoReturn:
     """Skip (locally) or fail (in CI) a test that needs ``what``, which this machine lacks."""
     if IN_CI:
         pytest.fail(f"CI must provide {what}: a missing {what} fails the run, it never skips")
-    pytest.skip(f"missing: {what}", allow_module_level=True)
+    _skip(f"missing: {what}")
 
 
 def not_applicable(reason: str) -> NoReturn:
     """Skip a test that does not apply here by design; ``reason`` must be allowlisted."""
     if reason not in NOT_APPLICABLE:
         pytest.fail(f"not an allowlisted not-applicable reason (tests/skips.py): {reason!r}")
-    pytest.skip(NOT_APPLICABLE_PREFIX + reason, allow_module_level=True)
+    _skip(NOT_APPLICABLE_PREFIX + reason)
+
+
+def _skip(reason: str) -> NoReturn:
+    # Reported at the test's location, as a skip mark is, not at this line (-ra groups skips
+    # by location: every skip would be one line here).
+    raise pytest.skip.Exception(reason, allow_module_level=True, _use_item_location=True)
 
 
 def allowed(reason: str) -> bool:
