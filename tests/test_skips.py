@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from tests import skips
 from tests.skips import NOT_APPLICABLE, allowed, not_applicable
 
 REPO = Path(__file__).resolve().parent.parent
@@ -60,10 +61,15 @@ def test_in_ci_an_allowlisted_not_applicable_skip_passes() -> None:
     assert "1 skipped" in done.stdout
 
 
-def test_outside_ci_a_missing_redis_server_skips_saying_what_is_missing() -> None:
-    done = run_cases("test_needs_a_redis_server", ci=False)
-    assert done.returncode == pytest.ExitCode.OK, done.stdout
-    assert "missing: redis-server" in done.stdout
+def test_outside_ci_a_missing_binary_skips_saying_what_is_missing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(skips, "IN_CI", False)
+    with pytest.raises(pytest.skip.Exception, match=r"^missing: redis-server$"):
+        skips.missing("redis-server")
+    monkeypatch.setattr(skips, "IN_CI", True)
+    with pytest.raises(pytest.fail.Exception, match="CI must provide redis-server"):
+        skips.missing("redis-server")
 
 
 def test_a_not_applicable_reason_must_be_on_the_allowlist() -> None:
