@@ -32,6 +32,7 @@ from surehand.store.engine import sqlite_file
 from tests.agent_procs import marked, require_proc, unique_seconds
 from tests.procs import Proc, RedisServer, running, start_worker, wait_until
 from tests.session_helpers import attempts_of, read_task, reports_of
+from tests.skips import not_applicable
 from tests.test_agent_groups import reconciling_client  # noqa: F401  (fixture)
 from tests.test_workers import broker, worker_env  # noqa: F401  (fixture)
 
@@ -105,7 +106,7 @@ def deployment(
     if request.param == "none" and sqlite_file(store.url) is None:
         # Not applicable: what the fallback cannot hide does not depend on the store (its
         # answers that do -- the session tools' -- are asserted with bwrap on both stores).
-        pytest.skip("not applicable: the fallback's limits are the same on every store")
+        not_applicable("the fallback's limits are the same on every store")
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     (bin_dir / "codex").write_text(f'#!/bin/sh\nexec {sys.executable} {AGENT} "$@"\n')
