@@ -202,6 +202,7 @@ CALLS: dict[str, Any] = {
     "attempts": lambda sh, s: sh.attempts(s),
     "operations": lambda sh, s: sh.operations(s),
     "run_session": lambda sh, s: sh.run_session(s),
+    "for_tenant": lambda sh, s: sh.for_tenant(s).list_tasks(),
     **{
         f"{door}.{name}": functools.partial(_search_with, door, name)
         for door in ("find_tasks", "count_tasks")
