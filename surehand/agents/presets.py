@@ -1,7 +1,8 @@
 """What the command agent runs: any program, or a preset for a common LLM agent CLI.
 
-``SUREHAND_COMMAND_AGENT=claude`` or ``codex`` (optionally followed by more arguments for the
-CLI) runs that agent CLI non-interactively on the session's ``TASK.md``, connected to the
+``SUREHAND_COMMAND_AGENT=claude`` or ``codex`` (or the path of such a CLI,
+``/opt/agents/bin/claude``; optionally followed by more arguments for the CLI) runs that agent
+CLI non-interactively on the session's ``TASK.md``, connected to the
 session MCP server, with its final message captured as the REPORT. Anything else is a program
 line, split like a shell would (``shlex``), run as it is.
 
@@ -122,9 +123,10 @@ def program_for(line: str, options: PresetOptions | None = None) -> Program:
             setting="SUREHAND_COMMAND_AGENT",
         )
     chosen = options or PresetOptions()
-    if argv[0] == "claude":
+    name = Path(argv[0]).name  # a preset by name, or by the path of its CLI
+    if name == "claude":
         return Program("claude", argv, options=chosen)
-    if argv[0] == "codex":
+    if name == "codex":
         return Program("codex", argv, report_file=LAST_MESSAGE, options=chosen)
     return Program(None, argv)
 
