@@ -5,7 +5,8 @@ Each drives the session tools (recovery_brief, effect_begin, effect_end) and its
 becomes the REPORT. Claude Code works in a git workspace (``SUREHAND_AGENT_WORKSPACE``) with
 Bash and Write allowed, and its hooks journal the Bash commands it never declared: a worker
 SIGKILLed in the middle of one leaves an open intent naming the command, so the TASK is held,
-and the command does not outlive its session; one SIGKILLed after the command ran is followed
+and the command (which Claude Code starts in a session of its own) does not outlive its
+session, in the bubblewrap sandbox or in the fallback; one SIGKILLed after the command ran is followed
 by a successor whose identical command is blocked with the recorded outcome."""
 
 # ruff: noqa: F811  (test functions take the fixtures imported below)
@@ -75,7 +76,12 @@ def workspace(tmp_path: Path) -> Path:
 
 
 def claude_env(
-    store: Store, broker: RedisServer, tmp_path: Path, clis: AgentClis, model: ModelDouble
+    store: Store,
+    broker: RedisServer,
+    tmp_path: Path,
+    clis: AgentClis,
+    model: ModelDouble,
+    sandbox: str = "auto",
 ) -> dict[str, str]:
     return worker_env(
         store,
@@ -86,6 +92,7 @@ def claude_env(
         SUREHAND_CLAUDE_TOOLS="Bash,Write",
         SUREHAND_AGENT_WORKSPACE=str(tmp_path / "repo"),
         SUREHAND_LEASE_TTL_SECONDS="3",
+        SUREHAND_AGENT_SANDBOX=sandbox,
         SUREHAND_AGENT_ENV=",".join(["ANTHROPIC_BASE_URL", *CLAUDE_ENV]),
         ANTHROPIC_BASE_URL=model.url,
         **CLAUDE_ENV,
@@ -221,7 +228,9 @@ def alive_with(marker: str) -> list[int]:
     return found
 
 
+@pytest.mark.parametrize("sandbox", ["auto", "none"])
 def test_a_worker_killed_mid_command_holds_the_task_naming_it_and_the_command_dies_too(
+    sandbox: str,
     store: Store,
     broker: RedisServer,
     reconciling_client: Surehand,
@@ -234,7 +243,7 @@ def test_a_worker_killed_mid_command_holds_the_task_naming_it_and_the_command_di
     command = f"touch {started}; python3 -c 'import time; time.sleep(600)' {marker}"
     steps = [*declared_ticket(tmp_path / "ledger.txt"), Call("Bash", {"command": command})]
     with serving(AnthropicDouble(Script(steps))) as model:
-        env = claude_env(store, broker, tmp_path, clis, model)
+        env = claude_env(store, broker, tmp_path, clis, model, sandbox)
         with running(start_worker(env, tmp_path / "worker.log")) as worker:
             task_id = submitted(reconciling_client)
             wait_until(started.exists, timeout=120, what="the command to start")
