@@ -6,8 +6,8 @@ becomes the REPORT. Claude Code works in a git workspace (``SUREHAND_AGENT_WORKS
 Bash and Write allowed, and its hooks journal the Bash commands it never declared: a worker
 SIGKILLed in the middle of one leaves an open intent naming the command, so the TASK is held,
 and the command (which Claude Code starts in a session of its own) does not outlive its
-session, in the bubblewrap sandbox or in the fallback; one SIGKILLed after the command ran is followed
-by a successor whose identical command is blocked with the recorded outcome."""
+session, in the bubblewrap sandbox or in the fallback; one SIGKILLed after the command ran is
+followed by a successor whose identical command is blocked with the recorded outcome."""
 
 # ruff: noqa: F811  (test functions take the fixtures imported below)
 
