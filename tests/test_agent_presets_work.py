@@ -123,7 +123,7 @@ def test_a_pre_hook_that_cannot_reach_its_session_blocks_the_call(
     call = {"tool_name": "Bash", "tool_input": {"command": "git push"}, "tool_use_id": "t1"}
     monkeypatch.setattr("sys.stdin", io.StringIO(json.dumps(call)))
 
-    status = claude_hook.main(["pre", "--effectful", "Bash"])
+    status = claude_hook.main(["pre", "--effectful", "Bash", "--allowed", "Bash"])
 
     assert status == claude_hook.BLOCK
     assert "surehand could not journal this tool call" in capsys.readouterr().err
@@ -136,3 +136,22 @@ def test_a_pre_hook_given_garbage_blocks_the_call(
     monkeypatch.setattr("sys.stdin", io.StringIO("not json"))
 
     assert claude_hook.main(["pre", "--effectful", "Bash"]) == claude_hook.BLOCK
+
+
+@pytest.mark.parametrize(
+    ("tool", "mode", "journaled"),
+    [
+        ("Bash", "default", True),
+        ("mcp__github__create_pull_request", "default", True),
+        ("mcp__slack__post_message", "default", False),
+        ("WebFetch", "default", False),
+        ("WebFetch", "bypassPermissions", True),
+    ],
+)
+def test_the_hooks_journal_only_calls_claude_code_will_run(
+    tool: str, mode: str, journaled: bool
+) -> None:
+    # PreToolUse fires before the permission check; a refused call never gets an after event.
+    allowed = ("mcp__surehand", "Bash(git push:*)", "mcp__github")
+
+    assert claude_hook.is_allowed(tool, allowed, mode) is journaled

@@ -20,7 +20,8 @@ An intent left open only by an interruption makes admission hold the TASK for re
 names the exact command. Every failure of the hook itself blocks the call (exit status 2; any
 other status would let Claude Code run it). What the hooks cannot see: what a command does
 beyond its exit (a daemon it starts, the far side's own effects), calls refused by permissions
-(no after event), and anything the agent does by a way Claude Code does not call a tool.
+(no after event: the hooks journal only the tools the preset allows, unless permissions are
+bypassed), and anything the agent does by a way Claude Code does not call a tool.
 """
 
 from __future__ import annotations
@@ -44,9 +45,13 @@ MAX_RESPONSE = 8000
 EVENTS = {"PreToolUse": "pre", "PostToolUse": "post", "PostToolUseFailure": "failure"}
 
 
-def hook_settings(effectful: Sequence[str], read_only: Sequence[str]) -> dict[str, Any]:
-    """Claude Code settings with this module as the hook of every tool call."""
+def hook_settings(
+    effectful: Sequence[str], read_only: Sequence[str], allowed: Sequence[str]
+) -> dict[str, Any]:
+    """Claude Code settings with this module as the hook of every tool call; ``allowed``:
+    the tools Claude Code may run (``--allowedTools``), the only ones journaled."""
     options = ["--effectful", ",".join(effectful), "--read-only", ",".join(read_only)]
+    options += ["--allowed", ",".join(allowed)]
 
     def command(event: str) -> str:
         run = shlex.join([sys.executable, "-I", "-m", __name__, event, *options])
@@ -75,6 +80,17 @@ def is_effectful(
     return not any(command == ok or command.startswith(f"{ok} ") for ok in read_only)
 
 
+def is_allowed(tool: str, allowed: Sequence[str], permission_mode: str) -> bool:
+    """Whether Claude Code will run the call: ``PreToolUse`` fires before its permission
+    check, and a refused call gets no after event, so an intent for it would stay open."""
+    if permission_mode == "bypassPermissions":
+        return True
+    return any(
+        tool == entry or tool.startswith(f"{entry}__") or entry.startswith(f"{tool}(")
+        for entry in allowed
+    )
+
+
 def operation_of(tool: str, tool_input: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     """The operation name and args a call is journaled as: the same call, the same effect."""
     identity = {"command": tool_input.get("command")} if tool == "Bash" else tool_input
@@ -91,12 +107,16 @@ class Journal:
         self.input = payload.get("tool_input") or {}
         self.effectful = _items(options.effectful)
         self.read_only = _items(options.read_only)
+        self.allowed = _items(options.allowed)
         self.state = Path(os.environ.get("SUREHAND_SESSION_DIR", ".")) / STATE_DIR
         self.state.mkdir(mode=0o700, exist_ok=True)
 
     def pre(self) -> int:
         if not is_effectful(self.tool, self.input, self.effectful, self.read_only):
             return 0
+        mode = str(self.payload.get("permission_mode", ""))
+        if not is_allowed(self.tool, self.allowed, mode):
+            return 0  # Claude Code refuses it: nothing runs, nothing to journal
         if self._declared():
             return 0  # the agent declared this effect itself (effect_begin ... effect_end)
         name, args = operation_of(self.tool, self.input)
@@ -191,6 +211,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("event", choices=sorted(EVENTS.values()))
     parser.add_argument("--effectful", default="")
     parser.add_argument("--read-only", default="")
+    parser.add_argument("--allowed", default="")
     options = parser.parse_args(argv)
     try:
         journal = Journal(json.load(sys.stdin), options)

@@ -145,11 +145,11 @@ def claude_argv(base: Sequence[str], session: Invocation, options: PresetOptions
     """``claude -p PROMPT`` on the session's MCP config (and the operator's), the session tools
     and the operator's allowed, hooks journaling its tool calls, text out."""
     configs = [arg for path in options.claude_mcp_configs for arg in ("--mcp-config", path)]
-    allowed = ",".join([f"mcp__{SERVER_NAME}", *options.claude_tools])
+    tools = [f"mcp__{SERVER_NAME}", *options.claude_tools]
     workspace = ["--add-dir", str(session.workspace)] if session.workspace else []
     hooks = []
     if options.claude_hooks:
-        settings = hook_settings(options.effectful, options.read_only_commands)
+        settings = hook_settings(options.effectful, options.read_only_commands, tools)
         hooks = ["--settings", json.dumps(settings)]
     return [
         base[0],
@@ -162,7 +162,7 @@ def claude_argv(base: Sequence[str], session: Invocation, options: PresetOptions
         *configs,
         "--strict-mcp-config",
         "--allowedTools",
-        allowed,
+        ",".join(tools),
         *workspace,
         *hooks,
         "--output-format",
