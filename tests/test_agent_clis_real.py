@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import shlex
+import shutil
 import signal
 import subprocess
 import threading
@@ -177,12 +178,30 @@ def test_claude_declares_an_effect_edits_the_workspace_and_its_undeclared_bash_i
     assert bash.args == {"undeclared": True, "tool": "Bash", "input": {"command": push}}
 
 
-def test_codex_drives_the_session_tools_and_its_last_message_is_the_report(
-    store: Store, broker: RedisServer, reconciling_client: Surehand, tmp_path: Path, clis: AgentClis
+@pytest.fixture
+def sessions_off_tmp() -> Iterator[Path]:
+    """Session directories outside the temporary directory (Codex's own sandbox refuses to
+    put its helpers in a CODEX_HOME there)."""
+    path = Path.home() / ".cache" / "surehand-test-sessions" / uuid.uuid4().hex
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.mark.parametrize("sandbox", ["auto", "none"])
+def test_codex_drives_the_session_tools_runs_in_the_workspace_and_its_last_message_is_the_report(
+    sandbox: str,
+    store: Store,
+    broker: RedisServer,
+    reconciling_client: Surehand,
+    tmp_path: Path,
+    clis: AgentClis,
+    workspace: Path,
+    sessions_off_tmp: Path,
 ) -> None:
     steps: list[StepFor] = [
         Call("mcp__surehand__recovery_brief", {}),
         Call("mcp__surehand__effect_begin", {"name": "ticket.create", "args": {"title": "keys"}}),
+        Call("exec_command", {"cmd": "echo keys rotated >> NOTES.md"}),
         lambda ex: Call(
             "mcp__surehand__effect_end",
             {"operation_id": begun_id(ex), "outcome": "succeeded", "receipt": "OPS-1"},
@@ -199,6 +218,9 @@ def test_codex_drives_the_session_tools_and_its_last_message_is_the_report(
             tmp_path,
             SUREHAND_AGENTS="DEV=command",
             SUREHAND_COMMAND_AGENT=line,
+            SUREHAND_AGENT_WORKSPACE=str(workspace),
+            SUREHAND_AGENT_SANDBOX=sandbox,
+            SUREHAND_WORK_DIR=str(sessions_off_tmp),
             SUREHAND_LEASE_TTL_SECONDS="3",
             SUREHAND_AGENT_ENV="OPENAI_API_KEY",
             OPENAI_API_KEY="test-key",
@@ -212,6 +234,7 @@ def test_codex_drives_the_session_tools_and_its_last_message_is_the_report(
     [ticket] = operations_of(store, task_id)
     assert (ticket.state, ticket.external_receipt) == (OperationState.SUCCEEDED, "OPS-1")
     assert {"mcp__surehand/effect_begin", "mcp__surehand/recovery_brief"} <= model.tool_names()
+    assert (workspace / "NOTES.md").read_text() == "keys rotated\n"
 
 
 def alive_with(marker: str) -> list[int]:

@@ -48,6 +48,17 @@ def test_a_preset_whose_cli_is_not_on_path_stops_the_worker_at_start(
         CommandAgent.from_settings(settings).require_ready()
 
 
+def test_codex_outside_surehands_sandbox_refuses_session_homes_in_the_temp_directory(
+    harness: Harness,
+) -> None:
+    # Codex's own sandbox will not put its helpers in a CODEX_HOME under /tmp: every shell
+    # command of the agent would fail.
+    settings = harness.settings(agents="DEV=command", command_agent="codex", agent_sandbox="none")
+
+    with pytest.raises(ConfigError, match="SUREHAND_WORK_DIR"):
+        CommandAgent.from_settings(settings).require_ready()
+
+
 def test_a_workspace_that_is_not_a_directory_is_a_config_error(harness: Harness) -> None:
     settings = harness.settings(
         agents="DEV=command", command_agent="sh -c true", agent_workspace="relative/repo"

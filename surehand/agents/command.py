@@ -36,6 +36,7 @@ import functools
 import logging
 import os
 import shutil
+import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -54,6 +55,7 @@ from surehand.agents.presets import (
     Invocation,
     PresetOptions,
     Program,
+    codex_sandbox,
     mcp_configs,
     program_for,
 )
@@ -134,6 +136,7 @@ class CommandAgent:
                 setting="SUREHAND_SESSION_MCP",
             )
         _ = self.mcp  # ConfigError without the mcp extra
+        self._require_codex_home()
         cli = self.program.base[0]
         if shutil.which(cli, path=os.environ.get("PATH")) is None:
             raise ConfigError(
@@ -141,6 +144,23 @@ class CommandAgent:
                 "(npm install -g @anthropic-ai/claude-code or @openai/codex, or name the "
                 "program's path after the preset)",
                 setting="SUREHAND_COMMAND_AGENT",
+            )
+
+    def _require_codex_home(self) -> None:
+        """Codex's own sandbox needs helper binaries in ``CODEX_HOME`` (the session's home) and
+        refuses to make them under the temporary directory: its shell commands would fail."""
+        if self.program.preset != "codex":
+            return
+        session = self._invocation(self.work_dir, None)
+        if codex_sandbox(self.settings.codex_sandbox, session) == "danger-full-access":
+            return
+        temp = Path(tempfile.gettempdir()).resolve()
+        if self.work_dir == temp or temp in self.work_dir.parents:
+            raise ConfigError(
+                f"Codex's own sandbox refuses to put its helpers under {temp}, where "
+                f"SUREHAND_WORK_DIR ({self.work_dir}) keeps the sessions' homes: set "
+                "SUREHAND_WORK_DIR elsewhere (or run in the bwrap sandbox)",
+                setting="SUREHAND_WORK_DIR",
             )
 
     @functools.cached_property
