@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from surehand import metrics
 from surehand.agents.builtin import register_builtin_agents
 from surehand.agents.registry import AgentHandler, AgentRegistry, Probe, declare_probe
+from surehand.agents.session_door import SessionDoorFactory
 from surehand.clock import Clock, SystemClock
 from surehand.config import Settings
 from surehand.dispatcher import diagnostics, lifecycle, reports, submissions
@@ -328,7 +329,7 @@ class Surehand:
     @cached_property
     def registry(self) -> AgentRegistry:
         registry = AgentRegistry()
-        register_builtin_agents(registry, self.settings)
+        register_builtin_agents(registry, self.settings, session_door())
         if self.settings.agents:
             registry.load(self.settings.agents)
         if self.settings.probes:
@@ -386,9 +387,9 @@ class Surehand:
     def celery(self) -> Celery:
         """The Celery app with surehand's session and reconcile tasks registered."""
         from surehand.dispatcher.worker import register_tasks
-        from surehand.notices import register_hold_notice
         from surehand.queue import broker_pools
         from surehand.queue.celery_app import make_celery
+        from surehand.queue.notices import register_hold_notice
 
         app = make_celery(self.settings)
         self._closers.append(broker_pools.use(app))
@@ -417,7 +418,7 @@ class Surehand:
     def _notify_hold(self, case: InterruptionCase) -> None:
         # Only with a broker: a hold notice is a Celery task, shown by Flower (notices.py).
         if self.settings.broker_url:
-            from surehand.notices import send_hold_notices
+            from surehand.queue.notices import send_hold_notices
 
             held = {"task_id": case.task_id, "case_id": case.case_id}
             send_hold_notices(self.celery, [{**held, "attempt": case.interrupted_epoch}])
@@ -430,7 +431,7 @@ class Surehand:
         """One reconciler pass: find lost sessions, open cases, admit successors."""
         report = self.reconciler.run_once()
         if report.held and self.settings.broker_url:
-            from surehand.notices import send_hold_notices
+            from surehand.queue.notices import send_hold_notices
 
             send_hold_notices(self.celery, report.held)  # so Flower shows the held TASKs
         return report
@@ -578,3 +579,12 @@ def _alive(owner: weakref.ReferenceType[Surehand]) -> Surehand:
     if found is None:
         raise ConfigError("the Surehand that registered this Celery app was closed and dropped")
     return found
+
+
+def session_door() -> SessionDoorFactory | None:
+    """The session MCP server for command agents; None when the ``mcp`` extra is missing."""
+    try:
+        from surehand.mcp.session_server import SessionMcp
+    except ImportError:
+        return None
+    return SessionMcp.shared

@@ -16,10 +16,11 @@ import pytest
 
 from surehand.agents import claude_hook
 from surehand.agents.command import CommandAgent
-from surehand.agents.session_mcp import build_session_server
-from surehand.agents.session_tools import SessionTools
 from surehand.cli.check_command import check_agent_programs
 from surehand.errors import ConfigError
+from surehand.facade import session_door
+from surehand.mcp.session_server import build_session_server
+from surehand.mcp.session_tools import SessionTools
 from tests.session_helpers import Harness, harness  # noqa: F401  (harness fixture)
 
 EFFECTFUL = ("Bash", "WebFetch", "mcp__*")
@@ -28,11 +29,11 @@ EFFECTFUL = ("Bash", "WebFetch", "mcp__*")
 def test_a_preset_without_the_mcp_extra_stops_the_worker_at_start_and_check_says_so(
     harness: Harness, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setitem(sys.modules, "surehand.agents.session_mcp", None)  # as if not installed
+    monkeypatch.setitem(sys.modules, "surehand.mcp.session_server", None)  # as if not installed
     settings = harness.settings(agents="DEV=command", command_agent="claude")
 
     with pytest.raises(ConfigError, match=r"surehand\[mcp\]"):
-        CommandAgent.from_settings(settings).require_ready()
+        CommandAgent.from_settings(settings, session_door()).require_ready()
     [preset] = [c for c in check_agent_programs(settings) if c.name == "agent preset"]
     assert preset.status == "fail"
     assert "mcp extra" in preset.detail
@@ -45,7 +46,7 @@ def test_a_preset_whose_cli_is_not_on_path_stops_the_worker_at_start(
     settings = harness.settings(agents="DEV=command", command_agent="codex")
 
     with pytest.raises(ConfigError, match="'codex', which is not on PATH"):
-        CommandAgent.from_settings(settings).require_ready()
+        CommandAgent.from_settings(settings, session_door()).require_ready()
 
 
 def test_codex_outside_surehands_sandbox_refuses_session_homes_in_the_temp_directory(
@@ -56,7 +57,7 @@ def test_codex_outside_surehands_sandbox_refuses_session_homes_in_the_temp_direc
     settings = harness.settings(agents="DEV=command", command_agent="codex", agent_sandbox="none")
 
     with pytest.raises(ConfigError, match="SUREHAND_WORK_DIR"):
-        CommandAgent.from_settings(settings).require_ready()
+        CommandAgent.from_settings(settings, session_door()).require_ready()
 
 
 def test_a_workspace_that_is_not_a_directory_is_a_config_error(harness: Harness) -> None:
@@ -65,7 +66,7 @@ def test_a_workspace_that_is_not_a_directory_is_a_config_error(harness: Harness)
     )
 
     with pytest.raises(ConfigError, match="SUREHAND_AGENT_WORKSPACE"):
-        CommandAgent.from_settings(settings).require_ready()
+        CommandAgent.from_settings(settings, session_door()).require_ready()
 
 
 def test_every_session_tool_carries_the_annotations_codex_needs_to_run_it() -> None:

@@ -26,10 +26,10 @@ from surehand.api import create_app
 from surehand.cli.dispatch_check import _served_queues, check_dispatch
 from surehand.config import Settings
 from surehand.dispatcher import dispatch
+from surehand.doors.serving import BackgroundServer
 from surehand.errors import PublishFailed
 from surehand.facade import Surehand
 from surehand.model import Bucket, EventKind, Task
-from surehand.serving import BackgroundServer
 from surehand.store import Store
 from surehand.store.schema import tasks as tasks_table
 from surehand.testing import ManualClock

@@ -22,7 +22,7 @@ from surehand.agents.presets import (
     program_for,
 )
 from surehand.errors import ConfigError
-from surehand.fcop import render_recovery
+from surehand.fcop.render import render_recovery
 from tests.session_helpers import (  # noqa: F401  (harness fixtures)
     Harness,
     attempts_of,

@@ -22,10 +22,11 @@ from surehand.api import create_app
 from surehand.cli import app as cli_app
 from surehand.config import Settings
 from surehand.dispatcher.recovery import REFUSAL_WINDOW
+from surehand.doors.auth import TenantViews
 from surehand.errors import ConfigError, Forbidden, IllegalTransition, NotAuthorized
 from surehand.facade import Surehand
 from surehand.model import Action, AttemptState, EventKind
-from surehand.principals import Principal, TenantViews
+from surehand.principals import Principal
 from surehand.store import Store, tasks
 from surehand.testing import ManualClock
 from tests.recovery_helpers import GRACE_SECONDS, Rig, open_rig, rig

@@ -14,8 +14,8 @@ as another user and without a network. Its outputs are read without trusting wha
 (:mod:`surehand.agents.outputs`).
 
 An LLM agent declares its effects itself through the session MCP server
-(``surehand.agents.session_mcp``): the session gets a grant (``SUREHAND_MCP_URL``,
-``SUREHAND_MCP_TOKEN``, and ``.mcp.json`` in its directory) that is
+(``surehand.mcp.session_server``, handed in as a ``SessionDoorFactory``): the session gets a
+grant (``SUREHAND_MCP_URL``, ``SUREHAND_MCP_TOKEN``, and ``.mcp.json`` in its directory) that is
 revoked when the session ends. A successor of an interrupted attempt finds a "Recovery" section
 in its ``TASK.md`` (``surehand.agents.briefing``). ``SUREHAND_COMMAND_AGENT=claude`` or
 ``codex`` runs that CLI with a preset command line (``surehand.agents.presets``), in the
@@ -40,7 +40,7 @@ import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import IO, TYPE_CHECKING
+from typing import IO
 
 from surehand.agents import session_dirs
 from surehand.agents.briefing import brief_for
@@ -60,14 +60,11 @@ from surehand.agents.presets import (
     program_for,
 )
 from surehand.agents.sandbox import BWRAP, workspace_path
+from surehand.agents.session_door import AgentGrant, SessionDoor, SessionDoorFactory
 from surehand.config import Settings
 from surehand.errors import AgentError, ConfigError
-from surehand.fcop import render_recovery, render_task
+from surehand.fcop.render import render_recovery, render_task
 from surehand.store import Store
-
-if TYPE_CHECKING:
-    from surehand.agents.session_mcp import SessionMcp
-    from surehand.agents.session_tools import Grant
 
 log = logging.getLogger(__name__)
 
@@ -84,6 +81,7 @@ class CommandAgent:
         settings: Settings,
         timeout: float,
         program: Program | None = None,
+        session_door: SessionDoorFactory | None = None,
     ) -> None:
         if not argv:
             raise ConfigError("the command agent needs a program: set SUREHAND_COMMAND_AGENT")
@@ -91,18 +89,23 @@ class CommandAgent:
         self.program = program or Program(None, self.argv)
         self.settings = settings
         self.timeout = timeout
+        self.session_door = session_door
         self.work_dir = settings.work_dir.resolve()
         self.records = GroupRecords(self.work_dir)
         self.running: set[str] = set()  # this process's sessions (never swept)
 
     @classmethod
-    def from_settings(cls, settings: Settings) -> CommandAgent:
+    def from_settings(
+        cls, settings: Settings, session_door: SessionDoorFactory | None = None
+    ) -> CommandAgent:
+        """The agent ``SUREHAND_COMMAND_AGENT`` names; ``session_door`` serves its tools."""
         program = program_for(settings.command_agent, preset_options(settings))
         return cls(
             program.base,
             settings=settings,
             timeout=settings.command_timeout_seconds,
             program=program,
+            session_door=session_door,
         )
 
     def __call__(self, ctx: SessionContext) -> str:
@@ -164,26 +167,24 @@ class CommandAgent:
             )
 
     @functools.cached_property
-    def mcp(self) -> SessionMcp | None:
+    def mcp(self) -> SessionDoor | None:
         """This process's session MCP server (None when turned off or, for a program that is
         not a preset, without the mcp extra; a preset without it is a ConfigError)."""
         if not self.settings.session_mcp:
             return None
-        try:
-            from surehand.agents.session_mcp import SessionMcp
-        except ImportError:
+        if self.session_door is None:
             if self.program.preset is not None:
                 raise ConfigError(
                     f"the {self.program.preset} preset needs the session MCP server, which "
                     "needs the mcp extra: pip install 'surehand[mcp]'",
                     setting="SUREHAND_COMMAND_AGENT",
-                ) from None
+                )
             log.warning(
                 "command agents get no session MCP server: install surehand[mcp] (or set "
                 "SUREHAND_SESSION_MCP=false to say so)"
             )
             return None
-        return SessionMcp.shared(self.settings)
+        return self.session_door(self.settings)
 
     @functools.cached_property
     def store(self) -> Store:
@@ -192,7 +193,7 @@ class CommandAgent:
             self.settings.resolved_database_url(), pool_size=self.settings.database_pool_size
         )
 
-    def _session(self, ctx: SessionContext, grant: Grant | None) -> str:
+    def _session(self, ctx: SessionContext, grant: AgentGrant | None) -> str:
         work_dir = self._prepare(ctx, grant)
         outputs = self.work_dir / OUTPUTS_DIR / ctx.attempt.attempt_id
         with (
@@ -218,7 +219,7 @@ class CommandAgent:
         self,
         ctx: SessionContext,
         work_dir: Path,
-        grant: Grant | None,
+        grant: AgentGrant | None,
         stdout: IO[bytes],
         stderr: IO[bytes],
     ) -> int:
@@ -234,7 +235,7 @@ class CommandAgent:
             raise AgentError("a later attempt of this TASK started here; this command was killed")
         return code
 
-    def _launch(self, ctx: SessionContext, work_dir: Path, grant: Grant | None) -> Launch:
+    def _launch(self, ctx: SessionContext, work_dir: Path, grant: AgentGrant | None) -> Launch:
         door = self.mcp.door() if grant is not None and self.mcp is not None else None
         session = self._invocation(work_dir, grant)
         return self.confinement.launch(
@@ -246,7 +247,7 @@ class CommandAgent:
             program_env=self.program.env(session),
         )
 
-    def _invocation(self, work_dir: Path, grant: Grant | None) -> Invocation:
+    def _invocation(self, work_dir: Path, grant: AgentGrant | None) -> Invocation:
         return Invocation(
             session_dir=work_dir,
             mcp_url=grant.url if grant else None,
@@ -277,7 +278,7 @@ class CommandAgent:
             slot.write(GroupRecord.of(group, ctx.attempt))
         return group
 
-    def _prepare(self, ctx: SessionContext, grant: Grant | None) -> Path:
+    def _prepare(self, ctx: SessionContext, grant: AgentGrant | None) -> Path:
         _ = self.confinement  # resolved first: it makes the work directory reachable, or says why
         work_dir = session_dirs.make_private(self.work_dir / ctx.attempt.attempt_id)
         document = render_task(
@@ -301,7 +302,9 @@ class CommandAgent:
         return work_dir
 
     @staticmethod
-    def _session_env(ctx: SessionContext, work_dir: Path, grant: Grant | None) -> dict[str, str]:
+    def _session_env(
+        ctx: SessionContext, work_dir: Path, grant: AgentGrant | None
+    ) -> dict[str, str]:
         env = {
             "SUREHAND_TASK_ID": ctx.task.task_id,
             "SUREHAND_ATTEMPT_ID": ctx.attempt.attempt_id,

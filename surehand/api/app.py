@@ -17,11 +17,11 @@ from surehand.api import openapi, problems
 from surehand.api.deps import AdminDep, check_metrics_reader
 from surehand.api.docs import add_docs
 from surehand.api.routes import router
+from surehand.doors.auth import Authenticator, TenantViews
+from surehand.doors.hosts import HostAllowlist, HostRule
 from surehand.doors.limits import BodyLimit
 from surehand.errors import SurehandError
 from surehand.facade import Surehand
-from surehand.hosts import HostAllowlist, HostRule
-from surehand.principals import Authenticator, TenantViews
 from surehand.store import migrate
 from surehand.ui import create_console
 

@@ -9,10 +9,11 @@ from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from surehand import metrics
+from surehand.doors.auth import Authenticator, TenantViews
 from surehand.errors import AuthError, Forbidden, ValidationFailed
 from surehand.facade import Surehand
 from surehand.model import ADMIN
-from surehand.principals import Authenticator, Principal, TenantViews
+from surehand.principals import Principal
 from surehand.requests import check_submission_id
 
 # Declared for the OpenAPI document (the "Authorize" button in /docs); the header is checked
@@ -44,7 +45,7 @@ def get_caller(
 
 def authenticate(request: Request) -> Principal:
     """The caller's principal; unknown tokens are counted per client and a client that keeps
-    sending them is refused for a while (429, ``surehand.throttle``)."""
+    sending them is refused for a while (429, ``surehand.doors.throttle``)."""
     auth: Authenticator = request.app.state.auth
     client = request.client.host if request.client is not None else "unknown"
     return auth.authenticate_client(client, request.headers.get("authorization"), "API token")

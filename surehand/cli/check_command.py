@@ -161,9 +161,10 @@ def _agent_check(settings: Settings, role: str, target: str | None) -> Check:
         return Check(name, "fail", "no agent for this role: its worker refuses to start", AGENT_FIX)
     from surehand.agents.builtin import register_builtin_agents  # only `check` needs them
     from surehand.agents.registry import AgentRegistry
+    from surehand.facade import session_door
 
     registry = AgentRegistry()
-    register_builtin_agents(registry, settings)
+    register_builtin_agents(registry, settings, session_door())
     try:
         registry.load(f"{role}={target}")
     except SurehandError as error:
@@ -211,9 +212,10 @@ def check_agent_programs(settings: Settings) -> list[Check]:
 def _check_preset(settings: Settings) -> list[Check]:
     """A preset (claude, codex) has what it needs: the mcp extra and its CLI on PATH."""
     from surehand.agents.command import CommandAgent
+    from surehand.facade import session_door
 
     try:
-        agent = CommandAgent.from_settings(settings)
+        agent = CommandAgent.from_settings(settings, session_door())
         if agent.program.preset is None:
             return []
         agent.require_ready()

@@ -42,6 +42,7 @@ from surehand.model.sessions import (
     Attempt,
     InterruptionCase,
     Operation,
+    case_id_for,
 )
 
 __all__ = [
@@ -78,6 +79,7 @@ __all__ = [
     "TaskFields",
     "WriteReportResult",
     "WriteTaskResult",
+    "case_id_for",
     "task_filename",
     "task_path",
 ]

@@ -51,6 +51,11 @@ class Attempt:
         return data
 
 
+def case_id_for(attempt: Attempt) -> str:
+    """The id of the interruption case of ``attempt`` (one per attempt, so a retry finds it)."""
+    return f"CASE-{attempt.task_id.removeprefix('TASK-')}-{attempt.number}"
+
+
 @dataclass(frozen=True, slots=True)
 class Operation:
     """A side effect a session declared (intent) and, once done, settled (outcome)."""

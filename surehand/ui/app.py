@@ -3,7 +3,7 @@
 Server-rendered pages (Jinja2 templates in ``templates/``, one stylesheet and one small script
 in ``static/``), readable without JavaScript. The API's host allowlist and body limit wrap this
 app as they wrap the API (it is mounted inside them); its own handlers turn typed errors into
-HTML pages with the same statuses the API gives (``surehand.problem.status_for``).
+HTML pages with the same statuses the API gives (``surehand.doors.problem.status_for``).
 """
 
 from __future__ import annotations
@@ -25,12 +25,12 @@ from fastapi.templating import Jinja2Templates
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from surehand.config import Settings
+from surehand.doors.auth import Authenticator, TenantViews
+from surehand.doors.problem import status_for
 from surehand.errors import SurehandError, TooManyAttempts
-from surehand.principals import Authenticator, TenantViews
-from surehand.problem import status_for
 from surehand.ui import list_routes, record_routes
 from surehand.ui.routes import router
-from surehand.ui.sessions import PREFIX, SessionStore, SignInCodec, SignInRequired
+from surehand.ui.signin import PREFIX, SessionStore, SignInCodec, SignInRequired
 from surehand.ui.views import approver_names, consequence, operation_label, where_to_check
 
 log = logging.getLogger(__name__)
