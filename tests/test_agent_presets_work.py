@@ -22,6 +22,7 @@ from surehand.facade import session_door
 from surehand.mcp.session_server import build_session_server
 from surehand.mcp.session_tools import SessionTools
 from tests.session_helpers import Harness, harness  # noqa: F401  (harness fixture)
+from tests.test_misconfig import UNUSED_REDIS, store_url, surehand  # noqa: F401  (fixture)
 
 EFFECTFUL = ("Bash", "WebFetch", "mcp__*")
 
@@ -47,6 +48,27 @@ def test_a_preset_whose_cli_is_not_on_path_stops_the_worker_at_start(
 
     with pytest.raises(ConfigError, match="'codex', which is not on PATH"):
         CommandAgent.from_settings(settings, session_door()).require_ready()
+
+
+def test_a_worker_whose_preset_cli_is_missing_refuses_to_start_and_says_why(
+    tmp_path: Path, store_url: str
+) -> None:
+    refused = surehand(
+        tmp_path,
+        "worker",
+        "--roles",
+        "DEV",
+        code=1,
+        SUREHAND_DATABASE_URL=store_url,
+        SUREHAND_BROKER_URL=UNUSED_REDIS,
+        SUREHAND_REDIS_URL=UNUSED_REDIS,
+        SUREHAND_AGENTS="DEV=command",
+        SUREHAND_COMMAND_AGENT=str(tmp_path / "bin" / "claude"),
+        SUREHAND_WORK_DIR=str(tmp_path / "sessions"),
+    )
+
+    assert "(config_error): the claude preset runs" in refused.stderr
+    assert "which is not on PATH here" in refused.stderr
 
 
 def test_codex_outside_surehands_sandbox_refuses_session_homes_in_the_temp_directory(
