@@ -28,6 +28,7 @@ import pytest
 from surehand.facade import Surehand
 from surehand.model import Admission, Bucket, EffectFact, OperationState
 from surehand.store import Store
+from surehand.ui.views import where_to_check
 from tests.agent_clis import AgentClis, require_clis
 from tests.agent_procs import require_proc
 from tests.model_doubles import (
@@ -286,6 +287,7 @@ def test_a_worker_killed_mid_command_holds_the_task_naming_it_and_the_command_di
     assert ticket.state is OperationState.SUCCEEDED
     assert (bash.name, bash.state) == ("claude:Bash", OperationState.INTENT)
     assert bash.args["input"] == {"command": command}
+    assert command in where_to_check(read_task(store, task_id), bash)[0]  # the case page
 
 
 @pytest.fixture
