@@ -98,7 +98,7 @@ def test_claude_gets_the_operators_tools_servers_workspace_and_the_journaling_ho
     assert set(hooks) == {"PreToolUse", "PostToolUse", "PostToolUseFailure"}
     [pre] = hooks["PreToolUse"]
     assert pre["matcher"] == "*"
-    assert "surehand.agents.claude_hook pre" in pre["hooks"][0]["command"]
+    assert "surehand/agents/claude_hook.py pre" in pre["hooks"][0]["command"]
     assert pre["hooks"][0]["command"].endswith("|| exit 2")  # a hook that cannot start blocks
 
 

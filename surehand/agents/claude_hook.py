@@ -54,7 +54,9 @@ def hook_settings(
     options += ["--allowed", ",".join(allowed)]
 
     def command(event: str) -> str:
-        run = shlex.join([sys.executable, "-I", "-m", __name__, event, *options])
+        # By path, not -m: a call that is not journaled then imports nothing of surehand (a
+        # hook runs twice per tool call); -I keeps this file's directory off sys.path.
+        run = shlex.join([sys.executable, "-I", str(Path(__file__).resolve()), event, *options])
         # A PreToolUse hook that cannot even start must still block the call.
         return f"{run} || exit {BLOCK if event == 'pre' else 1}"
 
