@@ -155,6 +155,7 @@ def test_claude_declares_an_effect_edits_the_workspace_and_its_undeclared_bash_i
         *declared_ticket(ledger),
         Call("Write", {"file_path": str(workspace / "NOTES.md"), "content": "keys rotated\n"}),
         Call("Bash", {"command": push, "description": "push"}),
+        Call("Bash", {"command": "echo refused >&2; exit 3", "description": "fail"}),
         Final(REPORT),
     ]
     with serving(AnthropicDouble(Script(steps))) as model:
@@ -168,7 +169,7 @@ def test_claude_declares_an_effect_edits_the_workspace_and_its_undeclared_bash_i
     assert ledger.read_text() == "ticket\n"
     assert pushed.read_text() == "pushed\n"
     assert (workspace / "NOTES.md").read_text() == "keys rotated\n"
-    ticket, bash = operations_of(store, task_id)
+    ticket, bash, failed = operations_of(store, task_id)
     assert (ticket.name, ticket.state, ticket.external_receipt) == (
         "ticket.create",
         OperationState.SUCCEEDED,
@@ -177,6 +178,9 @@ def test_claude_declares_an_effect_edits_the_workspace_and_its_undeclared_bash_i
     # The Bash inside the declared effect is not journaled again; the undeclared one is.
     assert (bash.name, bash.state) == ("claude:Bash", OperationState.SUCCEEDED)
     assert bash.args == {"undeclared": True, "tool": "Bash", "input": {"command": push}}
+    # A command that failed is settled from PostToolUseFailure: failed, with its exit.
+    assert (failed.name, failed.state) == ("claude:Bash", OperationState.FAILED)
+    assert "Exit code 3" in str(failed.error)
 
 
 @pytest.fixture
