@@ -31,7 +31,6 @@ import fnmatch
 import json
 import os
 import re
-import shlex
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -43,29 +42,7 @@ STATE_DIR = ".surehand-hooks"
 SHELL_OPERATORS = re.compile(r"[;&|<>`$()\n\\]")
 MAX_RESPONSE = 8000
 EVENTS = {"PreToolUse": "pre", "PostToolUse": "post", "PostToolUseFailure": "failure"}
-
-
-def hook_settings(
-    effectful: Sequence[str], read_only: Sequence[str], allowed: Sequence[str]
-) -> dict[str, Any]:
-    """Claude Code settings with this module as the hook of every tool call; ``allowed``:
-    the tools Claude Code may run (``--allowedTools``), the only ones journaled."""
-    options = ["--effectful", ",".join(effectful), "--read-only", ",".join(read_only)]
-    options += ["--allowed", ",".join(allowed)]
-
-    def command(event: str) -> str:
-        # By path, not -m: a call that is not journaled then imports nothing of surehand (a
-        # hook runs twice per tool call); -I keeps this file's directory off sys.path.
-        run = shlex.join([sys.executable, "-I", str(Path(__file__).resolve()), event, *options])
-        # A PreToolUse hook that cannot even start must still block the call.
-        return f"{run} || exit {BLOCK if event == 'pre' else 1}"
-
-    return {
-        "hooks": {
-            name: [{"matcher": "*", "hooks": [{"type": "command", "command": command(event)}]}]
-            for name, event in EVENTS.items()
-        }
-    }
+# The settings that install this file as the hooks: surehand.agents.presets.hook_settings.
 
 
 def is_effectful(

@@ -24,11 +24,12 @@ from __future__ import annotations
 
 import json
 import shlex
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
-from surehand.agents.claude_hook import hook_settings
 from surehand.errors import ConfigError
 
 SERVER_NAME = "surehand"
@@ -36,6 +37,10 @@ URL_ENV = "SUREHAND_MCP_URL"
 TOKEN_ENV = "SUREHAND_MCP_TOKEN"
 LAST_MESSAGE = "last-message.txt"
 PRESETS = ("claude", "codex")
+# Run by path (python -I FILE), not imported from here: a tool call the hook does not journal
+# then loads nothing of surehand (a hook runs twice per tool call).
+CLAUDE_HOOK = Path(__file__).resolve().with_name("claude_hook.py")
+HOOK_EVENTS = {"PreToolUse": "pre", "PostToolUse": "post", "PostToolUseFailure": "failure"}
 CODEX_SANDBOXES = ("auto", "read-only", "workspace-write", "danger-full-access")
 
 AGENT_PROMPT = """\
@@ -205,6 +210,29 @@ def codex_sandbox(setting: str, session: Invocation) -> str:
     if setting != "auto":
         return setting
     return "danger-full-access" if session.sandboxed else "workspace-write"
+
+
+def hook_settings(
+    effectful: Sequence[str], read_only: Sequence[str], allowed: Sequence[str]
+) -> dict[str, Any]:
+    """Claude Code settings with :mod:`surehand.agents.claude_hook` as the hook of every tool
+    call; ``allowed``: the tools Claude Code may run (``--allowedTools``), the only ones
+    journaled."""
+    options = ["--effectful", ",".join(effectful), "--read-only", ",".join(read_only)]
+    options += ["--allowed", ",".join(allowed)]
+
+    def command(event: str) -> str:
+        run = shlex.join([sys.executable, "-I", str(CLAUDE_HOOK), event, *options])
+        # Exit status 2 is the only one with which Claude Code refuses a PreToolUse call: a
+        # hook that cannot even start must still block it.
+        return f"{run} || exit {2 if event == 'pre' else 1}"
+
+    return {
+        "hooks": {
+            name: [{"matcher": "*", "hooks": [{"type": "command", "command": command(event)}]}]
+            for name, event in HOOK_EVENTS.items()
+        }
+    }
 
 
 def mcp_configs(mcp_url: str) -> dict[str, str]:
