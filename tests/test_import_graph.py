@@ -19,6 +19,8 @@ NEVER = {
     "surehand.agents": {"surehand.dispatcher", "surehand.mcp", "surehand.facade"},
     "surehand.dispatcher": {"surehand.mcp", "surehand.api", "surehand.ui", "surehand.facade"},
     "surehand.mcp": {"surehand.api", "surehand.ui", "surehand.cli"},
+    "surehand.runtime": {"surehand.facade", "surehand.api", "surehand.ui", "surehand.cli"},
+    "surehand.doors": {"surehand.dispatcher", "surehand.facade", "surehand.runtime"},
 }
 
 

@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 from surehand.agents.command import CommandAgent
-from surehand.facade import session_door
 from surehand.model import Admission, Bucket, EffectFact, OperationState, RetryPolicy
+from surehand.runtime import session_door
 from tests.recovery_helpers import Rig, rig  # noqa: F401  (fixture)
 
 pytestmark = pytest.mark.slow

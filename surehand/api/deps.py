@@ -9,7 +9,7 @@ from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from surehand import metrics
-from surehand.doors.auth import Authenticator, TenantViews
+from surehand.doors.auth import Authenticator
 from surehand.errors import AuthError, Forbidden, ValidationFailed
 from surehand.facade import Surehand
 from surehand.model import ADMIN
@@ -38,9 +38,9 @@ def get_caller(
     _credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)],
 ) -> Caller:
     """Authenticate the request (AuthError → 401) and bind its principal to its tenant's facade."""
-    views: TenantViews = request.app.state.views
+    sh: Surehand = request.app.state.surehand
     principal = authenticate(request)
-    return Caller(principal, views(principal.tenant).acting_as(principal))
+    return Caller(principal, sh.acting_as(principal))
 
 
 def authenticate(request: Request) -> Principal:

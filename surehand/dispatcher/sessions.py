@@ -113,7 +113,7 @@ class Session:
         """A transaction that commits only if this attempt still owns the TASK."""
         try:
             with self.services.store.transaction() as connection:
-                if not attempts.fence(connection, self.attempt.attempt_id, self.task_id):
+                if not attempts.fence(connection, self.attempt.fence):
                     raise StaleOwner(self._stale_message(write))
                 yield connection
         except StaleOwner:
@@ -200,7 +200,7 @@ class Session:
         try:
             with self.services.store.transaction() as connection:
                 has_operations = attempts.fence_and_record_return(
-                    connection, self.attempt.attempt_id, self.task_id, returned
+                    connection, self.attempt.fence, returned
                 )
                 if has_operations is None:
                     raise StaleOwner(self._stale_message("record_return"))
@@ -296,9 +296,7 @@ class Session:
             now=self.services.clock.now(),
             report_id=report.report.report_id,
             report_written=True,
-            extra_expect={"epoch": self.attempt.number},
-            attempt_id=self.attempt.attempt_id,
-            epoch=self.attempt.number,
+            fence=self.attempt.fence,
         )
         self._end(connection, AttemptState.SUCCEEDED, None)
         return moved
@@ -314,10 +312,8 @@ class Session:
                 by=SYSTEM,
                 now=self.services.clock.now(),
                 reason=why,
-                extra_expect={"epoch": self.attempt.number},
                 extra_values={"published": False},
-                attempt_id=self.attempt.attempt_id,
-                epoch=self.attempt.number,
+                fence=self.attempt.fence,
             )
             self._end(connection, AttemptState.FAILED, why, AttemptCause.NOT_STARTED)
 

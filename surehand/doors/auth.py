@@ -9,13 +9,10 @@ client (:mod:`surehand.doors.throttle`).
 
 from __future__ import annotations
 
-import copy
 import hashlib
 import hmac
 import ipaddress
-import threading
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
 
 from surehand.config import Settings
 from surehand.doors.throttle import FailureThrottle
@@ -23,9 +20,6 @@ from surehand.errors import AuthError, ConfigError
 from surehand.model import ADMIN
 from surehand.principals import LOCAL_NAME, Principal
 from surehand.requests import check_role, validate_tenant
-
-if TYPE_CHECKING:  # the doors get a facade handed in; the facade never imports them
-    from surehand.facade import Surehand
 
 MIN_TOKEN_LENGTH = 16  # what `surehand api`, `up` and `mcp --transport http` start with
 
@@ -147,29 +141,3 @@ class Authenticator:
         if not self.open:
             self.throttle.succeeded(client)
         return principal
-
-
-class TenantViews:
-    """Per-tenant handles on one :class:`Surehand` that share its store, leases and broker.
-
-    ``Surehand`` scopes every call by its own ``tenant``; a network door serves many tenants,
-    so it keeps one shallow copy per tenant instead of one database engine per tenant.
-    """
-
-    def __init__(self, base: Surehand) -> None:
-        self.base = base
-        self._views: dict[str, Surehand] = {base.tenant: base}
-        self._lock = threading.Lock()
-
-    def __call__(self, tenant: str) -> Surehand:
-        with self._lock:
-            view = self._views.get(tenant)
-            if view is None:
-                view = copy.copy(self.base)
-                view.settings = self.base.settings.model_copy(update={"tenant": tenant})
-                self._views[tenant] = view
-            return view
-
-    def warm(self) -> None:
-        """Build the base's lazily created parts once, so every view shares them."""
-        _ = self.base.registry, self.base.leases, self.base.recovery

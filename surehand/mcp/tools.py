@@ -20,7 +20,7 @@ from pydantic import Field
 
 from surehand import __version__
 from surehand.doors import problem
-from surehand.doors.auth import Authenticator, TenantViews
+from surehand.doors.auth import Authenticator
 from surehand.errors import SurehandError
 from surehand.mcp.server import SurehandServer, error_result, result, strict_tool
 from surehand.principals import Principal
@@ -56,7 +56,7 @@ class Tools:
 
     def __init__(self, sh: Surehand) -> None:
         self.auth = Authenticator(sh.settings)
-        self.views = TenantViews(sh)
+        self.sh = sh
 
     def principal(self, ctx: Context | None) -> Principal:
         """The HTTP caller's principal; over stdio (no headers) the local user."""
@@ -71,7 +71,7 @@ class Tools:
         """Run ``body`` for the caller's principal and tenant; typed errors become tool errors."""
         try:
             principal = self.principal(ctx)
-            return result(body(principal, self.views(principal.tenant).acting_as(principal)))
+            return result(body(principal, self.sh.acting_as(principal)))
         except SurehandError as exc:
             return error_result(problem.for_error(exc))
 

@@ -40,6 +40,7 @@ from surehand.model.records import (
 )
 from surehand.model.sessions import (
     Attempt,
+    Fence,
     InterruptionCase,
     Operation,
     case_id_for,
@@ -62,6 +63,7 @@ __all__ = [
     "Disposition",
     "EffectFact",
     "EventKind",
+    "Fence",
     "Hold",
     "InterruptionCase",
     "Operation",

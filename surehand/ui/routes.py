@@ -50,7 +50,7 @@ def signed_in(request: Request, *, touch: bool = True) -> Viewer:
     if session is None or not signin.still_valid(console.auth, request, session.principal):
         raise SignInRequired
     principal = session.principal
-    return Viewer(principal, console.views(principal.tenant).acting_as(principal), session)
+    return Viewer(principal, console.sh.acting_as(principal), session)
 
 
 def render(
