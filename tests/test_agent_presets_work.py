@@ -18,9 +18,9 @@ from surehand.agents import claude_hook
 from surehand.agents.command import CommandAgent
 from surehand.cli.check_command import check_agent_programs
 from surehand.errors import ConfigError
-from surehand.facade import session_door
 from surehand.mcp.session_server import build_session_server
 from surehand.mcp.session_tools import SessionTools
+from surehand.runtime import session_door
 from tests.session_helpers import Harness, harness  # noqa: F401  (harness fixture)
 from tests.test_misconfig import UNUSED_REDIS, store_url, surehand  # noqa: F401  (fixture)
 

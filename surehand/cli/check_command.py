@@ -212,7 +212,7 @@ def check_agent_programs(settings: Settings) -> list[Check]:
 def _check_preset(settings: Settings) -> list[Check]:
     """A preset (claude, codex) has what it needs: the mcp extra and its CLI on PATH."""
     from surehand.agents.command import CommandAgent
-    from surehand.facade import session_door
+    from surehand.runtime import session_door
 
     try:
         agent = CommandAgent.from_settings(settings, session_door())
