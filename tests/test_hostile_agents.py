@@ -45,6 +45,7 @@ SECRETS = {
 }
 SESSION_NAMES = set(environment.SESSION_NAMES)
 INHERITED = {"PATH", "HOME", "LANG", "LANGUAGE", "TZ", "TERM", "OPENAI_API_KEY"}
+PRESET_MADE = {"CODEX_HOME"}  # the codex preset's home for the CLI: the session's own
 SHELL_MADE = {"PWD", "OLDPWD", "SHLVL", "_"}  # what the stand-in's /bin/sh sets itself
 MEMORY_MIB = 256
 ROOTFS_TARGET = Path(f"/var/tmp/surehand-hostile-{os.getpid()}")  # a host path off the session
@@ -119,6 +120,7 @@ def deployment(
         SUREHAND_AGENTS="DEV=command",
         SUREHAND_COMMAND_AGENT="codex",
         SUREHAND_AGENT_SANDBOX=str(request.param),
+        SUREHAND_CODEX_SANDBOX="danger-full-access",  # a stand-in: no helpers under /tmp
         SUREHAND_AGENT_BIND=f"{bin_dir}:ro",  # the stand-in CLI, nothing else of tmp_path
         SUREHAND_AGENT_ENV="OPENAI_API_KEY",
         SUREHAND_AGENT_MEMORY_MIB=str(MEMORY_MIB),
@@ -198,7 +200,9 @@ def _summary(name: str, findings: dict[str, Any]) -> dict[str, Any]:
 SUMMARIES = {
     "env": lambda f: {
         "leaked": f["leaked"],
-        "unexpected_names": sorted(set(f["names"]) - SESSION_NAMES - INHERITED - SHELL_MADE),
+        "unexpected_names": sorted(
+            set(f["names"]) - SESSION_NAMES - INHERITED - SHELL_MADE - PRESET_MADE
+        ),
         "operator_key": "OPENAI_API_KEY" in f["names"],
     },
     "fork_bomb": lambda f: {"capped": 0 < f["children"] < 256},

@@ -74,6 +74,8 @@ def announce_confinement(sh: Surehand, roles: list[str]) -> None:
     commands = [agent for agent in agents if isinstance(agent, CommandAgent)]
     if commands:
         sweep_empty()  # cgroups a killed worker on this host left behind
+    for agent in commands:
+        agent.require_ready()  # a preset without its extra or CLI stops the worker here
     for agent in commands[:1]:  # one configuration per process
         for line in agent.confinement.describe():
             err_console.print(f"agent programs: {line}", highlight=False)
