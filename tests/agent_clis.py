@@ -3,8 +3,8 @@
 They are installed into a cache outside the repository (``~/.cache/surehand-agent-clis/<key>``,
 ``SUREHAND_AGENT_CLIS_CACHE`` to move it), keyed by their versions, so a version bump installs
 afresh and nothing lands in the work tree. ``.ci/run`` installs them the same way before the
-tests. Where npm is missing or the install fails, a test that needs them is skipped with a
-reason starting ``missing:``, except in CI (``CI=true``), where it fails: CI must run them.
+tests. Where npm is missing or the install fails, a test that needs them is skipped as
+``missing`` (tests/skips.py), except in CI (``CI=true``), where it fails: CI must run them.
 """
 
 from __future__ import annotations
@@ -70,15 +70,13 @@ def install() -> AgentClis | str:
 
 
 def require_clis() -> AgentClis:
-    """The installed CLIs, or skip (fail in CI) with the reason."""
-    import pytest  # this module also runs without it, from .ci/run
+    """The installed CLIs, or skip (fail in CI) with the reason (tests/skips.py's rule)."""
+    from tests.skips import missing  # this module also runs without pytest, from .ci/run
 
     found = install()
     if isinstance(found, AgentClis):
         return found
-    if os.environ.get("CI") == "true":
-        pytest.fail(f"CI must run the real agent CLIs, but {found}")
-    pytest.skip(f"missing: the agent CLIs ({found})")
+    missing(f"the agent CLIs ({found})")
 
 
 if __name__ == "__main__":  # .ci/run: install them before the tests
