@@ -193,17 +193,20 @@ class Deployment:
         self.faults.log.append(f"SIGKILL {victim.log.name}{' inside an effect' if caught else ''}")
 
     def worker_inside_an_effect(self, live: list[Proc], timeout: float = 3.0) -> Proc | None:
-        """The worker of the latest effect whose outcome is not recorded yet, if any."""
+        """The worker of the latest effect whose outcome is not recorded yet, if any: one in an
+        unkeyed effect if one shows up in time (only its kill leaves an intent that admission
+        must hold), else one in a keyed effect (its successor repeats it with its key)."""
         by_pid = {p.process.pid: p for p in live}
         deadline = time.monotonic() + timeout
+        keyed: Proc | None = None
         while time.monotonic() < deadline:
-            inside = [
-                by_pid[e["pid"]] for e in self.effects_without_outcome() if e["pid"] in by_pid
-            ]
-            if inside:
-                return inside[-1]
+            inside = [e for e in self.effects_without_outcome() if e["pid"] in by_pid]
+            unkeyed = [e for e in inside if str(e["name"]).startswith("unkeyed")]
+            if unkeyed:
+                return by_pid[unkeyed[-1]["pid"]]
+            keyed = by_pid[inside[-1]["pid"]] if inside else None  # as of this look
             time.sleep(0.02)
-        return None
+        return keyed
 
     def effects_without_outcome(self) -> list[dict[str, Any]]:
         """Ledger lines whose operation's intent is still open in a running attempt."""
