@@ -235,6 +235,11 @@ class Settings(BaseSettings):
     metrics_host: str = Field("127.0.0.1", description="Address of the worker's metrics port.")
     flower_host: str = Field("127.0.0.1", description="Address `surehand flower` binds.")
     flower_port: int = Field(5555, ge=1, le=65535, description="Port of `surehand flower`.")
+    log_format: Literal["text", "json"] = Field(
+        "text",
+        description="text, or json: one JSON object per line on stdout (time, level, logger, "
+        "message, task) for a log shipper; applies to `surehand worker`, `beat` and `api`.",
+    )
 
     def resolved_database_url(self) -> str:
         return self.database_url or default_database_url(self.home)

@@ -106,7 +106,8 @@ def test_ordering_healthchecks_and_exposure(services: dict[str, dict[str, Any]])
 
 def test_dockerfile_and_guide() -> None:
     dockerfile = (COMPOSE / "Dockerfile").read_text(encoding="utf-8")
-    assert "FROM python:3.11-slim" in dockerfile
+    # The official image by default; a build argument for a locally built one (issue 23).
+    assert "ARG BASE_IMAGE=python:3.11-slim\nFROM ${BASE_IMAGE}" in dockerfile
     assert 'pip install ".[all]"' in dockerfile
     assert "USER surehand" in dockerfile
     guide = (COMPOSE / "DEPLOYMENT.md").read_text(encoding="utf-8")

@@ -1,0 +1,53 @@
+"""The agent compose/check runs on its DEV workers: two declared effects with a pause between
+them, each appending one JSON line to an effect ledger on a volume every worker container
+shares (``CHECK_LEDGER``), the way an external system keeps its own record.
+
+Each line names the TASK, the step, the attempt and the container (its hostname), so the check
+sees which worker ran what, kills the one in the pause, and counts every effect in the end:
+a successor replays the first (recorded) effect and runs only the second.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+from collections.abc import Callable
+from pathlib import Path
+
+from surehand.agents.context import EffectResult, SessionContext
+
+
+def ledger(ctx: SessionContext) -> str:
+    """Effect ``first``, a pause of ``CHECK_AGENT_SECONDS`` (the window to cut), then ``second``."""
+    task_id = ctx.task.task_id
+    for step, pause in (("first", _pause_seconds()), ("second", 0.0)):
+        ctx.operation(
+            f"ledger.{step}",
+            {"task": task_id, "step": step},
+            _append(ctx, step),
+            idempotency_key=f"{task_id}:{step}",
+            retry_policy="keyed",
+        )
+        if pause and ctx.wait_cancelled(pause):
+            return f"stopped in the pause on {socket.gethostname()}"
+    return f"{task_id}: both effects in attempt {ctx.attempt.number} on {socket.gethostname()}"
+
+
+def _append(ctx: SessionContext, step: str) -> Callable[[], EffectResult]:
+    def effect() -> EffectResult:
+        line = {
+            "task_id": ctx.task.task_id,
+            "step": step,
+            "attempt": ctx.attempt.number,
+            "host": socket.gethostname(),
+        }
+        with Path(os.environ.get("CHECK_LEDGER", "/ledger/effects.jsonl")).open("a") as out:
+            out.write(json.dumps(line) + "\n")
+        return EffectResult(value=line, external_receipt=f"ledger:{ctx.task.task_id}:{step}")
+
+    return effect
+
+
+def _pause_seconds() -> float:
+    return float(os.environ.get("CHECK_AGENT_SECONDS", "20"))
