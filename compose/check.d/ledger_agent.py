@@ -1,6 +1,7 @@
 """The agent compose/check runs on its DEV workers: two declared effects with a pause between
-them, each appending one JSON line to an effect ledger on a volume every worker container
-shares (``CHECK_LEDGER``), the way an external system keeps its own record.
+them (``pause=N`` in the TASK's subject), each appending one JSON line to an effect ledger on a
+volume every worker container shares (``CHECK_LEDGER``), as an external system keeps its own
+record.
 
 Each line names the TASK, the step, the attempt and the container (its hostname), so the check
 sees which worker ran what, kills the one in the pause, and counts every effect in the end:
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 from collections.abc import Callable
 from pathlib import Path
@@ -19,9 +21,9 @@ from surehand.agents.context import EffectResult, SessionContext
 
 
 def ledger(ctx: SessionContext) -> str:
-    """Effect ``first``, a pause of ``CHECK_AGENT_SECONDS`` (the window to cut), then ``second``."""
+    """Effect ``first``, a pause (the window to cut), then effect ``second``."""
     task_id = ctx.task.task_id
-    for step, pause in (("first", _pause_seconds()), ("second", 0.0)):
+    for step, pause in (("first", _pause_seconds(ctx)), ("second", 0.0)):
         ctx.operation(
             f"ledger.{step}",
             {"task": task_id, "step": step},
@@ -49,5 +51,7 @@ def _append(ctx: SessionContext, step: str) -> Callable[[], EffectResult]:
     return effect
 
 
-def _pause_seconds() -> float:
-    return float(os.environ.get("CHECK_AGENT_SECONDS", "20"))
+def _pause_seconds(ctx: SessionContext) -> float:
+    """``pause=N`` in the TASK's subject, else ``CHECK_AGENT_SECONDS`` (default 1)."""
+    found = re.search(r"pause=(\d+(?:\.\d+)?)", ctx.task.fields.subject)
+    return float(found.group(1) if found else os.environ.get("CHECK_AGENT_SECONDS", "1"))
