@@ -23,7 +23,9 @@ from surehand.agents.context import EffectResult, SessionContext
 def ledger(ctx: SessionContext) -> str:
     """Effect ``first``, a pause (the window to cut), then effect ``second``."""
     task_id = ctx.task.task_id
-    for step, pause in (("first", _pause_seconds(ctx)), ("second", 0.0)):
+    # Only a first attempt pauses: a successor replays ``first`` and goes straight on.
+    first_pause = _pause_seconds(ctx) if ctx.attempt.number == 1 else 0.0
+    for step, pause in (("first", first_pause), ("second", 0.0)):
         ctx.operation(
             f"ledger.{step}",
             {"task": task_id, "step": step},

@@ -139,6 +139,8 @@ def each_effect_once(stack: Stack, task_id: str) -> list[dict[str, Any]]:
 def kill_a_worker(stack: Stack) -> dict[str, float]:
     """podman kill the worker container in a session's pause: the attempt is SESSION_LOST, a
     successor runs on another container, the ledger shows each effect once."""
+    if len(stack.containers(WORKER)) < 2:  # the successor needs another container
+        scale_to_three(stack)
     task_id = stack.submit("compose/check: killed mid-session pause=60")
     host = first_effect_host(stack, task_id)
     victim = name_of(stack, host)
@@ -148,7 +150,7 @@ def kill_a_worker(stack: Stack) -> dict[str, float]:
 
     def lost() -> dict[str, Any] | None:
         attempts = stack.cli("show", task_id)["attempts"]
-        return next((a for a in attempts if a["state"] == "session_lost"), None)
+        return next((a for a in attempts if a["state"].lower() == "session_lost"), None)
 
     lost_attempt = wait_for(f"{task_id}'s attempt SESSION_LOST", lost, 120, 1)
     detected = time.monotonic() - killed
@@ -198,6 +200,8 @@ def partition(stack: Stack) -> dict[str, float]:
     """Disconnect a worker container from the network in a session's pause: its lease lapses,
     a successor runs elsewhere; reconnected, the old session's late writes are fenced."""
     network = f"{stack.project}_default"
+    if len(stack.containers(WORKER)) < 2:
+        scale_to_three(stack)
     task_id = stack.submit("compose/check: partitioned mid-session pause=30")
     host = first_effect_host(stack, task_id)
     cut_off = name_of(stack, host)
@@ -268,7 +272,7 @@ def main() -> int:
     stack = Stack(args.project, args.podman_compose, args.workdir)
     stack.ledger_path.parent.mkdir(parents=True, exist_ok=True)
     stack.ledger_path.parent.chmod(0o777)  # the workers run as uid 10001
-    stack.compose("down", "-v", "-t", "5", check=False)  # leftovers of an interrupted run
+    stack.teardown()  # leftovers of an interrupted run
     started = time.monotonic()
     numbers: dict[str, float] = {}
     failed = False
@@ -286,7 +290,7 @@ def main() -> int:
         dump_logs(stack)
     finally:
         if not args.keep:
-            stack.compose("down", "-v", "-t", "10", check=False)
+            stack.teardown()
     numbers["scenarios"] = time.monotonic() - started
     print("check: numbers: " + ", ".join(f"{k} {v:.1f} s" for k, v in numbers.items()))
     return 1 if failed else 0

@@ -105,6 +105,19 @@ class Stack:
     def podman(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
         return _run(["podman", *args], self.env(), check=check)
 
+    def teardown(self) -> None:
+        """Remove every container, volume and network of the project: ``down`` knows only the
+        compose file's own scale, not the containers ``--scale`` added."""
+        self.compose("down", "-v", "-t", "10", check=False)
+        label = f"label=com.docker.compose.project={self.project}"
+        left = self.podman("ps", "-a", "-q", "--filter", label).stdout.split()
+        if left:
+            self.podman("rm", "-f", "-v", "-t", "5", *left, check=False)
+        volumes = self.podman("volume", "ls", "-q", "--filter", label).stdout.split()
+        if volumes:
+            self.podman("volume", "rm", "-f", *volumes, check=False)
+        self.podman("network", "rm", "-f", f"{self.project}_default", check=False)
+
     def containers(self, service: str, *, running: bool = True) -> list[str]:
         """Names of the service's containers, in container-number order."""
         labels = [
