@@ -5,7 +5,8 @@ record.
 
 Each line names the TASK, the step, the attempt and the container (its hostname), so the check
 sees which worker ran what, kills the one in the pause, and counts every effect in the end:
-a successor replays the first (recorded) effect and runs only the second.
+a successor replays the first (recorded) effect and runs only the second. A TASK whose
+subject says ``stubborn`` has an agent that ignores being stopped and declares a late effect.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import json
 import os
 import re
 import socket
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -34,8 +36,19 @@ def ledger(ctx: SessionContext) -> str:
             retry_policy="keyed",
         )
         if pause and ctx.wait_cancelled(pause):
+            if "stubborn" in ctx.task.fields.subject:
+                return _carry_on(ctx, pause)
             return f"stopped in the pause on {socket.gethostname()}"
     return f"{task_id}: both effects in attempt {ctx.attempt.number} on {socket.gethostname()}"
+
+
+def _carry_on(ctx: SessionContext, pause: float) -> str:
+    """A misbehaving agent: told to stop (its session lost the lease), it sits out its pause
+    and declares one more effect. That write must be fenced and the effect must not run."""
+    time.sleep(pause)
+    task_id = ctx.task.task_id
+    ctx.operation("ledger.late", {"task": task_id}, _append(ctx, "late"))
+    return f"{task_id}: a late effect was applied on {socket.gethostname()}"
 
 
 def _append(ctx: SessionContext, step: str) -> Callable[[], EffectResult]:
