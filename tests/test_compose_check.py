@@ -1,7 +1,8 @@
 """The compose stack run for real (issue 23): ``compose/check`` builds the images, brings the
 stack up under podman and shows each scenario of the issue's "Must show" (a TASK over HTTP to
 review on a worker container, Flower listing it, a killed and a partitioned worker, scaling, a
-rolling restart, JSON logs, health that tells broken from starting).
+rolling restart, JSON logs, health that tells broken from starting, Redis and Postgres
+restarted under load).
 
 It needs root and podman and takes minutes, so it runs only when asked:
 ``SUREHAND_TEST_CONTAINERS=1`` (``.ci/run`` runs ``compose/check`` itself after the suite).
@@ -28,6 +29,7 @@ SCENARIOS = (
     "rolling restart of the workers",
     "a partitioned worker",
     "health tells broken from starting",
+    "a Postgres restart under load",
 )
 
 needs_containers = pytest.mark.skipif(

@@ -214,7 +214,9 @@ def partition(stack: Stack) -> dict[str, float]:
         reviewed = time.monotonic() - started
     finally:
         stack.podman("network", "connect", network, cut_off)
-    fenced = wait_for(f"{task_id}'s late write fenced", partial(fenced_writes, stack, task_id), 90)
+    late = wait_for(
+        f"{task_id}'s late write stopped", partial(late_write, stack, task_id, cut_off), 90
+    )
     back = wait_for(f"{cut_off} answering ping again", partial(stack.healthy, cut_off), 120, 2)
     back_after = time.monotonic() - started
     lines = each_effect_once(stack, task_id)  # no late line either
@@ -224,22 +226,33 @@ def partition(stack: Stack) -> dict[str, float]:
     states = [(a["number"], a["state"], a["worker"].split(":")[0]) for a in shown["attempts"]]
     say(
         "a partitioned worker",
-        f"{cut_off} cut off; review after {reviewed:.1f} s; attempts {states}; fenced: "
-        f"{[f['data'].get('write') for f in fenced]}; back after {back_after:.0f} s ({back}); "
+        f"{cut_off} cut off; review after {reviewed:.1f} s; attempts {states}; late write: "
+        f"{late}; back after {back_after:.0f} s ({back}); "
         f"ledger {[(line['step'], line['host']) for line in lines]}",
     )
     return {"review after partition": reviewed, "partitioned worker back": back_after}
 
 
-def fenced_writes(stack: Stack, task_id: str) -> list[dict[str, Any]]:
+def late_write(stack: Stack, task_id: str, worker: str) -> str | None:
+    """How the old session's late write was stopped: fenced in the store (a
+    ``stale_owner_fenced`` event) or refused by the session itself, which knew it had lost
+    its lease (the worker's log); None while neither happened."""
     history = stack.cli("show", task_id)["history"]
-    return [event for event in history if event["kind"] == "stale_owner_fenced"]
+    fenced = [event for event in history if event["kind"] == "stale_owner_fenced"]
+    if fenced:
+        return f"fenced in the store ({fenced[0]['data'].get('write')})"
+    for line in stack.podman("logs", worker).stdout.splitlines():
+        if task_id in line and "refused: the session" in line and "lost its lease" in line:
+            return "refused by the session (lease lost), in the worker's log"
+    return None
 
 
 def redis_restart_is_health(stack: Stack) -> None:
-    """Stop Redis: a worker's health check turns unhealthy (broken, not starting, since its
-    start period is over); start it: TASKs submitted around it all reach review once."""
-    before = [stack.submit(f"compose/check: around a Redis restart {n} pause=1") for n in range(3)]
+    """Stop Redis with sessions running: a worker's health check turns unhealthy (broken, not
+    starting: its start period is over); start it: healthy again, and every TASK submitted
+    around the restart reaches review with each effect once."""
+    tasks = [stack.submit(f"compose/check: Redis restart {n} pause=4") for n in range(4)]
+    first_effect_host(stack, tasks[0])
     redis = stack.containers("redis")[0]
     worker = stack.containers(WORKER)[0]
     stack.podman("stop", "--time", "10", redis)
@@ -247,14 +260,37 @@ def redis_restart_is_health(stack: Stack) -> None:
         stack.healthy(worker)
     broken = stack.health(worker)
     stack.podman("start", redis)
-    wait_for(f"{worker} healthy again", lambda: stack.healthy(worker), UP_TIMEOUT, 2)
-    for task_id in before:
-        wait_for(f"{task_id} in review", partial(in_review, stack, task_id), 180)
-        each_effect_once(stack, task_id)
+    wait_for(f"{worker} healthy again", partial(stack.healthy, worker), UP_TIMEOUT, 2)
+    all_once(stack, tasks)
+    if broken != "unhealthy":
+        raise CheckFailed(f"{worker} with Redis stopped is {broken!r}, not 'unhealthy'")
     say(
         "health tells broken from starting",
-        f"Redis stopped: {worker} {broken}; restarted: healthy, 3 TASKs in review once each",
+        f"Redis stopped: {worker} {broken}; restarted: healthy; 4 TASKs in review, effects once",
     )
+
+
+def postgres_restart(stack: Stack) -> dict[str, float]:
+    """Restart Postgres with sessions running: no TASK lost, none duplicated, effects once."""
+    marker = f"pg-restart-{int(time.time())}"
+    tasks = [stack.submit(f"compose/check: {marker} {n} pause=4") for n in range(4)]
+    first_effect_host(stack, tasks[0])
+    started = time.monotonic()
+    stack.podman("restart", "--time", "10", stack.containers("postgres")[0])
+    all_once(stack, tasks)
+    took = time.monotonic() - started
+    listed = stack.api("GET", "/v1/tasks?limit=100")["tasks"]
+    found = sorted(t["task_id"] for t in listed if marker in t["subject"])
+    if found != sorted(tasks):
+        raise CheckFailed(f"TASKs after the Postgres restart: {found}, submitted {tasks}")
+    say("a Postgres restart under load", f"4 TASKs in review {took:.1f} s later, effects once")
+    return {"review after Postgres restart": took}
+
+
+def all_once(stack: Stack, tasks: list[str]) -> None:
+    for task_id in tasks:
+        wait_for(f"{task_id} in review", partial(in_review, stack, task_id), 180, 2)
+        each_effect_once(stack, task_id)
 
 
 SCENARIOS: list[tuple[str, Callable[[Stack], Any]]] = [
@@ -265,6 +301,7 @@ SCENARIOS: list[tuple[str, Callable[[Stack], Any]]] = [
     ("rolling", rolling_restart),
     ("partition", partition),
     ("redis", redis_restart_is_health),
+    ("postgres", postgres_restart),
 ]
 
 
