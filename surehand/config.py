@@ -63,7 +63,8 @@ class Settings(BaseSettings):
     startup_wait_seconds: float = Field(
         30.0,
         ge=0,
-        description="How long worker and api wait at start for a database that is restarting.",
+        description="How long worker, api and `db upgrade` wait at start for a database that is "
+        "restarting or still starting.",
     )
     submission_wait_seconds: float = Field(
         5.0, ge=0, description="How long a concurrent write_task waits before in_progress."

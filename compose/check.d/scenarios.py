@@ -289,7 +289,12 @@ def postgres_restart(stack: Stack) -> dict[str, float]:
 
 def all_once(stack: Stack, tasks: list[str]) -> None:
     for task_id in tasks:
-        wait_for(f"{task_id} in review", partial(in_review, stack, task_id), 180, 2)
+        try:
+            wait_for(f"{task_id} in review", partial(in_review, stack, task_id), 180, 2)
+        except CheckFailed as error:
+            shown = stack.cli("show", task_id)
+            attempts = [(a["number"], a["state"], a["worker"]) for a in shown["attempts"]]
+            raise CheckFailed(f"{error}: {shown['task']['bucket']}, attempts {attempts}") from None
         each_effect_once(stack, task_id)
 
 

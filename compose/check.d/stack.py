@@ -92,6 +92,7 @@ class Stack:
             SUREHAND_HEARTBEAT_SECONDS="2",
             SUREHAND_LOST_GRACE_SECONDS="3",
             SUREHAND_RECONCILE_INTERVAL_SECONDS="2",
+            SUREHAND_REPUBLISH_AFTER_SECONDS="20",
         )
         return env
 
