@@ -256,18 +256,21 @@ def redis_restart_is_health(stack: Stack) -> None:
     redis = stack.containers("redis")[0]
     worker = stack.containers(WORKER)[0]
     stack.podman("stop", "--time", "10", redis)
-    for _ in range(3):
-        stack.healthy(worker)
-    broken = stack.health(worker)
+    # Failures inside the start period do not count: a young container stays as it was.
+    broken = wait_for(f"{worker} unhealthy", partial(turns_unhealthy, stack, worker), 150)
     stack.podman("start", redis)
     wait_for(f"{worker} healthy again", partial(stack.healthy, worker), UP_TIMEOUT, 2)
     all_once(stack, tasks)
-    if broken != "unhealthy":
-        raise CheckFailed(f"{worker} with Redis stopped is {broken!r}, not 'unhealthy'")
     say(
         "health tells broken from starting",
         f"Redis stopped: {worker} {broken}; restarted: healthy; 4 TASKs in review, effects once",
     )
+
+
+def turns_unhealthy(stack: Stack, name: str) -> str | None:
+    stack.healthy(name)
+    status = stack.health(name)
+    return status if status == "unhealthy" else None
 
 
 def postgres_restart(stack: Stack) -> dict[str, float]:
