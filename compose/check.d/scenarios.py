@@ -336,7 +336,7 @@ def main() -> int:
             if not wanted or name in wanted:
                 found = scenario(stack)
                 numbers.update(found if isinstance(found, dict) else {})
-    except CheckFailed as error:
+    except Exception as error:  # any failure: report it, dump the logs, tear down
         failed = True
         print(f"check: FAILED: {error}", file=sys.stderr, flush=True)
         dump_logs(stack)

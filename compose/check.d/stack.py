@@ -192,7 +192,15 @@ class Stack:
         return task_id
 
     def bucket(self, task_id: str) -> str:
-        found: str = self.api("GET", f"/v1/tasks/{task_id}")["bucket"]
+        """The TASK's bucket; empty while the API cannot say (503 with Postgres restarting)."""
+        try:
+            found: str = self.api("GET", f"/v1/tasks/{task_id}")["bucket"]
+        except urllib.error.HTTPError as error:
+            if error.code < 500:
+                raise
+            return ""
+        except OSError:  # refused or reset: the API is restarting
+            return ""
         return found
 
     def ledger(self, task_id: str | None = None) -> list[dict[str, Any]]:
