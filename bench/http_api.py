@@ -3,7 +3,7 @@
     python bench/http_api.py [--quick] [--rounds N] [--requests N] [--clients 8,32]
 
 Two real server processes on loopback, each uvicorn in one process the way ``surehand api``
-serves (``surehand.serving``: access log off), on one Postgres database of the bench's own
+serves (``surehand.doors.serving``: access log off), on one Postgres database of the bench's own
 (``surehand_bench_http``, created empty; admin URL from ``SUREHAND_BENCH_DATABASE_URL``):
 
 * ``surehand api`` (no tokens: loopback callers are local admins; its broker and leases on a
@@ -454,8 +454,8 @@ def main() -> int:
             "requests_per_batch": options.requests,
             "clients": options.clients,
             "servers": (
-                "one uvicorn process each (surehand.serving, access log off, default loop and "
-                "HTTP implementation), sync endpoints on FastAPI's thread pool"
+                "one uvicorn process each (surehand.doors.serving, access log off, default loop "
+                "and HTTP implementation), sync endpoints on FastAPI's thread pool"
             ),
             "targets_at_8_clients": TARGETS,
             "client": options.client,

@@ -8,7 +8,7 @@ of ``tasks``, created by the bench) with a new id, commits on a raw psycopg conn
 answers 201 with the id. A sync endpoint (FastAPI's thread pool, as surehand's routes are),
 connections handed out by a ``queue.Queue`` and opened as requests in flight need them (as
 many as the clients at most: Postgres' 100 connections are shared), served by uvicorn
-the way ``surehand api`` serves (``surehand.serving``: one process, access log off).
+the way ``surehand api`` serves (``surehand.doors.serving``: one process, access log off).
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ sys.path[:0] = [str(BENCH.parent), str(BENCH)]
 
 from submit import bare_columns, driver_insert_sql, driver_values, row_like_write_task  # noqa: E402
 
-from surehand.serving import serve  # noqa: E402
+from surehand.doors.serving import serve  # noqa: E402
 
 
 class BareRequest(BaseModel):

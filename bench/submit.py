@@ -73,7 +73,7 @@ from surehand.config import Settings
 from surehand.digest import request_digest, sha256_hex
 from surehand.dispatcher.context import Services
 from surehand.dispatcher.submissions import write_task
-from surehand.fcop import render_task
+from surehand.fcop.render import render_task
 from surehand.model import DIGEST_SCHEMA_VERSION, Bucket
 from surehand.requests import parse_task_request
 from surehand.store import Store

@@ -28,7 +28,7 @@ from surehand.dispatcher import dispatch
 from surehand.facade import Surehand
 
 if TYPE_CHECKING:  # Celery and the reconciler are imported by start(): the CLI loads this module
-    from surehand.serving import BackgroundServer
+    from surehand.doors.serving import BackgroundServer
 
 log = logging.getLogger(__name__)
 
@@ -97,11 +97,11 @@ class Embedded:
     def _start_api(self) -> None:
         try:  # the api extra is optional: without it `up` runs everything but HTTP
             from surehand.api import create_app
-            from surehand.serving import BackgroundServer
+            from surehand.doors.serving import BackgroundServer
         except ImportError:
             log.warning("no HTTP API: install surehand[api] to serve it (running without)")
             return
-        from surehand.principals import Authenticator
+        from surehand.doors.auth import Authenticator
 
         Authenticator(self.settings).check_start(self.host, "the API")
         server = BackgroundServer(

@@ -3,27 +3,20 @@ HTTP and MCP doors and returns the same records."""
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import threading
-import weakref
 from collections.abc import Callable, Mapping
-from functools import cached_property
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal
 
-from surehand import metrics
-from surehand.agents.builtin import register_builtin_agents
 from surehand.agents.registry import AgentHandler, AgentRegistry, Probe, declare_probe
-from surehand.clock import Clock, SystemClock
+from surehand.clock import Clock
 from surehand.config import Settings
-from surehand.dispatcher import diagnostics, lifecycle, reports, submissions
+from surehand.dispatcher import actions, diagnostics, reports
 from surehand.dispatcher.context import Publisher, Services
-from surehand.dispatcher.dispatch import publish_after_commit, publish_successor
 from surehand.errors import CaseNotFound, ConfigError, TaskNotFound, ValidationFailed
 from surehand.model import (
     Action,
-    Admission,
     Attempt,
     AttemptState,
     Bucket,
@@ -49,6 +42,7 @@ from surehand.requests import (
     submission_id_arg,
     task_id_arg,
 )
+from surehand.runtime import Runtime
 from surehand.store import Store, events, listing, tasks
 from surehand.store import attempts as attempt_rows
 from surehand.store import cases as case_rows
@@ -90,6 +84,10 @@ class Surehand:
     naming the field). The handle acts as ``principal``: by default the local ADMIN of its
     tenant, since whoever holds the database URL is the operator; pass a narrower principal
     (or use :meth:`acting_as`) to hold a caller to its own role (``surehand.principals``).
+
+    A handle is light: the shared parts (store, leases, registry, runner, Celery) belong to its
+    :class:`~surehand.runtime.Runtime`, built here unless one is passed, and :meth:`acting_as`
+    and :meth:`for_tenant` make further handles on the same runtime.
     """
 
     def __init__(
@@ -103,38 +101,23 @@ class Surehand:
         clock: Clock | None = None,
         publisher: Publisher | None = None,
         principal: Principal | None = None,
+        runtime: Runtime | None = None,
     ) -> None:
-        base = settings or Settings()
         tenant = _principal_tenant(tenant, principal)
-        overrides = {
-            key: value
-            for key, value in {
-                "database_url": database_url,
-                "redis_url": redis_url,
-                "broker_url": broker_url,
-                "tenant": tenant,
-            }.items()
-            if value is not None
-        }
-        self.settings = base.model_copy(update=overrides)
+        self._owns_runtime = runtime is None
+        if runtime is None:
+            urls = {"database_url": database_url, "redis_url": redis_url, "broker_url": broker_url}
+            overrides = {k: v for k, v in urls.items() if v is not None}
+            runtime = Runtime(
+                (settings or Settings()).model_copy(update=overrides),
+                clock=clock,
+                publisher=publisher,
+            )
+        elif any(v is not None for v in (database_url, redis_url, broker_url, settings, clock)):
+            raise ConfigError("a handle on a runtime takes its settings and clock from it")
+        self.runtime = runtime
+        self.settings = runtime.settings_for(tenant or runtime.settings.tenant)
         self._principal = principal
-        self._acting: dict[Principal, Surehand] = {}  # shared by copies: views per principal
-        self.store = Store(
-            self.settings.resolved_database_url(), pool_size=self.settings.database_pool_size
-        )
-        if publisher is None and self.settings.broker_url:
-            publisher = self.publish
-        self.services = Services(
-            store=self.store,
-            settings=self.settings,
-            clock=clock or SystemClock(),
-            publisher=publisher,
-        )
-        # What close() releases; an instance dropped without close() is released by the
-        # finalizer, which must not refer to the instance (or it would never be collected).
-        self._closers: list[Callable[[], None]] = [self.store.dispose]
-        self._finalizer = weakref.finalize(self, _close_all, self._closers)
-        self._probes: dict[str, Probe] = {}  # @self.probe before the registry is built
 
     @classmethod
     def from_env(cls) -> Surehand:
@@ -147,7 +130,7 @@ class Surehand:
 
     @property
     def principal(self) -> Principal:
-        """Who this handle acts as (the local ADMIN of its tenant unless configured); a copy
+        """Who this handle acts as (the local ADMIN of its tenant unless configured); a handle
         moved to another tenant keeps the configured principal's role, never gaining ADMIN."""
         if self._principal is None:
             return local_principal(self.tenant)
@@ -156,17 +139,51 @@ class Surehand:
         return self._principal
 
     def acting_as(self, principal: Principal) -> Surehand:
-        """A handle sharing this one's store, leases and broker that acts as ``principal`` in
-        its tenant (what the HTTP and MCP doors use for each caller); one per principal."""
-        with _ACTING_LOCK:
-            view = self._acting.get(principal)
-            if view is None:
-                view = copy.copy(self)
-                if principal.tenant != self.tenant:
-                    view.settings = self.settings.model_copy(update={"tenant": principal.tenant})
-                view._principal = principal
-                self._acting[principal] = view
-            return view
+        """A handle on this one's runtime acting as ``principal`` in its tenant (what the HTTP
+        and MCP doors use for each caller)."""
+        return Surehand(principal=principal, runtime=self.runtime)
+
+    def for_tenant(self, tenant: str) -> Surehand:
+        """A handle on this one's runtime in ``tenant``, as this handle's principal's role."""
+        moved = dataclasses.replace(self._principal, tenant=tenant) if self._principal else None
+        return Surehand(tenant=tenant, principal=moved, runtime=self.runtime)
+
+    # The runtime's parts, for callers and tests that reach past the service calls.
+    @property
+    def store(self) -> Store:
+        return self.runtime.store
+
+    @property
+    def services(self) -> Services:
+        return self.runtime.services
+
+    @property
+    def registry(self) -> AgentRegistry:
+        return self.runtime.registry
+
+    @property
+    def leases(self) -> LeaseStore:
+        return self.runtime.leases
+
+    @property
+    def runner(self) -> SessionRunner:
+        return self.runtime.runner
+
+    @property
+    def recovery(self) -> Recovery:
+        return self.runtime.recovery
+
+    @property
+    def reconciler(self) -> Reconciler:
+        return self.runtime.reconciler
+
+    @property
+    def celery(self) -> Celery:
+        return self.runtime.celery
+
+    def publish(self, task: Task) -> None:
+        """Publish ``run_session`` for a TASK to its recipient's queue (raises PublishFailed)."""
+        self.runtime.publish(task)
 
     # -- submissions ----------------------------------------------------------------------------
 
@@ -179,11 +196,9 @@ class Surehand:
         ``conflict``. No id: a TASK with no retry guarantee (``idempotent: false``).
         """
         payload = request if request is not None else fields
-        result = submissions.write_task(
+        return actions.write_task(
             self.services, payload, tenant=self.tenant, principal=self.principal
         )
-        metrics.observe_submission(result.disposition.value)
-        return result
 
     def diagnose_submission(self, client_submission_id: str) -> SubmissionDiagnosis:
         """Read-only facts about a submission's receipt (never repairs anything)."""
@@ -217,7 +232,7 @@ class Surehand:
 
         A TASK sent back for rework (reject, reopen) is published for a new attempt.
         """
-        moved = lifecycle.transition(
+        return actions.transition(
             self.services,
             task_id,
             action,
@@ -227,9 +242,6 @@ class Surehand:
             report_id=report_id,
             principal=self.principal,
         )
-        if Action(action) in lifecycle.REWORK_ACTIONS:  # valid: transition parsed it
-            publish_after_commit(self.services, task_id)
-        return moved
 
     # -- reads ----------------------------------------------------------------------------------
 
@@ -316,111 +328,10 @@ class Surehand:
 
         def decorate(function: Probe) -> Probe:
             declare_probe(name, function)
-            self._probes[name] = function
-            # Not built yet: building it here would import the agents modules, possibly the
-            # very module being imported now; the registry takes ``_probes`` when built.
-            if "registry" in self.__dict__:
-                self.registry.register_probe(name, function)
+            self.runtime.add_probe(name, function)
             return function
 
         return decorate
-
-    @cached_property
-    def registry(self) -> AgentRegistry:
-        registry = AgentRegistry()
-        register_builtin_agents(registry, self.settings)
-        if self.settings.agents:
-            registry.load(self.settings.agents)
-        if self.settings.probes:
-            registry.load_probes(self.settings.probes)
-        for name, probe in self._probes.items():
-            registry.register_probe(name, probe)
-        return registry
-
-    @cached_property
-    def leases(self) -> LeaseStore:
-        from surehand.queue.leases import LeaseStore
-        from surehand.queue.redis_client import connect_redis
-
-        client = connect_redis(self.settings.redis_url)
-        self._closers.append(client.close)
-        return LeaseStore(client, namespace=self.settings.redis_namespace)
-
-    @cached_property
-    def runner(self) -> SessionRunner:
-        from surehand.dispatcher.runner import SessionRunner
-
-        return SessionRunner(self.services, self.registry, self.leases)
-
-    @cached_property
-    def recovery(self) -> Recovery:
-        from surehand.dispatcher.admission import Admitter
-        from surehand.dispatcher.recovery import Recovery
-
-        admitter = Admitter(self.services, self.leases, self.registry.probe)
-        return Recovery(admitter)
-
-    @cached_property
-    def reconciler(self) -> Reconciler:
-        from surehand.dispatcher.reconciler import Reconciler
-
-        live = self._live_jobs if self.settings.broker_url else None
-        return Reconciler(self.recovery, live_jobs=live)
-
-    def _live_jobs(self) -> set[str]:
-        """TASK ids of the sessions the workers report running (Celery ``inspect active``)."""
-        # Asked only once a grace has run out; keep the wait a small part of that grace so the
-        # detection bound (TTL + reconcile interval + grace) still holds.
-        from surehand.queue.celery_app import SESSION_TASK_NAME
-
-        timeout = min(1.0, max(0.1, self.settings.lost_grace_seconds / 4))
-        replies = self.celery.control.inspect(timeout=timeout).active() or {}
-        return {
-            str(job["args"][0])
-            for jobs in replies.values()
-            for job in jobs
-            if job.get("name") == SESSION_TASK_NAME and job.get("args")
-        }
-
-    @cached_property
-    def celery(self) -> Celery:
-        """The Celery app with surehand's session and reconcile tasks registered."""
-        from surehand.dispatcher.worker import register_tasks
-        from surehand.notices import register_hold_notice
-        from surehand.queue import broker_pools
-        from surehand.queue.celery_app import make_celery
-
-        app = make_celery(self.settings)
-        self._closers.append(broker_pools.use(app))
-        # The app becomes the process default (held globally): its tasks reach this instance
-        # through a weak reference, so that the instance can still be dropped.
-        owner = weakref.ref(self)
-        register_tasks(
-            app,
-            lambda: _alive(owner).runner,
-            lambda: _alive(owner).reconciler,
-            reconcile_every=self.settings.reconcile_interval_seconds,
-        )
-        register_hold_notice(app)
-        # Celery's worker pools run a message through ``current_app`` (the process default,
-        # not a thread-local), so the app that owns these tasks must be that default.
-        app.set_default()
-        app.set_current()
-        return app
-
-    def publish(self, task: Task) -> None:
-        """Publish ``run_session`` for a TASK to its recipient's queue (raises PublishFailed)."""
-        from surehand.queue.celery_app import publish_session
-
-        publish_session(self.celery, task.task_id, task.fields.recipient, task.fields.priority)
-
-    def _notify_hold(self, case: InterruptionCase) -> None:
-        # Only with a broker: a hold notice is a Celery task, shown by Flower (notices.py).
-        if self.settings.broker_url:
-            from surehand.notices import send_hold_notices
-
-            held = {"task_id": case.task_id, "case_id": case.case_id}
-            send_hold_notices(self.celery, [{**held, "attempt": case.interrupted_epoch}])
 
     def run_session(self, task_id: str) -> SessionOutcome:
         """Claim and run one TASK in this process (what a worker does for each message)."""
@@ -428,24 +339,18 @@ class Surehand:
 
     def reconcile(self) -> PassReport:
         """One reconciler pass: find lost sessions, open cases, admit successors."""
-        report = self.reconciler.run_once()
-        if report.held and self.settings.broker_url:
-            from surehand.notices import send_hold_notices
-
-            send_hold_notices(self.celery, report.held)  # so Flower shows the held TASKs
-        return report
+        return self.reconciler.run_once()
 
     def recover(self, task_id: str, *, actor: str) -> RecoveryOutcome:
         """Ask for a successor for an interrupted TASK; admission decides from the evidence."""
-        outcome = self.recovery.recover(
-            task_id, actor=actor, tenant=self.tenant, principal=self.principal
+        return actions.recover(
+            self.services,
+            self.recovery,
+            task_id,
+            actor=actor,
+            tenant=self.tenant,
+            principal=self.principal,
         )
-        metrics.observe_admission(outcome.admission.value)
-        if outcome.admission is Admission.REEXECUTE:
-            publish_successor(self.services, task_id)
-        elif outcome.case is not None and outcome.admission is Admission.HOLD_FOR_REVIEW:
-            self._notify_hold(outcome.case)
-        return outcome
 
     def review(
         self,
@@ -461,7 +366,9 @@ class Surehand:
         ``effect`` (exactly ``"present"`` or ``"absent"``) answers every unsettled operation,
         or ``operations`` answers each by its id; anything else is ValidationFailed.
         """
-        case = self.recovery.review(
+        return actions.review(
+            self.services,
+            self.recovery,
             case_id,
             effect=effect,
             operations=operations,
@@ -470,11 +377,6 @@ class Surehand:
             tenant=self.tenant,
             principal=self.principal,
         )
-        if case.admission is not None:
-            metrics.observe_admission(case.admission.value)
-        if case.admission is Admission.REEXECUTE:
-            publish_successor(self.services, case.task_id)
-        return case
 
     def cases(
         self,
@@ -531,9 +433,10 @@ class Surehand:
         return self.store.upgrade()
 
     def close(self) -> None:
-        """Release this instance's connections: its share of the store's pools, its Redis
-        client and its Celery app's broker connections. Idempotent."""
-        self._finalizer()
+        """Release the runtime this handle built (its store's pools, its Redis client and its
+        Celery app's broker connections); a handle on another's runtime leaves it. Idempotent."""
+        if self._owns_runtime:
+            self.runtime.close()
 
     def __enter__(self) -> Surehand:
         return self
@@ -558,23 +461,3 @@ def _cursor(value: str | None, name: str) -> listing.Cursor | None:
         return listing.Cursor.decode(value)
     except ValueError:
         raise ValidationFailed(name, "is not a page cursor of this list; start again") from None
-
-
-def _close_all(closers: list[Callable[[], None]]) -> None:
-    # Each closer runs even if one before it failed (a Redis already gone must not keep the
-    # database pools open); the first failure is raised afterwards.
-    failure: Exception | None = None
-    for close in closers:
-        try:
-            close()
-        except Exception as error:
-            failure = failure or error
-    if failure is not None:
-        raise failure
-
-
-def _alive(owner: weakref.ReferenceType[Surehand]) -> Surehand:
-    found = owner()
-    if found is None:
-        raise ConfigError("the Surehand that registered this Celery app was closed and dropped")
-    return found

@@ -47,9 +47,9 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from sqlalchemy import func, select
 
 from surehand.config import Settings
+from surehand.doors.auth import is_loopback
+from surehand.doors.hosts import SETTING, HostRule
 from surehand.errors import ConfigError, SurehandError
-from surehand.hosts import SETTING, HostRule
-from surehand.principals import is_loopback
 from surehand.store import Store
 from surehand.store.schema import tasks as tasks_table
 

@@ -326,7 +326,7 @@ def open_rig(
     try:
         yield Rig(sh, clock)
     finally:
-        if "leases" in sh.__dict__:
+        if sh.runtime.built("leases"):
             _delete_namespace(sh.leases.client, namespace)
         sh.close()
 

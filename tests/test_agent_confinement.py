@@ -28,7 +28,7 @@ from surehand.agents.session_dirs import sweep
 from surehand.config import Settings
 from surehand.dispatcher.sessions import Session
 from surehand.errors import AgentOutputRefused, ConfigError
-from surehand.fcop import render_recovery
+from surehand.fcop.render import render_recovery
 from surehand.model import Admission, AttemptCause, AttemptState, EffectFact
 from tests.agent_procs import require_proc
 from tests.recovery_helpers import Rig, rig

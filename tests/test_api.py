@@ -21,12 +21,12 @@ import pytest
 from surehand.api import create_app
 from surehand.config import Settings
 from surehand.digest import request_digest
+from surehand.doors.auth import Authenticator
+from surehand.doors.serving import BackgroundServer
 from surehand.errors import ConfigError
 from surehand.facade import Surehand
 from surehand.model import DIGEST_SCHEMA_VERSION, Bucket, task_path
-from surehand.principals import Authenticator
 from surehand.requests import parse_task_request
-from surehand.serving import BackgroundServer
 from surehand.store import Store, receipts, tasks
 
 TOKENS = ",".join(

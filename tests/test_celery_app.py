@@ -89,11 +89,14 @@ def test_messages_are_json_on_the_default_surehand_queue(app: Celery) -> None:
 
 def test_a_redis_broker_serves_priority_steps_lowest_number_first() -> None:
     app = make_celery(settings("redis://127.0.0.1:6379/14"))
-    assert app.conf.broker_transport_options.items() >= {
-        "priority_steps": [0, 3, 6, 9],  # one list per TASK priority, polled by every worker
-        "sep": ":",
-        "queue_order_strategy": "priority",
-    }.items()
+    assert (
+        app.conf.broker_transport_options.items()
+        >= {
+            "priority_steps": [0, 3, 6, 9],  # one list per TASK priority, polled by every worker
+            "sep": ":",
+            "queue_order_strategy": "priority",
+        }.items()
+    )
 
 
 def test_a_redis_broker_keeps_its_scheme_and_gets_the_one_client_per_channel_transport() -> None:

@@ -17,10 +17,10 @@ import pytest
 import typer.main
 
 from surehand.agents.context import SessionContext, SessionPort
-from surehand.agents.session_mcp import SessionMcp
 from surehand.cli import app
 from surehand.dispatcher.claims import claim
 from surehand.facade import Surehand
+from surehand.mcp.session_server import SessionMcp
 from surehand.store import Store
 from tests.conftest import PG_URL, REDIS_URL, truncate
 from tests.procs import SUREHAND, free_port, private_redis, spawn, start_worker, wait_until

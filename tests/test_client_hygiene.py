@@ -126,7 +126,7 @@ def test_a_closer_that_fails_does_not_keep_the_database_connections(own_db: str)
     def unreachable() -> None:
         raise ConnectionError("redis is gone")
 
-    sh._closers.insert(0, unreachable)  # say the Redis client's close fails first
+    sh.runtime._closers.insert(0, unreachable)  # say the Redis client's close fails first
     with pytest.raises(ConnectionError):
         sh.close()
     assert settles_to(own_db, idle) == idle

@@ -204,11 +204,16 @@ def test_a_lost_lease_kills_the_commands_whole_group_and_the_session_never_settl
     with ThreadPoolExecutor(max_workers=1) as pool:
         running = pool.submit(sh.run_session, task_id)
         wait_until((tmp_path / "started").exists, timeout=30, what="the command to start")
-        started = marked(mark)  # the program's sleep, the grandchild (and its sleep)
+        # "started" is written before the program's own sleep starts, and the grandchild may
+        # not have exec'd its sleep yet either: wait for both, not for the file alone.
+        wait_until(
+            lambda: len(marked(mark)) >= 2,
+            timeout=30,
+            what="the program's sleep and the grandchild's to run",
+        )
         sh.leases.client.delete(sh.leases.key(task_id))
         outcome = running.result(timeout=60)
 
-    assert len(started) >= 2
     assert outcome.outcome == "lease_lost"
     assert marked(mark) == []
     task = read_task(sh.store, task_id)

@@ -18,11 +18,11 @@ from fastapi.testclient import TestClient
 
 from surehand.api import create_app
 from surehand.config import Settings
+from surehand.doors.serving import BackgroundServer
 from surehand.facade import Surehand
 from surehand.principals import Principal
-from surehand.serving import BackgroundServer
 from surehand.store import Store
-from surehand.ui.sessions import SessionStore, safe_next
+from surehand.ui.signin import SessionStore, safe_next
 
 TOKENS = "pm-token-0123456789=alice:PM:acme,pm2-token-0123456789=bob:PM:acme"
 CSRF = re.compile(r'name="csrf_token" value="([^"]+)"')
@@ -135,14 +135,14 @@ def test_sign_in_is_throttled_per_client_and_failures_are_logged(
 ) -> None:
     """Before: 100 wrong tokens in 0.2 s, nothing logged."""
     attacker, bystander = browser(app, "192.0.2.7"), browser(app, "192.0.2.8")
-    with caplog.at_level(logging.WARNING, logger="surehand.throttle"):
+    with caplog.at_level(logging.WARNING, logger="surehand.doors.throttle"):
         statuses = [sign_in(attacker, f"guess-{n:012d}").status_code for n in range(6)]
     assert statuses == [401] * 5 + [429]
     refused = sign_in(attacker, "pm-token-0123456789")  # even the right token, for a while
     assert refused.status_code == 429
     assert int(refused.headers["retry-after"]) > 0
     assert "too many failed attempts" in refused.text
-    failures = [r.getMessage() for r in caplog.records if r.name == "surehand.throttle"]
+    failures = [r.getMessage() for r in caplog.records if r.name == "surehand.doors.throttle"]
     assert len(failures) == 5
     assert all("192.0.2.7" in line for line in failures)
     assert not any("guess-" in line for line in failures)  # never the token

@@ -26,10 +26,11 @@ from surehand.api import create_app
 from surehand.cli.dispatch_check import _served_queues, check_dispatch
 from surehand.config import Settings
 from surehand.dispatcher import dispatch
+from surehand.doors.serving import BackgroundServer
 from surehand.errors import PublishFailed
 from surehand.facade import Surehand
 from surehand.model import Bucket, EventKind, Task
-from surehand.serving import BackgroundServer
+from surehand.runtime import Runtime
 from surehand.store import Store
 from surehand.store.schema import tasks as tasks_table
 from surehand.testing import ManualClock
@@ -264,14 +265,14 @@ def test_a_reconciler_pass_completes_next_to_an_undispatchable_task(
 @pytest.fixture
 def served(store: Store, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     """The API on the memory broker; TASKs whose subject is "boom" fail to publish."""
-    real = Surehand.publish
+    real = Runtime.publish
 
-    def publish(self: Surehand, task: Task) -> None:
+    def publish(self: Runtime, task: Task) -> None:
         if task.fields.subject == "boom":
             raise RuntimeError("broker bug")
         real(self, task)
 
-    monkeypatch.setattr(Surehand, "publish", publish)
+    monkeypatch.setattr(Runtime, "publish", publish)
     settings = Settings.model_validate(
         {"database_url": store.url, "broker_url": "memory://", "api_tokens": "tok=al:PM:acme"}
     )

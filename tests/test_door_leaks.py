@@ -20,11 +20,11 @@ from fastapi.testclient import TestClient
 
 from surehand.api import create_app
 from surehand.config import Settings
+from surehand.doors.auth import Authenticator
+from surehand.doors.hosts import HostRule, split_host
 from surehand.errors import AuthError, ConfigError, StoreUnavailable
 from surehand.facade import Surehand
-from surehand.hosts import HostRule, split_host
 from surehand.metrics import check_port, serve_metrics
-from surehand.principals import Authenticator
 from surehand.store import Store, describe_url
 from surehand.testing import ManualClock
 from tests.recovery_helpers import Rig, open_rig

@@ -28,6 +28,7 @@ def _event(task_id: str, **changes: object) -> dict[str, object]:
         "at": _AT,
         "kind": "report",
         "by": "DEV",
+        "principal": None,
         "action": None,
         "from_bucket": None,
         "to_bucket": None,

@@ -11,7 +11,7 @@ import yaml
 
 from surehand.dispatcher import lifecycle, reports, submissions
 from surehand.dispatcher.context import Services
-from surehand.fcop_export import ExportSummary, export_workspace
+from surehand.fcop.export import ExportSummary, export_workspace
 from surehand.model import Action, Bucket
 
 
@@ -46,7 +46,7 @@ def test_an_export_writes_each_task_into_its_bucket(services: Services, tmp_path
     waiting = new_task(services)
     working = new_task(services)
     claim(services, working)
-    summary = export_workspace(services, tmp_path)
+    summary = export_workspace(services.store, tmp_path)
     assert summary == ExportSummary(tasks=2, reports=0, removed=0)
     lifecycle_dir = tmp_path / "fcop" / "_lifecycle"
     assert sorted(p.name for p in lifecycle_dir.iterdir()) == sorted(b.value for b in Bucket)
@@ -59,7 +59,7 @@ def test_the_front_matter_carries_routing_and_the_transitions(
 ) -> None:
     task_id = new_task(services)
     claim(services, task_id)
-    export_workspace(services, tmp_path)
+    export_workspace(services.store, tmp_path)
     front = front_matter(tmp_path / "fcop/_lifecycle/active" / f"{task_id}-PM-to-DEV.md")
     assert {"protocol", "version", "sender", "recipient", "priority", "transitions"} <= set(front)
     assert (front["protocol"], front["sender"], front["recipient"]) == ("fcop", "PM", "DEV")
@@ -73,9 +73,9 @@ def test_a_moved_task_is_in_exactly_one_bucket_after_the_next_export(
     services: Services, tmp_path: Path
 ) -> None:
     task_id = new_task(services)
-    export_workspace(services, tmp_path)
+    export_workspace(services.store, tmp_path)
     claim(services, task_id)
-    summary = export_workspace(services, tmp_path)
+    summary = export_workspace(services.store, tmp_path)
     found = sorted(tmp_path.glob(f"fcop/_lifecycle/*/{task_id}-*.md"))
     assert [path.parent.name for path in found] == ["active"]
     assert summary.removed == 1
@@ -87,7 +87,7 @@ def test_reports_are_mirrored_with_their_revisions(services: Services, tmp_path:
     request = {"task_id": task_id, "reporter": "DEV", "body": "draft"}
     first = reports.write_report(services, request, tenant="t1").report
     second = reports.write_report(services, {**request, "body": "final"}, tenant="t1").report
-    summary = export_workspace(services, tmp_path)
+    summary = export_workspace(services.store, tmp_path)
     assert (summary.tasks, summary.reports) == (1, 2)
     front = front_matter(tmp_path / "fcop/reports" / f"{second.report_id}-DEV-to-PM.md")
     assert (front["revision"], front["supersedes"]) == (2, first.report_id)
@@ -103,12 +103,12 @@ def test_deleting_the_mirror_and_exporting_again_rebuilds_identical_bytes(
         services, {"task_id": task_id, "reporter": "DEV", "body": "Done. ✓"}, tenant="t1"
     )
     new_task(services, subject="Still waiting")
-    export_workspace(services, tmp_path)
+    export_workspace(services.store, tmp_path)
     first = files(tmp_path)
     shutil.rmtree(tmp_path / "fcop")
-    export_workspace(services, tmp_path)
+    export_workspace(services.store, tmp_path)
     assert files(tmp_path) == first
-    assert export_workspace(services, tmp_path).removed == 0
+    assert export_workspace(services.store, tmp_path).removed == 0
 
 
 def test_an_export_never_touches_other_folders_or_foreign_files(
@@ -127,7 +127,7 @@ def test_an_export_never_touches_other_folders_or_foreign_files(
     stale = tmp_path / "fcop/_lifecycle/done/TASK-20261130-099-PM-to-DEV.md"
     stale.parent.mkdir(parents=True)
     stale.write_bytes(b"a TASK the store does not know")
-    summary = export_workspace(services, tmp_path)
+    summary = export_workspace(services.store, tmp_path)
     assert summary.removed == 1
     assert not stale.exists()
     assert {path: path.read_bytes() for path in keep} == keep
@@ -135,7 +135,7 @@ def test_an_export_never_touches_other_folders_or_foreign_files(
 
 def test_an_export_leaves_no_temp_files_behind(services: Services, tmp_path: Path) -> None:
     claim(services, new_task(services))
-    export_workspace(services, tmp_path)
+    export_workspace(services.store, tmp_path)
     assert not [path for path in tmp_path.rglob("*") if path.name.startswith(".")]
 
 
@@ -144,7 +144,7 @@ def test_a_tenant_scoped_export_mirrors_only_that_tenant(
 ) -> None:
     mine = new_task(services, tenant="t1")
     theirs = new_task(services, tenant="t2")
-    summary = export_workspace(services, tmp_path, tenant="t1")
+    summary = export_workspace(services.store, tmp_path, tenant="t1")
     assert summary.tasks == 1
     assert list(tmp_path.glob(f"fcop/_lifecycle/inbox/{mine}-*.md"))
     assert not list(tmp_path.glob(f"fcop/_lifecycle/inbox/{theirs}-*.md"))
@@ -154,5 +154,5 @@ def test_an_invalid_tenant_is_refused_before_anything_is_written(
     services: Services, tmp_path: Path
 ) -> None:
     with pytest.raises(ValueError, match="tenant"):
-        export_workspace(services, tmp_path, tenant="../escape")
+        export_workspace(services.store, tmp_path, tenant="../escape")
     assert not (tmp_path / "fcop").exists()

@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from surehand.fcop import parse_front_matter, render_task
+from surehand.fcop.render import parse_front_matter, render_task
 from surehand.model import TaskFields
 
 CREATED = datetime(2026, 11, 30, 9, 0, tzinfo=UTC)

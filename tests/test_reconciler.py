@@ -135,7 +135,7 @@ def test_the_grace_is_never_shorter_than_one_and_a_half_heartbeats(
 def outage_rig(rig: Rig) -> tuple[Rig, SwitchableLeases]:
     """The rig with a lease store the test can make unreachable."""
     leases = SwitchableLeases(rig.sh.leases.client, rig.sh.settings.redis_namespace)
-    rig.sh.__dict__["leases"] = leases  # before the first reconcile builds the admitter
+    rig.sh.runtime.__dict__["leases"] = leases  # before the first reconcile builds the admitter
     return rig, leases
 
 

@@ -19,13 +19,13 @@ from mcp import Client
 
 from surehand.api import create_app
 from surehand.config import Settings
+from surehand.doors.auth import Authenticator
+from surehand.doors.hosts import HostRule, split_host
 from surehand.errors import ConfigError
 from surehand.facade import Surehand
-from surehand.hosts import HostRule, split_host
 from surehand.mcp.tools import build_server
 from surehand.mcp.transport import MCP_PATH, http_app
 from surehand.metrics import serve_metrics
-from surehand.principals import Authenticator
 from surehand.store import Store, tasks
 
 TOKENS = "tok-pm=alice:PM:acme,tok-dev=dan:DEV:acme,tok-admin=root:ADMIN:acme,tok-g=olga:PM:globex"

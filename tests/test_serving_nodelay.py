@@ -1,6 +1,6 @@
 """The HTTP servers answer without Nagle's delay.
 
-``surehand.serving.bind`` creates the listening socket itself. asyncio sets TCP_NODELAY on an
+``surehand.doors.serving.bind`` creates the listening socket itself. asyncio sets TCP_NODELAY on an
 accepted connection only when the socket's protocol is IPPROTO_TCP, and a socket made with
 ``socket.socket(family, SOCK_STREAM)`` says 0: every keep-alive response (headers and body are
 two writes) then waited for the client's delayed ACK, about 40 ms a request
@@ -13,7 +13,7 @@ import socket
 
 from fastapi import FastAPI
 
-from surehand.serving import BackgroundServer, bind
+from surehand.doors.serving import BackgroundServer, bind
 
 
 def test_the_listening_socket_is_tcp() -> None:

@@ -20,10 +20,10 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
 from surehand.agents.context import SessionContext, SessionPort
-from surehand.agents.session_mcp import SessionMcp
-from surehand.agents.session_tools import Grant
 from surehand.dispatcher.sessions import Session
 from surehand.facade import Surehand
+from surehand.mcp.session_server import SessionMcp
+from surehand.mcp.session_tools import Grant
 from surehand.model import EventKind, OperationState
 from tests.session_helpers import (  # noqa: F401  (harness fixtures)
     Harness,

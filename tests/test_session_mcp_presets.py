@@ -16,7 +16,7 @@ import pytest
 
 from surehand.agents.presets import AGENT_PROMPT, mcp_configs, program_for
 from surehand.errors import ConfigError
-from surehand.fcop import render_recovery
+from surehand.fcop.render import render_recovery
 from tests.session_helpers import (  # noqa: F401  (harness fixtures)
     Harness,
     attempts_of,

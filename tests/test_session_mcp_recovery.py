@@ -15,6 +15,7 @@ import pytest
 
 from surehand.agents.command import CommandAgent
 from surehand.model import Admission, Bucket, EffectFact, OperationState, RetryPolicy
+from surehand.runtime import session_door
 from tests.recovery_helpers import Rig, rig  # noqa: F401  (fixture)
 
 pytestmark = pytest.mark.slow
@@ -39,7 +40,9 @@ def mcp_agent_for_dev(rig: Rig, tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
         "agent_env": "AGENT_TEST_DIR,AGENT_TICKET_KEY",
         "agent_bind": str(agent_files(tmp_path)),
     }
-    rig.sh.agent("DEV")(CommandAgent.from_settings(rig.sh.settings.model_copy(update=update)))
+    rig.sh.agent("DEV")(
+        CommandAgent.from_settings(rig.sh.settings.model_copy(update=update), session_door())
+    )
 
 
 def successor_files(rig: Rig, task_id: str, tmp_path: Path) -> tuple[dict[str, Any], str]:
@@ -68,7 +71,7 @@ def test_a_review_absent_is_in_the_successors_briefing_and_the_effect_runs_once(
     assert interruption["review"]["note"] == "no such ticket in OPS"
     [effect] = brief["effects"]
     assert (effect["status"], effect["confirmed_by"]) == ("confirmed_absent", "review:PM")
-    assert "reviewed by PM: effect absent (no such ticket in OPS)" in task_file
+    assert 'reviewed by `"PM"`: effect `"absent"` (`"no such ticket in OPS"`)' in task_file
     assert '**confirmed_absent**: `"ticket.create"`' in task_file
     assert (agent_files(tmp_path) / "ledger.txt").read_text().splitlines() == [
         "created Rotate the API keys (attempt 2)"

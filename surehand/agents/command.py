@@ -14,11 +14,12 @@ as another user and without a network. Its outputs are read without trusting wha
 (:mod:`surehand.agents.outputs`).
 
 An LLM agent declares its effects itself through the session MCP server
-(``surehand.agents.session_mcp``): the session gets a grant (``SUREHAND_MCP_URL``,
-``SUREHAND_MCP_TOKEN``, ``.mcp.json`` and ``.codex/config.toml`` in its directory) that is
-revoked when the session ends. A successor of an interrupted attempt finds a "Recovery" section
-in its ``TASK.md`` (``surehand.agents.briefing``). ``SUREHAND_COMMAND_AGENT=claude`` or
-``codex`` runs that CLI with a preset command line (``surehand.agents.presets``).
+(``surehand.mcp.session_server``, handed in as a ``SessionDoorFactory``): the session gets a
+grant (``SUREHAND_MCP_URL``, ``SUREHAND_MCP_TOKEN``, ``.mcp.json`` and ``.codex/config.toml``
+in its directory) that is revoked when the session ends. A successor of an interrupted attempt
+finds a "Recovery" section in its ``TASK.md`` (``surehand.agents.briefing``).
+``SUREHAND_COMMAND_AGENT=claude`` or ``codex`` runs that CLI with a preset command line
+(``surehand.agents.presets``).
 
 The program cannot outlive its session: it runs in a process group of its own, led by a
 trampoline that kills the group if the worker process dies (``surehand.agents.reaper``), and the
@@ -34,7 +35,7 @@ import logging
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import IO, TYPE_CHECKING
+from typing import IO
 
 from surehand.agents import session_dirs
 from surehand.agents.briefing import brief_for
@@ -44,14 +45,11 @@ from surehand.agents.groups import AgentGroup
 from surehand.agents.launch import Confinement, Launch
 from surehand.agents.outputs import OUTPUTS_DIR, open_private, read_report_file, tail_of
 from surehand.agents.presets import TOKEN_ENV, URL_ENV, Program, mcp_configs, program_for
+from surehand.agents.session_door import AgentGrant, SessionDoor, SessionDoorFactory
 from surehand.config import Settings
 from surehand.errors import AgentError, ConfigError
-from surehand.fcop import render_recovery, render_task
+from surehand.fcop.render import render_recovery, render_task
 from surehand.store import Store
-
-if TYPE_CHECKING:
-    from surehand.agents.session_mcp import SessionMcp
-    from surehand.agents.session_tools import Grant
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +66,7 @@ class CommandAgent:
         settings: Settings,
         timeout: float,
         program: Program | None = None,
+        session_door: SessionDoorFactory | None = None,
     ) -> None:
         if not argv:
             raise ConfigError("the command agent needs a program: set SUREHAND_COMMAND_AGENT")
@@ -75,18 +74,23 @@ class CommandAgent:
         self.program = program or Program(None, self.argv)
         self.settings = settings
         self.timeout = timeout
+        self.session_door = session_door
         self.work_dir = settings.work_dir.resolve()
         self.records = GroupRecords(self.work_dir)
         self.running: set[str] = set()  # this process's sessions (never swept)
 
     @classmethod
-    def from_settings(cls, settings: Settings) -> CommandAgent:
+    def from_settings(
+        cls, settings: Settings, session_door: SessionDoorFactory | None = None
+    ) -> CommandAgent:
+        """The agent ``SUREHAND_COMMAND_AGENT`` names; ``session_door`` serves its tools."""
         program = program_for(settings.command_agent)
         return cls(
             program.base,
             settings=settings,
             timeout=settings.command_timeout_seconds,
             program=program,
+            session_door=session_door,
         )
 
     def __call__(self, ctx: SessionContext) -> str:
@@ -107,19 +111,17 @@ class CommandAgent:
         return Confinement.from_settings(self.settings)
 
     @functools.cached_property
-    def mcp(self) -> SessionMcp | None:
+    def mcp(self) -> SessionDoor | None:
         """This process's session MCP server (None when turned off or without the mcp extra)."""
         if not self.settings.session_mcp:
             return None
-        try:
-            from surehand.agents.session_mcp import SessionMcp
-        except ImportError:
+        if self.session_door is None:
             log.warning(
                 "command agents get no session MCP server: install surehand[mcp] (or set "
                 "SUREHAND_SESSION_MCP=false to say so)"
             )
             return None
-        return SessionMcp.shared(self.settings)
+        return self.session_door(self.settings)
 
     @functools.cached_property
     def store(self) -> Store:
@@ -128,7 +130,7 @@ class CommandAgent:
             self.settings.resolved_database_url(), pool_size=self.settings.database_pool_size
         )
 
-    def _session(self, ctx: SessionContext, grant: Grant | None) -> str:
+    def _session(self, ctx: SessionContext, grant: AgentGrant | None) -> str:
         work_dir = self._prepare(ctx, grant)
         outputs = self.work_dir / OUTPUTS_DIR / ctx.attempt.attempt_id
         with (
@@ -154,7 +156,7 @@ class CommandAgent:
         self,
         ctx: SessionContext,
         work_dir: Path,
-        grant: Grant | None,
+        grant: AgentGrant | None,
         stdout: IO[bytes],
         stderr: IO[bytes],
     ) -> int:
@@ -170,7 +172,7 @@ class CommandAgent:
             raise AgentError("a later attempt of this TASK started here; this command was killed")
         return code
 
-    def _launch(self, ctx: SessionContext, work_dir: Path, grant: Grant | None) -> Launch:
+    def _launch(self, ctx: SessionContext, work_dir: Path, grant: AgentGrant | None) -> Launch:
         door = self.mcp.door() if grant is not None and self.mcp is not None else None
         return self.confinement.launch(
             self.program.argv(grant.url if grant else None),
@@ -203,7 +205,7 @@ class CommandAgent:
             slot.write(GroupRecord.of(group, ctx.attempt))
         return group
 
-    def _prepare(self, ctx: SessionContext, grant: Grant | None) -> Path:
+    def _prepare(self, ctx: SessionContext, grant: AgentGrant | None) -> Path:
         _ = self.confinement  # resolved first: it makes the work directory reachable, or says why
         work_dir = session_dirs.make_private(self.work_dir / ctx.attempt.attempt_id)
         document = render_task(
@@ -225,7 +227,9 @@ class CommandAgent:
         return work_dir
 
     @staticmethod
-    def _session_env(ctx: SessionContext, work_dir: Path, grant: Grant | None) -> dict[str, str]:
+    def _session_env(
+        ctx: SessionContext, work_dir: Path, grant: AgentGrant | None
+    ) -> dict[str, str]:
         env = {
             "SUREHAND_TASK_ID": ctx.task.task_id,
             "SUREHAND_ATTEMPT_ID": ctx.attempt.attempt_id,

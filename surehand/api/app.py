@@ -17,11 +17,11 @@ from surehand.api import openapi, problems
 from surehand.api.deps import AdminDep, check_metrics_reader
 from surehand.api.docs import add_docs
 from surehand.api.routes import router
+from surehand.doors.auth import Authenticator
+from surehand.doors.hosts import HostAllowlist, HostRule
 from surehand.doors.limits import BodyLimit
 from surehand.errors import SurehandError
 from surehand.facade import Surehand
-from surehand.hosts import HostAllowlist, HostRule
-from surehand.principals import Authenticator, TenantViews
 from surehand.store import migrate
 from surehand.ui import create_console
 
@@ -50,8 +50,6 @@ def create_app(sh: Surehand | None = None) -> FastAPI:
     # would otherwise race into the migration.
     surehand.store.ensure_schema()
     hosts = HostRule.from_settings(surehand.settings)
-    views = TenantViews(surehand)
-    views.warm()
     docs_on = surehand.settings.api_docs
     app = FastAPI(
         title="surehand",
@@ -63,7 +61,6 @@ def create_app(sh: Surehand | None = None) -> FastAPI:
     )
     app.state.surehand = surehand
     app.state.auth = Authenticator(surehand.settings)
-    app.state.views = views
     app.state.store_metrics = metrics.store_registry(surehand.store)
     app.openapi = lambda: openapi.document(app)  # type: ignore[method-assign]
     app.include_router(router)
@@ -71,8 +68,8 @@ def create_app(sh: Surehand | None = None) -> FastAPI:
         add_docs(app)
     app.add_api_route("/", _to_console, methods=["GET"], include_in_schema=False)
     # The review console (/ui/): inside the host allowlist and body limit, signed in with
-    # the same principals, reading through the same tenant views.
-    app.mount("/ui", create_console(app.state.auth, views, surehand.settings), name="ui")
+    # the same principals, acting through the same runtime.
+    app.mount("/ui", create_console(app.state.auth, surehand), name="ui")
     _add_operations(app)
     _add_error_handlers(app)
     app.add_middleware(BodyLimit, max_bytes=surehand.settings.api_max_body_bytes)

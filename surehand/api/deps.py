@@ -9,10 +9,11 @@ from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from surehand import metrics
+from surehand.doors.auth import Authenticator
 from surehand.errors import AuthError, Forbidden, ValidationFailed
 from surehand.facade import Surehand
 from surehand.model import ADMIN
-from surehand.principals import Authenticator, Principal, TenantViews
+from surehand.principals import Principal
 from surehand.requests import check_submission_id
 
 # Declared for the OpenAPI document (the "Authorize" button in /docs); the header is checked
@@ -37,14 +38,14 @@ def get_caller(
     _credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)],
 ) -> Caller:
     """Authenticate the request (AuthError → 401) and bind its principal to its tenant's facade."""
-    views: TenantViews = request.app.state.views
+    sh: Surehand = request.app.state.surehand
     principal = authenticate(request)
-    return Caller(principal, views(principal.tenant).acting_as(principal))
+    return Caller(principal, sh.acting_as(principal))
 
 
 def authenticate(request: Request) -> Principal:
     """The caller's principal; unknown tokens are counted per client and a client that keeps
-    sending them is refused for a while (429, ``surehand.throttle``)."""
+    sending them is refused for a while (429, ``surehand.doors.throttle``)."""
     auth: Authenticator = request.app.state.auth
     client = request.client.host if request.client is not None else "unknown"
     return auth.authenticate_client(client, request.headers.get("authorization"), "API token")

@@ -1,4 +1,4 @@
-"""Errors as ``application/problem+json`` (RFC 9457), built by :mod:`surehand.problem` so the
+"""Errors as ``application/problem+json`` (RFC 9457), built by :mod:`surehand.doors.problem` so the
 HTTP API and the MCP tools share one shape and one mapping from typed errors to statuses.
 
 Each problem carries the error's machine-readable ``code``, ``retryable`` and, for bad input,
@@ -16,7 +16,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from surehand import problem as shape
+from surehand.doors import problem as shape
 from surehand.errors import SurehandError
 from surehand.model import ConflictCode, WriteTaskResult
 

@@ -21,7 +21,7 @@ from surehand.cli.common import (
 )
 from surehand.errors import StoreUnavailable
 from surehand.facade import Surehand
-from surehand.fcop_export import export_workspace
+from surehand.fcop.export import export_workspace
 from surehand.store import migrate
 
 
@@ -94,7 +94,7 @@ def fcop_export(
 ) -> None:
     """Write (or rebuild) the FCoP mirror: fcop/_lifecycle/<bucket>/ and fcop/reports/."""
     sh = open_existing(database_url, tenant)
-    summary = export_workspace(sh.services, directory, tenant=sh.tenant)
+    summary = export_workspace(sh.store, directory, tenant=sh.tenant)
     if as_json:
         emit_json({"tasks": summary.tasks, "reports": summary.reports, "removed": summary.removed})
     else:

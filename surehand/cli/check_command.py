@@ -161,9 +161,10 @@ def _agent_check(settings: Settings, role: str, target: str | None) -> Check:
         return Check(name, "fail", "no agent for this role: its worker refuses to start", AGENT_FIX)
     from surehand.agents.builtin import register_builtin_agents  # only `check` needs them
     from surehand.agents.registry import AgentRegistry
+    from surehand.runtime import session_door
 
     registry = AgentRegistry()
-    register_builtin_agents(registry, settings)
+    register_builtin_agents(registry, settings, session_door())
     try:
         registry.load(f"{role}={target}")
     except SurehandError as error:

@@ -105,23 +105,33 @@ def task_view(task: Task, note: str | None = None) -> RenderableType:
 
 
 def history_table(history: Sequence[TaskEvent]) -> Table:
-    """The history, oldest first; reason and data in full (wrapped, never cut)."""
+    """The history, oldest first; reason and data in full (wrapped, never cut).
+
+    Kind, action and move share one column so that the reason keeps room on an 80-column
+    terminal (six columns left it 11 characters: words were split and moves cut).
+    """
     table = Table(title="history")
-    for column in ("at", "kind", "action", "from→to", "by"):
-        table.add_column(column, no_wrap=column == "at")
+    table.add_column("at", no_wrap=True)
+    table.add_column("event", overflow="fold")
+    table.add_column("by", overflow="fold")
     table.add_column("reason / data", overflow="fold", ratio=1)
     for event in history:
-        moves = f"{event.from_bucket or '-'}→{event.to_bucket or '-'}" if event.to_bucket else ""
         detail = [_plain(part) for part in (event.reason, dict(event.data) or None) if part]
         table.add_row(
             event.at.strftime("%H:%M:%S.%f")[:-3],
-            event.kind.value,
-            _plain(event.action or ""),
-            moves,
+            _event_cell(event),
             _plain(f"{event.by} ({event.principal})" if event.principal else event.by),
             Text("\n").join(detail),
         )
     return table
+
+
+def _event_cell(event: TaskEvent) -> Text:
+    """``kind action`` and, when the TASK moved, ``from→to`` on a line of its own."""
+    lines = [_plain(" ".join(part for part in (event.kind.value, event.action) if part))]
+    if event.to_bucket:
+        lines.append(_plain(f"{event.from_bucket or '-'}→{event.to_bucket}"))
+    return Text("\n").join(lines)
 
 
 def reports_table(reports: Sequence[Report]) -> Table:

@@ -230,10 +230,10 @@ def api(
     """
     try:
         from surehand.api import create_app
-        from surehand.serving import serve
+        from surehand.doors.serving import serve
     except ImportError as exc:
         raise _missing_extra("api", exc) from None
-    from surehand.principals import Authenticator
+    from surehand.doors.auth import Authenticator
 
     settings = _settings(database_url=database_url, redis_url=redis_url, broker_url=broker_url)
     bind_host = host or settings.api_host
@@ -350,7 +350,7 @@ _FLOWER_AUTH_VARIABLES = ("FLOWER_BASIC_AUTH", "FLOWER_AUTH")
 def _flower_auth(host: str, args: list[str]) -> None:
     """Loopback without credentials: Flower's API open to this machine (Flower 2 answers 401
     otherwise). Elsewhere: credentials required, since Flower can revoke and terminate tasks."""
-    from surehand.principals import is_loopback
+    from surehand.doors.auth import is_loopback
 
     given = any(arg.split("=")[0] in _FLOWER_AUTH_OPTIONS for arg in args) or any(
         os.environ.get(name) for name in _FLOWER_AUTH_VARIABLES

@@ -21,8 +21,7 @@ from sqlalchemy import Connection
 from surehand.dispatcher import lifecycle
 from surehand.dispatcher.context import Services
 from surehand.dispatcher.effects import Evidence, evaluate, is_open
-from surehand.dispatcher.reports import write_report_in
-from surehand.dispatcher.sessions import report_body
+from surehand.dispatcher.reports import report_body, write_report_in
 from surehand.errors import CaseNotFound, LeaseUnavailable, StaleDecision
 from surehand.model import (
     SYSTEM,

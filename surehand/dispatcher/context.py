@@ -1,9 +1,11 @@
-"""What a service-layer call needs: the store, the clock, settings and an optional publisher."""
+"""What a service-layer call needs: the store, the clock, settings, and optional publishers of
+session messages and hold notices (the after-commit effects)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from surehand.clock import Clock, SystemClock
 from surehand.config import Settings
@@ -12,6 +14,9 @@ from surehand.store import Store
 
 Publisher = Callable[[Task], None]
 """Publishes a ``run_session`` message for a committed TASK; raises PublishFailed."""
+
+HoldNotifier = Callable[[Iterable[Mapping[str, Any]]], None]
+"""Tells operators that TASKs are held for review (``task_id``, ``case_id``, ``attempt``)."""
 
 
 @dataclass(frozen=True)
@@ -22,3 +27,4 @@ class Services:
     settings: Settings = field(default_factory=Settings)
     clock: Clock = field(default_factory=SystemClock)
     publisher: Publisher | None = None
+    notify_hold: HoldNotifier | None = None

@@ -29,11 +29,12 @@ from surehand.errors import (
     TaskNotFound,
     ValidationFailed,
 )
-from surehand.model import ADMIN, PM, SYSTEM, Action, Bucket, EventKind, Task
+from surehand.model import ADMIN, PM, SYSTEM, Action, Bucket, EventKind, Fence, Task
 from surehand.principals import Principal, acting_for
 from surehand.requests import TransitionRequest, parse, validate_tenant
 from surehand.store import events, session_writes, tasks
 from surehand.store import reports as report_rows
+from surehand.store.fence import task_expectation
 
 EDGES: dict[Action, tuple[Bucket | None, Bucket]] = {
     Action.CREATE: (None, Bucket.INBOX),
@@ -168,8 +169,12 @@ def apply(
     epoch: int | None = None,
     report_written: bool = False,
     acting: Mapping[str, Any] | None = None,
+    fence: Fence | None = None,
 ) -> Task:
     """Move ``task`` by ``action`` inside the caller's transaction and return it as written.
+
+    ``fence``: the move is a session's (its attempt and epoch go into the event, and the TASK's
+    epoch must still be the fence's: :func:`surehand.store.fence.task_expectation`).
 
     Validates the edge, the hold, the actor's authority, the reason and the cited REPORT, then
     compare-and-sets the row against the bucket and revision it was read at (plus
@@ -184,6 +189,9 @@ def apply(
     note = _check_reason(action, reason)
     cited = _check_report(connection, task, action, report_id, report_written)
     values = _values(task, action, target, extra_values)
+    if fence is not None:
+        extra_expect = {**(extra_expect or {}), **task_expectation(fence)}
+        attempt_id, epoch = fence.attempt_id, fence.epoch
     moved = _compare_and_set(connection, task, values, extra_expect, now)
     data = {**_event_data(action, values, cited), **(acting or {})}
     events.insert(

@@ -29,7 +29,8 @@ from surehand.agents.context import EffectResult
 from surehand.crashpoints import CrashPoint, crash_point
 from surehand.digest import operation_fingerprint
 from surehand.dispatcher.effects import keyed
-from surehand.dispatcher.sessions import Session, _jsonable
+from surehand.dispatcher.reports import jsonable
+from surehand.dispatcher.sessions import Session
 from surehand.errors import OperationFailed
 from surehand.model import Operation, OperationState, RetryPolicy
 from surehand.operation_requests import parse_operation, parse_outcome
@@ -246,7 +247,7 @@ def _settle(
                 connection,
                 operation_id,
                 state=OperationState.FAILED if error else OperationState.SUCCEEDED,
-                outcome=None if error else {"value": _jsonable(value)},
+                outcome=None if error else {"value": jsonable(value)},
                 external_receipt=receipt,
                 error=f"{type(error).__name__}: {error}" if error else None,
                 now=session.services.clock.now(),

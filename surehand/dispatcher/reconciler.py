@@ -99,6 +99,8 @@ class Reconciler:
         report.seconds = round(time.perf_counter() - started, 6)
         metrics.observe_pass(report.seconds, report.lost, report.admissions)
         self._note_pass(report.seconds)
+        if report.held and self.services.notify_hold is not None:
+            self.services.notify_hold(report.held)  # so Flower shows the held TASKs
         return report
 
     def _note_pass(self, seconds: float) -> None:

@@ -46,6 +46,7 @@ from surehand.model import (
     InterruptionCase,
     Operation,
     Task,
+    case_id_for,
 )
 from surehand.principals import Principal, acting_for
 from surehand.requests import Effect, RecoverRequest, ReviewRequest, parse
@@ -58,10 +59,6 @@ INTERRUPTED = (
     AttemptState.INTERRUPTED,
 )
 REFUSAL_WINDOW = timedelta(hours=1)  # a repeated not_admitted request is recorded once per this
-
-
-def case_id_for(attempt: Attempt) -> str:
-    return f"CASE-{attempt.task_id.removeprefix('TASK-')}-{attempt.number}"
 
 
 def loss_grace(settings: Settings) -> timedelta:

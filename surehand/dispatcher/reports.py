@@ -14,6 +14,7 @@ INSERT and :func:`write_report` re-runs the whole decision in a new transaction.
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Mapping
 from datetime import datetime
@@ -26,6 +27,7 @@ from surehand.digest import sha256_hex
 from surehand.dispatcher.context import Services
 from surehand.errors import Conflict, DuplicateKey, ReportRejected, TaskNotFound, ValidationFailed
 from surehand.model import Bucket, EventKind, Report, Task, WriteReportResult
+from surehand.operation_requests import MAX_VALUE_BYTES, check_json
 from surehand.principals import Principal, acting_for
 from surehand.requests import ReportRequest, parse_report_request, validate_tenant
 from surehand.store import counters, events, tasks
@@ -258,3 +260,22 @@ def report_event(report: Report, acting: Mapping[str, Any] | None = None) -> dic
             **(acting or {}),
         },
     )
+
+
+def report_body(result: Any) -> str:
+    """The REPORT body made from an agent's return value."""
+    if result is None:
+        return "(the agent returned no result)"
+    if isinstance(result, str):
+        return result if result.strip() else "(the agent returned an empty result)"
+    return json.dumps(jsonable(result), ensure_ascii=False, indent=2, sort_keys=True)
+
+
+def jsonable(value: Any) -> Any:
+    """``value`` if every store keeps it alike as JSON, else its (bounded) ``repr``: an agent's
+    result or an effect's value is recorded whatever it is (NaN, NUL in a string, an object
+    JSON cannot hold), and never makes a write that one database takes and another refuses."""
+    try:
+        return check_json(value, limit=MAX_VALUE_BYTES)
+    except ValueError:
+        return repr(value)[:MAX_VALUE_BYTES]

@@ -13,7 +13,6 @@ retries run out the session is *interrupted*, never failed: :class:`SessionInter
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 from collections.abc import Callable, Iterator
@@ -30,7 +29,9 @@ from surehand.dispatcher import lifecycle
 from surehand.dispatcher.context import Services
 from surehand.dispatcher.reports import (
     body_hash,
+    jsonable,
     new_report,
+    report_body,
     report_event,
     report_id,
     write_report_in,
@@ -46,8 +47,8 @@ from surehand.model import (
     ReportStatus,
     Task,
     WriteReportResult,
+    case_id_for,
 )
-from surehand.operation_requests import MAX_VALUE_BYTES, check_json
 from surehand.requests import ReportRequest, parse_report_request
 from surehand.store import attempts, cases, counters, events, session_writes, tasks
 from surehand.store import reports as report_rows
@@ -112,7 +113,7 @@ class Session:
         """A transaction that commits only if this attempt still owns the TASK."""
         try:
             with self.services.store.transaction() as connection:
-                if not attempts.fence(connection, self.attempt.attempt_id, self.task_id):
+                if not attempts.fence(connection, self.attempt.fence):
                     raise StaleOwner(self._stale_message(write))
                 yield connection
         except StaleOwner:
@@ -156,7 +157,7 @@ class Session:
 
     def _record_return(self, result: Any) -> None:
         with self.fenced("record_return") as connection:
-            attempts.record_return(connection, self.attempt.attempt_id, _jsonable(result))
+            attempts.record_return(connection, self.attempt.attempt_id, jsonable(result))
 
     def settle(self, result: Any, *, review: bool) -> Task:
         """Write the REPORT, move the TASK to review (or done), and end the attempt."""
@@ -192,14 +193,14 @@ class Session:
         ``reexecute`` whether or not the return was recorded, so the return, the REPORT, the
         move and the end of the attempt commit together, in one transaction.
         """
-        returned = _jsonable(result)
+        returned = jsonable(result)
         settled = self._settle_at_once(result, returned, review)
         if settled is not None:
             return settled
         try:
             with self.services.store.transaction() as connection:
                 has_operations = attempts.fence_and_record_return(
-                    connection, self.attempt.attempt_id, self.task_id, returned
+                    connection, self.attempt.fence, returned
                 )
                 if has_operations is None:
                     raise StaleOwner(self._stale_message("record_return"))
@@ -295,9 +296,7 @@ class Session:
             now=self.services.clock.now(),
             report_id=report.report.report_id,
             report_written=True,
-            extra_expect={"epoch": self.attempt.number},
-            attempt_id=self.attempt.attempt_id,
-            epoch=self.attempt.number,
+            fence=self.attempt.fence,
         )
         self._end(connection, AttemptState.SUCCEEDED, None)
         return moved
@@ -313,10 +312,8 @@ class Session:
                 by=SYSTEM,
                 now=self.services.clock.now(),
                 reason=why,
-                extra_expect={"epoch": self.attempt.number},
                 extra_values={"published": False},
-                attempt_id=self.attempt.attempt_id,
-                epoch=self.attempt.number,
+                fence=self.attempt.fence,
             )
             self._end(connection, AttemptState.FAILED, why, AttemptCause.NOT_STARTED)
 
@@ -366,7 +363,7 @@ class Session:
             return  # the earlier try committed; only its reply was lost
         with self.fenced(write) as connection:
             if returned is not _NOT_RETURNED:
-                attempts.record_return(connection, self.attempt.attempt_id, _jsonable(returned))
+                attempts.record_return(connection, self.attempt.attempt_id, jsonable(returned))
             self._end(connection, state, error, cause)
             self._open_case(connection)
 
@@ -377,7 +374,6 @@ class Session:
 
     def _open_case(self, connection: Connection) -> None:
         # Imported here: recovery imports admission, which imports this module.
-        from surehand.dispatcher.recovery import case_id_for
 
         cases.open_case(
             connection,
@@ -471,22 +467,3 @@ class Session:
 
 class _NotAtOnce(Exception):
     """The one-write settle did not apply; roll back whatever it began."""
-
-
-def report_body(result: Any) -> str:
-    """The REPORT body made from an agent's return value."""
-    if result is None:
-        return "(the agent returned no result)"
-    if isinstance(result, str):
-        return result if result.strip() else "(the agent returned an empty result)"
-    return json.dumps(_jsonable(result), ensure_ascii=False, indent=2, sort_keys=True)
-
-
-def _jsonable(value: Any) -> Any:
-    """``value`` if every store keeps it alike as JSON, else its (bounded) ``repr``: an agent's
-    result or an effect's value is recorded whatever it is (NaN, NUL in a string, an object
-    JSON cannot hold), and never makes a write that one database takes and another refuses."""
-    try:
-        return check_json(value, limit=MAX_VALUE_BYTES)
-    except ValueError:
-        return repr(value)[:MAX_VALUE_BYTES]

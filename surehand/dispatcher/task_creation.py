@@ -15,7 +15,7 @@ from typing import Any
 
 from surehand.digest import sha256_hex
 from surehand.dispatcher.context import Services
-from surehand.fcop import render_task
+from surehand.fcop.render import render_task
 from surehand.model import (
     DIGEST_SCHEMA_VERSION,
     Action,

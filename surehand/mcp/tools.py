@@ -11,20 +11,22 @@ agent can tell "fix the field" from "retry later". Unknown arguments are refused
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from mcp.server.mcpserver import Context, MCPServer
-from mcp.server.mcpserver.exceptions import ToolError
-from mcp.server.mcpserver.tools import Tool
-from mcp_types import CallToolResult, InputRequiredResult, TextContent, ToolAnnotations
-from pydantic import ConfigDict, Field, ValidationError
+from mcp_types import CallToolResult, ToolAnnotations
+from pydantic import Field
 
-from surehand import __version__, problem
+from surehand import __version__
+from surehand.doors import problem
+from surehand.doors.auth import Authenticator
 from surehand.errors import SurehandError
-from surehand.facade import Surehand
-from surehand.principals import Authenticator, Principal, TenantViews
+from surehand.mcp.server import SurehandServer, error_result, result, strict_tool
+from surehand.principals import Principal
+
+if TYPE_CHECKING:
+    from surehand.facade import Surehand
 
 INSTRUCTIONS = """\
 surehand is a task queue for AI-agent work. Enqueue work with write_task; follow it with
@@ -49,24 +51,12 @@ TaskId = Annotated[str, Field(description="TASK id such as TASK-20260131-001.")]
 Bucket = Literal["inbox", "active", "review", "done", "archive"]
 
 
-def _result(data: dict[str, Any], *, error: bool = False) -> CallToolResult:
-    text = json.dumps(data, ensure_ascii=False, default=str)
-    return CallToolResult(
-        content=[TextContent(type="text", text=text)], structured_content=data, is_error=error
-    )
-
-
-def error_result(document: dict[str, Any]) -> CallToolResult:
-    """A tool error carrying the problem document (the HTTP API's error shape)."""
-    return _result({"error": document}, error=True)
-
-
 class Tools:
     """The tool bodies, bound to a facade per tenant and an authenticator."""
 
     def __init__(self, sh: Surehand) -> None:
         self.auth = Authenticator(sh.settings)
-        self.views = TenantViews(sh)
+        self.sh = sh
 
     def principal(self, ctx: Context | None) -> Principal:
         """The HTTP caller's principal; over stdio (no headers) the local user."""
@@ -81,7 +71,7 @@ class Tools:
         """Run ``body`` for the caller's principal and tenant; typed errors become tool errors."""
         try:
             principal = self.principal(ctx)
-            return _result(body(principal, self.views(principal.tenant).acting_as(principal)))
+            return result(body(principal, self.sh.acting_as(principal)))
         except SurehandError as exc:
             return error_result(problem.for_error(exc))
 
@@ -197,36 +187,9 @@ class Tools:
         return self.call(ctx, status)
 
 
-class SurehandServer(MCPServer[Any]):
-    """``MCPServer`` whose refused arguments come back as a problem, not as free text."""
-
-    async def call_tool(
-        self, name: str, arguments: dict[str, Any], context: Context[Any, Any] | None = None
-    ) -> CallToolResult | InputRequiredResult:
-        """Run the tool; arguments its model refuses answer ``{"error": problem}``."""
-        try:
-            return await super().call_tool(name, arguments, context)
-        except ToolError as exc:
-            if isinstance(exc.__cause__, ValidationError):
-                return error_result(problem.for_validation(exc.__cause__.errors()))
-            if self._tool_manager.get_tool(name) is None:
-                return error_result(problem.body(404, "unknown_tool", f"no tool named {name!r}"))
-            raise
-
-
-def strict_tool(fn: Callable[..., Any], name: str, **options: Any) -> Tool:
-    """A tool for ``fn`` that refuses arguments it does not have (schema and validation)."""
-    tool = Tool.from_function(fn, name=name, **options)
-    loose = tool.fn_metadata.arg_model
-    namespace = {"model_config": ConfigDict(extra="forbid"), "__module__": loose.__module__}
-    tool.fn_metadata.arg_model = type(loose.__name__, (loose,), namespace)
-    tool.parameters["additionalProperties"] = False
-    return tool
-
-
-def build_server(sh: Surehand | None = None) -> MCPServer[Any]:
-    """An MCP server exposing surehand's tools for ``sh`` (default ``Surehand.from_env()``)."""
-    tools = Tools(sh or Surehand.from_env())
+def build_server(sh: Surehand) -> MCPServer[Any]:
+    """An MCP server exposing surehand's tools, acting through ``sh``."""
+    tools = Tools(sh)
     read_only = ToolAnnotations(read_only_hint=True, open_world_hint=False)
     idempotent = ToolAnnotations(idempotent_hint=True, destructive_hint=False)
     listed = [

@@ -3,7 +3,7 @@
 Over stdio the caller is the local user (``SUREHAND_TENANT``), like the CLI. Over HTTP the same
 bearer tokens as the HTTP API apply (``SUREHAND_API_TOKENS``): every request without a known
 token gets 401 before it reaches the MCP session, and without tokens the server refuses to bind
-anything but loopback. The ``Host`` rule is the HTTP API's (:mod:`surehand.hosts`): 421 for a
+anything but loopback. The ``Host`` rule is the HTTP API's (:mod:`surehand.doors.hosts`): 421 for a
 name that is not loopback or listed in ``SUREHAND_API_ALLOWED_HOSTS``, whatever the bind address.
 Refusals are problem documents, as everywhere else.
 """
@@ -14,18 +14,20 @@ import json
 import logging
 import sys
 from collections.abc import Awaitable, Callable, MutableMapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mcp.server.mcpserver import MCPServer
 from mcp.server.transport_security import TransportSecuritySettings
 
-from surehand import problem
+from surehand.doors import problem
+from surehand.doors.auth import Authenticator
+from surehand.doors.hosts import HostAllowlist, HostRule
+from surehand.doors.serving import serve
 from surehand.errors import AuthError
-from surehand.facade import Surehand
-from surehand.hosts import HostAllowlist, HostRule
 from surehand.mcp.tools import build_server
-from surehand.principals import Authenticator
-from surehand.serving import serve
+
+if TYPE_CHECKING:
+    from surehand.facade import Surehand
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -36,7 +38,7 @@ ASGIApp = Callable[
 MCP_PATH = "/mcp"
 
 
-def run_stdio(sh: Surehand | None = None) -> None:
+def run_stdio(sh: Surehand) -> None:
     """Serve MCP on stdin/stdout until the host closes stdin."""
     # stdout is the protocol channel: keep every log line on stderr, and quiet.
     logging.basicConfig(level=logging.WARNING)
@@ -90,9 +92,9 @@ def http_app(server: MCPServer[Any], auth: Authenticator, hosts: HostRule) -> AS
     return HostAllowlist(RequireToken(app, auth), hosts)
 
 
-def run_http(host: str, port: int, sh: Surehand | None = None) -> None:
+def run_http(host: str, port: int, sh: Surehand) -> None:
     """Serve MCP over streamable HTTP at ``http://host:port/mcp`` until SIGINT/SIGTERM."""
-    surehand = sh or Surehand.from_env()
+    surehand = sh
     auth = Authenticator(surehand.settings)
     auth.check_start(host, "the MCP HTTP server")
     app = http_app(build_server(surehand), auth, HostRule.from_settings(surehand.settings))

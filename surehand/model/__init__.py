@@ -40,8 +40,10 @@ from surehand.model.records import (
 )
 from surehand.model.sessions import (
     Attempt,
+    Fence,
     InterruptionCase,
     Operation,
+    case_id_for,
 )
 
 __all__ = [
@@ -61,6 +63,7 @@ __all__ = [
     "Disposition",
     "EffectFact",
     "EventKind",
+    "Fence",
     "Hold",
     "InterruptionCase",
     "Operation",
@@ -78,6 +81,7 @@ __all__ = [
     "TaskFields",
     "WriteReportResult",
     "WriteTaskResult",
+    "case_id_for",
     "task_filename",
     "task_path",
 ]

@@ -20,6 +20,17 @@ from surehand.model.enums import (
 
 
 @dataclass(frozen=True, slots=True)
+class Fence:
+    """The right of one attempt to write for its TASK: it holds while the attempt is running
+    and its number is still the TASK's epoch. Every session write carries one; the store
+    enforces it (:mod:`surehand.store.fence`)."""
+
+    attempt_id: str
+    task_id: str
+    epoch: int
+
+
+@dataclass(frozen=True, slots=True)
 class Attempt:
     """One try at running a TASK; ``number`` is the task's fencing epoch while it runs."""
 
@@ -39,6 +50,11 @@ class Attempt:
     ended_at: datetime | None
     cause: AttemptCause | None = None  # why it ended (None while running)
 
+    @property
+    def fence(self) -> Fence:
+        """This attempt's fence: its id, its TASK and its number as the epoch."""
+        return Fence(self.attempt_id, self.task_id, self.number)
+
     def to_dict(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
         data["state"] = self.state.value
@@ -49,6 +65,11 @@ class Attempt:
             self.lease_missing_since.isoformat() if self.lease_missing_since else None
         )
         return data
+
+
+def case_id_for(attempt: Attempt) -> str:
+    """The id of the interruption case of ``attempt`` (one per attempt, so a retry finds it)."""
+    return f"CASE-{attempt.task_id.removeprefix('TASK-')}-{attempt.number}"
 
 
 @dataclass(frozen=True, slots=True)

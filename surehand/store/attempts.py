@@ -23,7 +23,8 @@ from sqlalchemy import (
 )
 from sqlalchemy import insert as sql_insert
 
-from surehand.model import Attempt, AttemptCause, AttemptState, Bucket
+from surehand.model import Attempt, AttemptCause, AttemptState, Bucket, Fence
+from surehand.store.fence import attempt_is_current, current_epoch
 from surehand.store.schema import attempts, interruption_cases, operations, tasks
 
 # The cause an ended attempt's state implies, for rows that do not record one: rows written
@@ -66,14 +67,8 @@ def _attempt(row: Row[Any]) -> Attempt:
 # Hot-path statements: built once, executed with parameters (compiled once, then cached).
 _INSERT = sql_insert(attempts)
 _GET = select(attempts).where(attempts.c.attempt_id == bindparam("attempt_id"))
-_CURRENT_EPOCH = (
-    select(tasks.c.epoch).where(tasks.c.task_id == bindparam("b_task_id")).scalar_subquery()
-)
-_FENCED = (
-    attempts.c.attempt_id == bindparam("b_attempt_id"),
-    attempts.c.state == AttemptState.RUNNING.value,
-    attempts.c.number == _CURRENT_EPOCH,
-)
+# The fence's rule (surehand.store.fence): the attempt is running at the TASK's current epoch.
+_FENCED = attempt_is_current(bindparam("b_attempt_id"), current_epoch(bindparam("b_task_id")))
 _FENCE = update(attempts).where(*_FENCED).values(state=AttemptState.RUNNING.value)
 _HAS_OPERATIONS = exists().where(  # task_id first: served by ix_operations_task_fingerprint
     operations.c.task_id == bindparam("b_task_id"),
@@ -184,18 +179,14 @@ def current(connection: Connection, task_id: str) -> Attempt | None:
     return _attempt(row) if row is not None else None
 
 
-def fence(connection: Connection, attempt_id: str, task_id: str) -> bool:
-    """Lock the attempt's row if it is still the task's current running attempt.
-
-    Returns False when it is not (the write must be refused as a stale owner's).
-    """
-    result = connection.execute(_FENCE, {"b_attempt_id": attempt_id, "b_task_id": task_id})
-    return result.rowcount == 1
+def fence(connection: Connection, fence: Fence) -> bool:
+    """Lock the attempt's row if ``fence`` holds (the attempt is still the TASK's current
+    running attempt). Returns False when it does not: the write is a stale owner's."""
+    params = {"b_attempt_id": fence.attempt_id, "b_task_id": fence.task_id}
+    return connection.execute(_FENCE, params).rowcount == 1
 
 
-def fence_and_record_return(
-    connection: Connection, attempt_id: str, task_id: str, result: Any
-) -> bool | None:
+def fence_and_record_return(connection: Connection, fence: Fence, result: Any) -> bool | None:
     """:func:`fence` and :func:`record_return` in one statement.
 
     Returns None when fenced out (nothing written); otherwise whether the attempt has any
@@ -204,7 +195,7 @@ def fence_and_record_return(
     """
     row = connection.execute(
         _FENCE_AND_RETURN,
-        {"b_attempt_id": attempt_id, "b_task_id": task_id, "b_result": result},
+        {"b_attempt_id": fence.attempt_id, "b_task_id": fence.task_id, "b_result": result},
     ).one_or_none()
     return None if row is None else bool(row.has_operations)
 

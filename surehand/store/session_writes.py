@@ -10,6 +10,14 @@ Both writes are guarded. When a guard does not hold they write nothing and retur
 the caller takes the general path, which explains why (claimed already, held, fenced out, an
 existing REPORT series, recorded operations). The rows they write are exactly the general
 path's; ``tests/test_session_fastpath.py`` compares the two.
+
+Why these are written by hand and not generated from ``lifecycle``'s rules: the fence is
+shared (:mod:`surehand.store.fence`) and the edge comes from ``lifecycle.EDGES`` through the
+caller, but the general path checks everything else in Python after reading the rows, so that
+a refusal raises the typed error that explains it (IllegalTransition, TaskHeld, StaleOwner,
+Conflict). A WHERE clause can only say *that* something does not hold; the fast path needs no
+more, because it then hands over to the general path, which says *what*. Generating SQL for
+the explanations would make the fast path as slow as the general one.
 """
 
 from __future__ import annotations
@@ -42,6 +50,7 @@ from surehand.model import AttemptState, Bucket, Task
 from surehand.store import attempts as attempt_rows
 from surehand.store import tasks as task_rows
 from surehand.store.driver import DriverStatement, common_binds, own_params
+from surehand.store.fence import attempt_is_current, task_is_owned
 from surehand.store.schema import UTCDateTime, attempts, operations, reports, task_events, tasks
 
 _EVENT_COLUMNS = tuple(c.name for c in task_events.c if c.name != "id")
@@ -167,9 +176,7 @@ def _guards() -> tuple[ColumnElement[bool], ...]:
         reports.c.status == bindparam("s_status"),
     )
     return (
-        attempts.c.attempt_id == bindparam("s_attempt_id"),
-        attempts.c.state == AttemptState.RUNNING.value,
-        attempts.c.number == bindparam("s_epoch"),
+        *attempt_is_current(bindparam("s_attempt_id"), bindparam("s_epoch")),
         ~exists().where(  # task_id first: served by ix_operations_task_fingerprint
             operations.c.task_id == bindparam("s_task_id"),
             operations.c.attempt_id == attempts.c.attempt_id,
@@ -179,11 +186,7 @@ def _guards() -> tuple[ColumnElement[bool], ...]:
 
 
 _OWNED_TASK = select(tasks.c.task_id).where(
-    tasks.c.task_id == bindparam("s_task_id"),
-    tasks.c.bucket == Bucket.ACTIVE.value,
-    tasks.c.epoch == bindparam("s_epoch"),
-    tasks.c.rework_round == bindparam("s_rework_round"),
-    tasks.c.hold_case_id.is_(None),
+    *task_is_owned(bindparam("s_task_id"), bindparam("s_epoch"), bindparam("s_rework_round"))
 )
 
 

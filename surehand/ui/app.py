@@ -3,7 +3,7 @@
 Server-rendered pages (Jinja2 templates in ``templates/``, one stylesheet and one small script
 in ``static/``), readable without JavaScript. The API's host allowlist and body limit wrap this
 app as they wrap the API (it is mounted inside them); its own handlers turn typed errors into
-HTML pages with the same statuses the API gives (``surehand.problem.status_for``).
+HTML pages with the same statuses the API gives (``surehand.doors.problem.status_for``).
 """
 
 from __future__ import annotations
@@ -24,13 +24,13 @@ from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from surehand.config import Settings
+from surehand.doors.auth import Authenticator
+from surehand.doors.problem import status_for
 from surehand.errors import SurehandError, TooManyAttempts
-from surehand.principals import Authenticator, TenantViews
-from surehand.problem import status_for
+from surehand.facade import Surehand
 from surehand.ui import list_routes, record_routes
 from surehand.ui.routes import router
-from surehand.ui.sessions import PREFIX, SessionStore, SignInCodec, SignInRequired
+from surehand.ui.signin import PREFIX, SessionStore, SignInCodec, SignInRequired
 from surehand.ui.views import approver_names, consequence, operation_label, where_to_check
 
 log = logging.getLogger(__name__)
@@ -44,21 +44,22 @@ CSP = (
 
 @dataclass(frozen=True)
 class Console:
-    """What every console route needs: who may sign in, tenant views, cookies, templates."""
+    """What every console route needs: who may sign in, the handle, cookies, templates."""
 
     auth: Authenticator
-    views: TenantViews
+    sh: Surehand
     sessions: SessionStore
     codec: SignInCodec
     templates: Jinja2Templates
 
 
-def create_console(auth: Authenticator, views: TenantViews, settings: Settings) -> FastAPI:
-    """The console: signs in the principals ``auth`` knows, and reads through ``views`` (the
-    API's per-tenant handles), each acting as the signed-in principal."""
+def create_console(auth: Authenticator, sh: Surehand) -> FastAPI:
+    """The console: signs in the principals ``auth`` knows, and acts through ``sh``'s runtime
+    as the signed-in principal (:meth:`Surehand.acting_as`)."""
     console = FastAPI(docs_url=None, redoc_url=None, openapi_url=None)
+    settings = sh.settings
     store = SessionStore(settings.console_idle_seconds, settings.console_session_seconds)
-    console.state.console = Console(auth, views, store, SignInCodec(), _templates())
+    console.state.console = Console(auth, sh, store, SignInCodec(), _templates())
     console.include_router(router)
     console.include_router(list_routes.router)
     console.include_router(record_routes.router)

@@ -15,7 +15,7 @@ from fastapi.responses import RedirectResponse, Response
 from surehand.model import Bucket
 from surehand.ui import lists
 from surehand.ui.routes import Text, render, signed_in
-from surehand.ui.sessions import PREFIX
+from surehand.ui.signin import PREFIX
 
 router = APIRouter()
 Cursor = Annotated[str | None, Query(max_length=64)]

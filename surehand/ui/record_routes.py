@@ -14,12 +14,12 @@ from typing import Any, Literal, cast
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, RedirectResponse, Response
 
+from surehand.doors.problem import status_for
 from surehand.errors import SurehandError
 from surehand.model import Action
-from surehand.problem import status_for
 from surehand.ui import lists, views
 from surehand.ui.routes import FormText, Viewer, check_csrf, render, signed_in
-from surehand.ui.sessions import PREFIX
+from surehand.ui.signin import PREFIX
 
 router = APIRouter()
 Effect = Literal["present", "absent"]

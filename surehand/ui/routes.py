@@ -13,12 +13,12 @@ from typing import TYPE_CHECKING, Annotated, Any, cast
 from fastapi import APIRouter, Form, Query, Request
 from fastapi.responses import RedirectResponse, Response
 
+from surehand.doors.problem import status_for
 from surehand.errors import AuthError
 from surehand.facade import Surehand
 from surehand.principals import Principal
-from surehand.problem import status_for
-from surehand.ui import sessions
-from surehand.ui.sessions import PREFIX, ConsoleSession, SignInRequired
+from surehand.ui import signin
+from surehand.ui.signin import PREFIX, ConsoleSession, SignInRequired
 
 if TYPE_CHECKING:
     from surehand.ui.app import Console
@@ -46,11 +46,11 @@ def signed_in(request: Request, *, touch: bool = True) -> Viewer:
     """The viewer of a live signed-in session (SignInRequired otherwise). ``touch``: this
     request is the user's (a page), not the live refresh, so it keeps the session from idling."""
     console = console_of(request)
-    session = console.sessions.get(request.cookies.get(sessions.COOKIE), touch=touch)
-    if session is None or not sessions.still_valid(console.auth, request, session.principal):
+    session = console.sessions.get(request.cookies.get(signin.COOKIE), touch=touch)
+    if session is None or not signin.still_valid(console.auth, request, session.principal):
         raise SignInRequired
     principal = session.principal
-    return Viewer(principal, console.views(principal.tenant).acting_as(principal), session)
+    return Viewer(principal, console.sh.acting_as(principal), session)
 
 
 def render(
@@ -63,7 +63,7 @@ def render(
 
 
 def check_csrf(viewer: Viewer, submitted: str) -> None:
-    sessions.check_csrf(viewer.session.csrf, submitted)
+    signin.check_csrf(viewer.session.csrf, submitted)
 
 
 # -- sign-in ---------------------------------------------------------------------------------
@@ -73,13 +73,13 @@ def check_csrf(viewer: Viewer, submitted: str) -> None:
 def sign_in_page(request: Request, next: Text = "") -> Response:  # noqa: A002 (the parameter)
     """The sign-in form (a token, or the local ADMIN in open mode on loopback). A browser
     already signed in goes on to the page it asked for: its session is never replaced here."""
-    target = sessions.safe_next(next)
+    target = signin.safe_next(next)
     console = console_of(request)
-    if console.sessions.get(request.cookies.get(sessions.COOKIE), touch=False) is not None:
+    if console.sessions.get(request.cookies.get(signin.COOKIE), touch=False) is not None:
         return RedirectResponse(target, status_code=303)
-    nonce = sessions.new_nonce()
+    nonce = signin.new_nonce()
     page = _sign_in_form(request, nonce, target)
-    sessions.set_sign_in_cookie(page, request, console.codec, nonce)
+    signin.set_sign_in_cookie(page, request, console.codec, nonce)
     return page
 
 
@@ -95,7 +95,7 @@ def _sign_in_form(
         csrf=nonce,
         next=target,
         open_mode=console.auth.open,
-        loopback=sessions.client_on_loopback(request),
+        loopback=signin.client_on_loopback(request),
         error=error,
     )
 
@@ -110,12 +110,12 @@ def sign_in(
     """Exchange a token (once) for a session; 403 without the form's CSRF token, 429 for a
     client that keeps failing. Lands on the page that was asked for."""
     console = console_of(request)
-    nonce = console.codec.decode(request.cookies.get(sessions.SIGN_IN_COOKIE))
-    sessions.check_csrf(nonce, csrf_token)
+    nonce = console.codec.decode(request.cookies.get(signin.SIGN_IN_COOKIE))
+    signin.check_csrf(nonce, csrf_token)
     assert nonce is not None
-    target = sessions.safe_next(next)
+    target = signin.safe_next(next)
     try:
-        principal = sessions.sign_in(console.auth, request, token)
+        principal = signin.sign_in(console.auth, request, token)
     except AuthError as error:  # unknown token (401), open mode off loopback (403), 429
         page = _sign_in_form(request, nonce, target, status_for(error), error.message)
         if "retry_after" in error.details:
@@ -123,8 +123,8 @@ def sign_in(
         return page
     sid, session = console.sessions.start(principal)
     response = RedirectResponse(target, status_code=303)
-    sessions.clear_cookies(response)
-    sessions.set_session_cookie(response, request, sid, console.sessions.remaining(session))
+    signin.clear_cookies(response)
+    signin.set_session_cookie(response, request, sid, console.sessions.remaining(session))
     return response
 
 
@@ -134,7 +134,7 @@ def sign_out(request: Request, csrf_token: FormText = "") -> Response:
     a copy of the cookie stops working too."""
     viewer = signed_in(request, touch=False)
     check_csrf(viewer, csrf_token)
-    console_of(request).sessions.end(request.cookies.get(sessions.COOKIE))
+    console_of(request).sessions.end(request.cookies.get(signin.COOKIE))
     response = RedirectResponse(f"{PREFIX}/sign-in", status_code=303)
-    sessions.clear_cookies(response)
+    signin.clear_cookies(response)
     return response

@@ -10,7 +10,7 @@ revokes the grant when the session ends, so a token dies with its attempt.
 In front of the MCP app: the Host rule of the other network doors (loopback names only, 421
 otherwise), then the grant check: no known token is 401, a token used on another TASK's URL is
 403, both problem documents. Behind it, every tool call is fenced in the store
-(:mod:`surehand.agents.session_tools`): the token is who may ask, the store's epoch decides
+(:mod:`surehand.mcp.session_tools`): the token is who may ask, the store's epoch decides
 whether the write applies.
 """
 
@@ -31,16 +31,18 @@ from mcp.server.mcpserver import MCPServer
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp_types import ToolAnnotations
 
-from surehand import __version__, problem
+from surehand import __version__
 from surehand.agents.context import SessionContext
-from surehand.agents.session_tools import INSTRUCTIONS, Grant, SessionTools, bearer
+from surehand.agents.session_door import AgentGrant
 from surehand.config import Settings
 from surehand.dispatcher.context import Services
 from surehand.dispatcher.sessions import Session
+from surehand.doors import problem
+from surehand.doors.hosts import HostAllowlist, HostRule
 from surehand.doors.limits import BodyLimit
-from surehand.hosts import HostAllowlist, HostRule
-from surehand.mcp.tools import SurehandServer, strict_tool
-from surehand.serving import BackgroundServer
+from surehand.doors.serving import BackgroundServer
+from surehand.mcp.server import SurehandServer, strict_tool
+from surehand.mcp.session_tools import INSTRUCTIONS, Grant, SessionTools, bearer
 from surehand.store import Store
 
 log = logging.getLogger(__name__)
@@ -66,9 +68,9 @@ class Grants:
         with self._lock:
             self._by_token[grant.token] = grant
 
-    def revoke(self, grant: Grant) -> None:
+    def revoke(self, token: str) -> None:
         with self._lock:
-            self._by_token.pop(grant.token, None)
+            self._by_token.pop(token, None)
 
     def get(self, token: str | None) -> Grant | None:
         with self._lock:
@@ -207,9 +209,9 @@ class SessionMcp:
         self.grants.add(grant)
         return grant
 
-    def revoke(self, grant: Grant) -> None:
+    def revoke(self, grant: AgentGrant) -> None:
         """End ``grant``: its token is refused (401) from now on."""
-        self.grants.revoke(grant)
+        self.grants.revoke(grant.token)
 
     def stop(self) -> None:
         """Stop serving (tests; a worker's server ends with its process)."""

@@ -26,11 +26,10 @@ from pathlib import Path
 
 from sqlalchemy import Connection
 
-from surehand.dispatcher.context import Services
-from surehand.fcop import render_report, render_task, report_filename
+from surehand.fcop.render import render_report, render_task, report_filename
 from surehand.model import Bucket, EventKind, Task, task_filename
 from surehand.requests import validate_tenant
-from surehand.store import events, tasks
+from surehand.store import Store, events, tasks
 from surehand.store import reports as report_rows
 
 PAGE = 500
@@ -50,12 +49,10 @@ class ExportSummary:
     removed: int
 
 
-def export_workspace(
-    services: Services, directory: Path, *, tenant: str | None = None
-) -> ExportSummary:
+def export_workspace(store: Store, directory: Path, *, tenant: str | None = None) -> ExportSummary:
     """Write the mirror of every TASK and REPORT (of one tenant, if given) under ``directory``."""
     scope = validate_tenant(tenant) if tenant is not None else None
-    with services.store.snapshot() as connection:
+    with store.snapshot() as connection:
         task_files, report_files = _documents(connection, scope)
     root = Path(directory) / "fcop"
     folders = [root / "_lifecycle" / bucket.value for bucket in Bucket] + [root / "reports"]

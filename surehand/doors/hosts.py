@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
-from surehand import problem
 from surehand.config import Settings
+from surehand.doors import problem
 from surehand.errors import ConfigError
 
 Scope = MutableMapping[str, Any]

@@ -30,8 +30,9 @@ from urllib.parse import urlsplit
 from fastapi import Request
 from fastapi.responses import Response
 
+from surehand.doors.auth import Authenticator, is_loopback
 from surehand.errors import Forbidden
-from surehand.principals import Authenticator, Principal, is_loopback
+from surehand.principals import Principal
 
 COOKIE = "surehand_console"
 SIGN_IN_COOKIE = "surehand_signin"

@@ -7,8 +7,8 @@ every worker consumes. Flower lists it beside the sessions with the TASK id and 
 arguments, and its result, ``{"task_id", "case_id", "attempt", "hold": "hold_for_review"}``,
 says what to do. A notice is information only: losing or duplicating one changes nothing.
 
-Notices are sent after every reconciler pass that held something (the pass result lists the
-held cases) and by the doors after a ``recover`` call that ended in a hold.
+The service layer sends them (``Services.notify_hold``): the reconciler after a pass that held
+something, and ``recover`` when it ended in a hold (:mod:`surehand.dispatcher.actions`).
 """
 
 from __future__ import annotations
@@ -18,7 +18,6 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from celery import Celery, Task
-from celery.signals import task_postrun
 from kombu.exceptions import KombuError
 
 from surehand.queue.celery_app import DEFAULT_QUEUE
@@ -26,7 +25,6 @@ from surehand.queue.celery_app import DEFAULT_QUEUE
 log = logging.getLogger(__name__)
 
 HOLD_NOTICE_TASK = "surehand.hold_notice"
-RECONCILE_TASK = "surehand.reconcile"
 HOLD = "hold_for_review"
 
 
@@ -67,13 +65,3 @@ def send_hold_notices(app: Celery, held: Iterable[Mapping[str, Any]]) -> int:
             continue
         sent += 1
     return sent
-
-
-@task_postrun.connect(weak=False)
-def _notice_after_pass(sender: Any = None, retval: Any = None, **_: Any) -> None:
-    """After a ``surehand.reconcile`` task, send notices for the cases its pass held."""
-    if getattr(sender, "name", None) != RECONCILE_TASK or not isinstance(retval, dict):
-        return
-    held = retval.get("held") or []
-    if held:
-        send_hold_notices(sender.app, held)

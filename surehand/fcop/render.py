@@ -2,7 +2,7 @@
 
 A TASK's document is rendered once, at creation, and its SHA-256 is the receipt's document
 digest. The lifecycle position is never read from a document: the store's bucket is the truth,
-and the workspace mirror (``surehand.fcop_export``) derives file locations from it.
+and the workspace mirror (``surehand.fcop.export``) derives file locations from it.
 """
 
 from __future__ import annotations

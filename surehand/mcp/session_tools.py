@@ -20,13 +20,13 @@ from mcp.server.mcpserver import Context
 from mcp_types import CallToolResult, TextContent
 from pydantic import Field
 
-from surehand import problem
 from surehand.agents.briefing import brief_for
 from surehand.digest import operation_fingerprint
 from surehand.dispatcher.operations import Declared, declare_operation, settle_operation
 from surehand.dispatcher.sessions import Session
+from surehand.doors import problem
 from surehand.errors import AuthError, LeaseLost, SurehandError, ValidationFailed
-from surehand.mcp.tools import error_result
+from surehand.mcp.server import error_result
 from surehand.model import Operation, OperationState, ReportStatus
 from surehand.store import operations
 

@@ -1,0 +1,46 @@
+"""What a command agent needs from a session server, and nothing more.
+
+The session MCP server lives with the other MCP door (:mod:`surehand.mcp.session_server`) and
+depends on the dispatcher; agents sit below both. So a command agent does not import the
+server: whoever builds the agent (the runtime, ``surehand check``, a test) hands it a
+:data:`SessionDoorFactory`, and the agent sees only these two protocols.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Protocol
+
+from surehand.agents.context import SessionContext
+from surehand.config import Settings
+
+
+class AgentGrant(Protocol):
+    """One session's right to its tools: the URL and bearer token its program is given."""
+
+    @property
+    def token(self) -> str: ...
+
+    @property
+    def url(self) -> str: ...
+
+
+class SessionDoor(Protocol):
+    """A process's session server: grants per attempt, revoked when the session ends."""
+
+    def grant(self, ctx: SessionContext) -> AgentGrant:
+        """A new grant for ``ctx``'s attempt."""
+        ...
+
+    def revoke(self, grant: AgentGrant) -> None:
+        """End ``grant``: its token is refused from now on."""
+        ...
+
+    def door(self) -> tuple[int, Path]:
+        """The server's loopback port and Unix socket (for sandboxes without a network)."""
+        ...
+
+
+SessionDoorFactory = Callable[[Settings], SessionDoor]
+"""Gives the session server of this process for a store's settings (shared per process)."""
