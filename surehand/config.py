@@ -63,7 +63,8 @@ class Settings(BaseSettings):
     startup_wait_seconds: float = Field(
         30.0,
         ge=0,
-        description="How long worker and api wait at start for a database that is restarting.",
+        description="How long worker, api and `db upgrade` wait at start for a database that is "
+        "restarting or still starting.",
     )
     submission_wait_seconds: float = Field(
         5.0, ge=0, description="How long a concurrent write_task waits before in_progress."
@@ -272,6 +273,11 @@ class Settings(BaseSettings):
     metrics_host: str = Field("127.0.0.1", description="Address of the worker's metrics port.")
     flower_host: str = Field("127.0.0.1", description="Address `surehand flower` binds.")
     flower_port: int = Field(5555, ge=1, le=65535, description="Port of `surehand flower`.")
+    log_format: Literal["text", "json"] = Field(
+        "text",
+        description="text, or json: one JSON object per line on stdout (time, level, logger, "
+        "message, task) for a log shipper; applies to `surehand worker`, `beat` and `api`.",
+    )
 
     def resolved_database_url(self) -> str:
         return self.database_url or default_database_url(self.home)

@@ -174,6 +174,13 @@ def test_admin_commands(cli: Cli, tmp_path: Path) -> None:
     assert list((tmp_path / "workspace" / "fcop" / "_lifecycle" / "inbox").iterdir())
 
 
+def test_a_second_db_upgrade_finds_the_work_done(cli: Cli) -> None:
+    cli.json("db", "upgrade")
+    again = cli.json("db", "upgrade")
+    assert (again["applied"], again["previous"]) == (False, again["revision"])
+    assert "done already" in cli("db", "upgrade").stdout
+
+
 def test_effect_runs_inside_a_session_only_through_its_session_server(cli: Cli) -> None:
     outside = cli("effect", "--name", "echo", "--", "echo", "hi", code=EXIT_REFUSED)
     assert "SUREHAND_MCP_URL and SUREHAND_MCP_TOKEN" in outside.stderr

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Annotated, cast
 
 import typer
 
+from surehand import logjson
 from surehand.cli.app import app
 from surehand.cli.common import (
     DatabaseUrl,
@@ -147,6 +148,7 @@ def worker(
         concurrency=threads,
     )
     require_services(sh.settings, "worker", embedded=embedded)
+    logjson.install(sh.settings.log_format)
     role_list = [role.strip() for role in roles.split(",") if role.strip()]
     require_agents(sh, role_list)  # fail now, not at the first message, if a role has none
     announce_confinement(sh, role_list)  # and if agent programs cannot be confined as set
@@ -167,6 +169,7 @@ def worker(
         hostname=nodename,
         queues=names,
         send_events=True,
+        quiet=sh.settings.log_format == "json",  # no text banner between the JSON lines
         without_mingle=True,
         without_gossip=True,
     )
@@ -191,6 +194,7 @@ def beat(
     """
     sh = _open(database_url=database_url, redis_url=redis_url, broker_url=broker_url)
     require_services(sh.settings, "beat", embedded=embedded)
+    logjson.install(sh.settings.log_format)
     announce_probes(sh)
     # Beat's schedule file lives under SUREHAND_HOME, not in whatever directory it started in.
     sh.settings.home.mkdir(parents=True, exist_ok=True)
