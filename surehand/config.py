@@ -63,7 +63,8 @@ class Settings(BaseSettings):
     startup_wait_seconds: float = Field(
         30.0,
         ge=0,
-        description="How long worker and api wait at start for a database that is restarting.",
+        description="How long worker, api and `db upgrade` wait at start for a database that is "
+        "restarting or still starting.",
     )
     submission_wait_seconds: float = Field(
         5.0, ge=0, description="How long a concurrent write_task waits before in_progress."
@@ -98,7 +99,7 @@ class Settings(BaseSettings):
         True,
         description="Offer each command agent's session an MCP server on 127.0.0.1 (effect_begin, "
         "effect_end, report, progress, recovery_brief) through SUREHAND_MCP_URL, "
-        "SUREHAND_MCP_TOKEN and the .mcp.json / .codex/config.toml files of its directory.",
+        "SUREHAND_MCP_TOKEN and the .mcp.json file of its directory.",
     )
     work_dir: Path = Field(Path(".surehand/sessions"), description="Per-session directories.")
     session_retention_seconds: float = Field(
@@ -161,6 +162,43 @@ class Settings(BaseSettings):
     )
     agent_open_files: int = Field(
         1024, ge=16, description="Open files each process of a session may hold."
+    )
+    agent_workspace: str = Field(
+        "",
+        description="A repository directory every command agent session works in: bound "
+        "read-write into the sandbox; the claude preset gets it with --add-dir, codex with -C "
+        "(README: Claude Code and Codex doing real work).",
+    )
+    claude_tools: str = Field(
+        "",
+        description="Comma list of further tools the claude preset allows besides the session "
+        "tools (--allowedTools), e.g. Bash,Edit,Write,mcp__github (every tool of that server).",
+    )
+    claude_mcp_config: str = Field(
+        "",
+        description="Comma list of MCP config files (Claude Code's .mcp.json format) with the "
+        "operator's own servers, passed to the claude preset with --mcp-config; allow their "
+        "tools in SUREHAND_CLAUDE_TOOLS and pass their secrets by SUREHAND_AGENT_ENV.",
+    )
+    claude_hooks: bool = Field(
+        True,
+        description="Journal the claude preset's effectful tool calls the agent did not declare "
+        "(Claude Code hooks): an operation intent before each, its outcome after.",
+    )
+    claude_effectful: str = Field(
+        "Bash,WebFetch,mcp__*",
+        description="Comma list of tool name patterns (fnmatch) whose calls the claude hooks "
+        "journal as effects; the session's own tools never are.",
+    )
+    claude_read_only_commands: str = Field(
+        "",
+        description="Comma list of Bash commands (a command and its first words, e.g. git "
+        "status,ls) the claude hooks do not journal, when used without shell operators.",
+    )
+    codex_sandbox: Literal["auto", "read-only", "workspace-write", "danger-full-access"] = Field(
+        "auto",
+        description="Codex's own sandbox mode for the codex preset; auto: danger-full-access "
+        "inside surehand's bwrap sandbox (which confines it), workspace-write outside it.",
     )
     max_consecutive_interruptions: int = Field(
         3,
@@ -235,6 +273,11 @@ class Settings(BaseSettings):
     metrics_host: str = Field("127.0.0.1", description="Address of the worker's metrics port.")
     flower_host: str = Field("127.0.0.1", description="Address `surehand flower` binds.")
     flower_port: int = Field(5555, ge=1, le=65535, description="Port of `surehand flower`.")
+    log_format: Literal["text", "json"] = Field(
+        "text",
+        description="text, or json: one JSON object per line on stdout (time, level, logger, "
+        "message, task) for a log shipper; applies to `surehand worker`, `beat` and `api`.",
+    )
 
     def resolved_database_url(self) -> str:
         return self.database_url or default_database_url(self.home)

@@ -335,7 +335,7 @@ class Surehand:
 
     def run_session(self, task_id: str) -> SessionOutcome:
         """Claim and run one TASK in this process (what a worker does for each message)."""
-        return self.runner.run(task_id)
+        return self.runner.run(task_id_arg(task_id))  # a bad id: ValidationFailed on any store
 
     def reconcile(self) -> PassReport:
         """One reconciler pass: find lost sessions, open cases, admit successors."""

@@ -7,7 +7,7 @@ from __future__ import annotations
 import secrets
 from pathlib import Path
 
-import pytest
+from tests.skips import missing
 
 PROC = Path("/proc")
 
@@ -64,7 +64,7 @@ def group_of(pid: int) -> int:
 
 def require_proc() -> None:
     if not PROC.is_dir():
-        pytest.skip("needs Linux /proc to see process groups")
+        missing("Linux /proc (to see process groups)")
 
 
 def unique_seconds(base: int = 300) -> str:

@@ -1,7 +1,8 @@
 """Shared fixtures: every store-backed test runs on SQLite and, when
 ``SUREHAND_TEST_DATABASE_URL`` is set (CI sets it), on Postgres too.
 
-Locally a missing service skips its tests; under CI (``CI=true``) it fails them instead.
+Locally a missing service skips its tests; under CI (``CI=true``) it fails them instead, and a
+run whose skips are not all allowlisted not-applicable ones fails (``tests/skips.py``).
 """
 
 from __future__ import annotations
@@ -22,13 +23,13 @@ from surehand.dispatcher.context import Services
 from surehand.store import Store
 from surehand.store.schema import metadata
 from surehand.testing import ManualClock
+from tests.skips import IN_CI, missing, skip_reason, unexplained
 
 # The developer's shell must not leak into tests.
 for _name in list(os.environ):
     if _name.startswith("SUREHAND_") and not _name.startswith("SUREHAND_TEST_"):
         del os.environ[_name]
 
-IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
 PG_URL = os.environ.get("SUREHAND_TEST_DATABASE_URL", "")
 REDIS_URL = os.environ.get("SUREHAND_TEST_REDIS_URL", "")
 
@@ -37,10 +38,37 @@ def require(url: str, what: str) -> str:
     """The service URL, or skip (locally) / fail (in CI) when it is not configured."""
     if url:
         return url
-    message = f"{what} is not configured (set SUREHAND_TEST_{what.upper()}_URL)"
-    if IN_CI:
-        pytest.fail(message)
-    pytest.skip(message)
+    missing(f"a {what} (set SUREHAND_TEST_{what.upper()}_URL)")
+
+
+_SKIPPED: list[tuple[str, str]] = []
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """Remember every skip (under xdist the controller sees the workers' reports)."""
+    if report.skipped and not hasattr(report, "wasxfail"):
+        _SKIPPED.append((report.nodeid, skip_reason(report)))
+
+
+def pytest_collectreport(report: pytest.CollectReport) -> None:
+    if report.skipped:
+        _SKIPPED.append((report.nodeid, skip_reason(report)))
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """In CI a skip that is not an allowlisted not-applicable one fails the run."""
+    if hasattr(session.config, "workerinput"):
+        return  # an xdist worker: the controller sees every report and decides
+    if IN_CI and exitstatus == pytest.ExitCode.OK and unexplained(_SKIPPED):
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    refused = unexplained(_SKIPPED)
+    if IN_CI and refused:
+        terminalreporter.section("skips CI does not accept (tests/skips.py)", red=True)
+        for test, reason in refused:
+            terminalreporter.line(f"{test}: {reason}")
 
 
 def _admin(url: str) -> Engine:

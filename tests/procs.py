@@ -23,6 +23,8 @@ import redis
 from sqlalchemy import create_engine, text
 from sqlalchemy.pool import NullPool
 
+from tests.skips import missing
+
 SUREHAND = [sys.executable, "-m", "surehand"]
 
 
@@ -59,7 +61,7 @@ class RedisServer:
     def start(self) -> None:
         binary = shutil.which("redis-server")
         if binary is None:
-            pytest.skip("redis-server is not installed")
+            missing("redis-server (apt-get install redis-server)")
         self.process = subprocess.Popen(
             [
                 binary,
@@ -131,14 +133,14 @@ class Proc:
 def spawn(args: list[str], env: Mapping[str, str], log: Path) -> Proc:
     """Start ``python -m surehand ARGS`` in its own process group with ``env`` added."""
     full_env = {**os.environ, **env, "PYTHONUNBUFFERED": "1"}
-    handle = log.open("wb")
-    process = subprocess.Popen(
-        SUREHAND + args,
-        env=full_env,
-        stdout=handle,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
+    with log.open("wb") as handle:  # the child writes to its own copy of the descriptor
+        process = subprocess.Popen(
+            SUREHAND + args,
+            env=full_env,
+            stdout=handle,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     return Proc(process, log)
 
 
@@ -174,8 +176,10 @@ def terminate_backends(database_url: str) -> int:
         with admin.connect() as connection:
             killed = connection.execute(
                 text(
-                    "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
-                    "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+                    # count(x) would count false too: only backends it did terminate.
+                    "SELECT count(*) FROM (SELECT pg_terminate_backend(pid) AS ended "
+                    "FROM pg_stat_activity WHERE datname = current_database() "
+                    "AND pid <> pg_backend_pid()) AS sent WHERE ended"
                 )
             ).scalar_one()
     finally:

@@ -39,6 +39,7 @@ from tests.session_helpers import (  # noqa: F401  (harness fixtures)
     harness,
     reports_of,
 )
+from tests.skips import missing
 
 __all__ = ["rig"]  # fixture
 
@@ -288,7 +289,7 @@ def test_bwrap_asked_for_where_it_does_not_run_is_a_config_error_and_auto_says_w
 def test_agents_can_run_as_a_dedicated_user(harness: Harness, tmp_path: Path, mode: str) -> None:
     require_proc()
     if os.getuid() != 0:
-        pytest.skip("not applicable: only a root worker can run agents as another user")
+        missing("root (only a root worker can run agents as another user)")
     work_dir = Path(tempfile.mkdtemp(dir="/var/tmp"))  # pytest's directories are root's alone
     work_dir.chmod(0o711)
     try:

@@ -78,4 +78,5 @@ def test_the_whole_group_dies_when_the_process_that_started_it_is_killed(tmp_pat
         worker.kill()
         worker.wait()
 
-    wait_until(lambda: not live_members(group), timeout=1.0, what=f"group {group} to be gone")
+    # Bounded, not timed: how fast the group goes is a measurement, not a pass condition.
+    wait_until(lambda: not live_members(group), timeout=30, what=f"group {group} to be gone")

@@ -9,10 +9,10 @@ without one, runs any successor. Settings are scaled down:
 
     lease TTL 1 s, heartbeat 0.3 s, lost grace 0.5 s, reconcile interval 0.5 s
 
-Detection contract (asserted in every kill test): from the kill to ``SESSION_LOST`` takes at most
-TTL + reconcile interval + grace + 1.0 s of scheduling slack = 3.0 s. The kill time is bounded
-from below by the last durable write before the crash point (the claim, or the operation's
-intent/outcome), so the measured time is an over-estimate, never an under-estimate.
+Every kill test asserts the kill was detected (the attempt ended ``SESSION_LOST``, once), by a
+bounded wait that names what it waited for; how long detection takes is measured, not asserted
+here, by ``bench/reconcile.py`` (detection latency, kill -> ``SESSION_LOST``). A "nothing
+happened" check waits for a number of reconciler passes, counted, not for a stretch of time.
 """
 
 from __future__ import annotations
@@ -25,13 +25,13 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 import redis
 
 from surehand.config import Settings
-from surehand.dispatcher.reconciler import reconcile_loop
+from surehand.dispatcher.reconciler import PassReport, Reconciler, reconcile_loop
 from surehand.facade import Surehand
 from surehand.model import (
     Admission,
@@ -55,11 +55,22 @@ TTL = 1.0
 HEARTBEAT = 0.3
 GRACE = 0.5
 INTERVAL = 0.5
-SLACK = 1.0
-DETECTION_BOUND = TTL + INTERVAL + GRACE + SLACK  # 3.0 s
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
 postgres_only = pytest.mark.parametrize("store", ["postgres"], indirect=True)
+
+
+class CountedPasses:
+    """A reconciler whose completed passes are counted (for "nothing happened in N passes")."""
+
+    def __init__(self, reconciler: Reconciler) -> None:
+        self.reconciler = reconciler
+        self.count = 0
+
+    def run_once(self) -> PassReport:
+        report = self.reconciler.run_once()
+        self.count += 1
+        return report
 
 
 @dataclass
@@ -74,6 +85,7 @@ class Chaos:
     procs: list[Proc] = field(default_factory=list)
     stop: threading.Event = field(default_factory=threading.Event)
     loops: list[threading.Thread] = field(default_factory=list)
+    counted: list[CountedPasses] = field(default_factory=list)
 
     @property
     def effects_path(self) -> Path:
@@ -141,8 +153,11 @@ class Chaos:
     def reconcile_in_background(self, *handles: Surehand) -> None:
         """Run the production reconcile loop of each handle in a thread until the test ends."""
         for sh in handles or (self.sh,):
+            passes = CountedPasses(sh.reconciler)
+            self.counted.append(passes)
+            reconciler = cast(Reconciler, passes)  # reconcile_loop calls run_once only
             thread = threading.Thread(
-                target=reconcile_loop, args=(sh.reconciler, self.stop, INTERVAL), daemon=True
+                target=reconcile_loop, args=(reconciler, self.stop, INTERVAL), daemon=True
             )
             thread.start()
             self.loops.append(thread)
@@ -166,6 +181,15 @@ class Chaos:
             time.sleep(0.05)
         logs = "\n".join(f"--- {p.log.name}\n{p.output()[-2500:]}" for p in self.procs)
         pytest.fail(f"timed out after {timeout}s waiting for {what}\n{logs}")
+
+    def passes(self) -> int:
+        return sum(passes.count for passes in self.counted)
+
+    def wait_passes(self, count: int) -> None:
+        """Wait (bounded) until the background reconcilers complete ``count`` more passes (one
+        more than asked: a pass already under way when this is called does not count)."""
+        target = self.passes() + count + 1
+        self.wait(lambda: self.passes() >= target, f"{count} more reconciler passes")
 
     def wait_dead(self, proc: Proc) -> None:
         self.wait(lambda: proc.returncode is not None, "the worker to die")
@@ -217,21 +241,6 @@ class Chaos:
         [case] = self.cases(task_id)
         return case
 
-    def detection_seconds(self, task_id: str) -> float:
-        """Kill -> SESSION_LOST, over-estimated from the last durable write before the kill."""
-        lost = self.attempts(task_id)[0]
-        assert lost.state is AttemptState.SESSION_LOST
-        assert lost.ended_at is not None
-        writes = [lost.started_at]
-        for op in self.operations(task_id):
-            if op.epoch == 1 or op.attempt_id == lost.attempt_id:
-                writes.append(op.started_at)
-                if op.settled_at is not None:
-                    writes.append(op.settled_at)
-        # Later writes about its operations (a probe's answer) are the reconciler's, not its own.
-        before = [moment for moment in writes if moment <= lost.ended_at]
-        return (lost.ended_at - max(before)).total_seconds()
-
     def close(self) -> None:
         self.stop.set()
         for thread in self.loops:
@@ -270,9 +279,13 @@ def chaos(store: Store, tmp_path: Path) -> Iterator[Chaos]:
         yield built
 
 
-def assert_detected_in_time(chaos: Chaos, task_id: str) -> None:
-    seconds = chaos.detection_seconds(task_id)
-    assert 0 <= seconds <= DETECTION_BOUND, f"SESSION_LOST {seconds:.3f}s after the kill"
+def assert_detected(chaos: Chaos, task_id: str) -> None:
+    """The killed session's attempt ended ``SESSION_LOST``, after everything it wrote, once."""
+    lost = chaos.attempts(task_id)[0]
+    assert lost.state is AttemptState.SESSION_LOST, lost
+    assert lost.ended_at is not None
+    assert lost.ended_at >= lost.started_at
+    assert len(chaos.events(task_id, EventKind.SESSION_LOST)) == 1
 
 
 # -- kill before any operation intent -> none_verified -> reexecute ------------------------
@@ -289,7 +302,7 @@ def test_kill_before_any_intent_reexecutes_the_same_task_once_with_two_reconcile
 
     case = chaos.decided(task_id)
     assert (case.effect_fact, case.admission) == (EffectFact.NONE_VERIFIED, Admission.REEXECUTE)
-    assert_detected_in_time(chaos, task_id)
+    assert_detected(chaos, task_id)
     assert chaos.effects(task_id) == []
 
     chaos.worker("one_effect")
@@ -326,7 +339,7 @@ def test_kill_after_the_agent_returned_reconciles_the_report_without_repeating_t
 
     assert (case.effect_fact, case.admission) == (EffectFact.CONFIRMED, Admission.RECONCILE_ONLY)
     assert case.state is CaseState.RESOLVED
-    assert_detected_in_time(chaos, task_id)
+    assert_detected(chaos, task_id)
     task = chaos.task(task_id)
     assert (task.bucket, task.hold) == (Bucket.REVIEW, None)
     [report] = chaos.sh.reports(task_id)
@@ -355,12 +368,12 @@ def test_kill_with_an_open_intent_holds_and_a_review_of_absent_runs_the_effect_o
     case = chaos.decided(task_id)
 
     assert (case.effect_fact, case.admission) == (EffectFact.UNKNOWN, Admission.HOLD_FOR_REVIEW)
-    assert_detected_in_time(chaos, task_id)
+    assert_detected(chaos, task_id)
     task = chaos.task(task_id)
     assert task.bucket is Bucket.ACTIVE
     assert task.hold is not None
     assert task.hold.case_id == case.case_id
-    time.sleep(3 * INTERVAL)  # several passes
+    chaos.wait_passes(3)
     assert len(chaos.attempts(task_id)) == 1
     assert chaos.effects(task_id) == []
     assert chaos.queued() == 0
@@ -390,7 +403,7 @@ def test_kill_after_an_unkeyed_effect_holds_and_a_review_of_present_reconciles(
 
     case = chaos.decided(task_id)
     assert case.admission is Admission.HOLD_FOR_REVIEW
-    assert_detected_in_time(chaos, task_id)
+    assert_detected(chaos, task_id)
     assert [e["attempt"] for e in chaos.effects(task_id)] == [1]
 
     decided = chaos.sh.review(
@@ -405,7 +418,7 @@ def test_kill_after_an_unkeyed_effect_holds_and_a_review_of_present_reconciles(
     assert (task.bucket, task.hold) == (Bucket.REVIEW, None)
     [report] = chaos.sh.reports(task_id)
     assert "Review: effect present — the append is in the log" in report.body
-    time.sleep(2 * INTERVAL)
+    chaos.wait_passes(2)
     assert [e["attempt"] for e in chaos.effects(task_id)] == [1]
     assert len(chaos.attempts(task_id)) == 1
     assert chaos.queued() == 0
@@ -426,7 +439,7 @@ def test_kill_with_an_open_keyed_intent_repeats_it_once_with_the_same_key(chaos:
 
     case = chaos.decided(task_id)
     assert (case.effect_fact, case.admission) == (EffectFact.SINGLE_VERIFIED, Admission.REEXECUTE)
-    assert_detected_in_time(chaos, task_id)
+    assert_detected(chaos, task_id)
     [intent] = chaos.operations(task_id)
     assert case.bound_operation_id == intent.operation_id
     recorded_key = case.effect_refs["idempotency_key"]
@@ -474,7 +487,7 @@ def test_kill_with_a_probed_intent_lets_the_probe_decide(
 
     assert case.admission is admission
     assert len(asked) == 1
-    assert_detected_in_time(chaos, task_id)
+    assert_detected(chaos, task_id)
     chaos.wait(lambda: chaos.task(task_id).bucket is Bucket.REVIEW, "the TASK to reach review")
     assert [e["attempt"] for e in chaos.effects(task_id)] == attempts
     assert len(chaos.attempts(task_id)) == max(attempts)
@@ -505,7 +518,7 @@ def test_a_paused_owner_that_wakes_after_its_successor_settled_is_fenced_and_rec
 
     case = chaos.decided(task_id)
     assert (case.effect_fact, case.admission) == (EffectFact.NONE_VERIFIED, Admission.REEXECUTE)
-    assert_detected_in_time(chaos, task_id)
+    assert_detected(chaos, task_id)
     chaos.worker("paused_owner")
     chaos.wait(lambda: chaos.task(task_id).bucket is Bucket.REVIEW, "the successor to settle")
     settled_case = chaos.cases(task_id)[0]

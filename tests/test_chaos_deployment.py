@@ -26,6 +26,14 @@ is in motion (bounded wait), the store and the ledger must show:
   - 0 unkeyed effects run twice, and every repeat of a keyed effect with its first key;
   - every open intent whose effect ran (ledger: ran; store: intent) held for review;
   - nothing still in motion (in ``inbox``, running, or admitted without its successor).
+
+And the faults took effect and work got done (a run where every session failed would pass the
+checks above: a failed agent's TASK is held, neither stranded nor moving):
+
+  - at least one kill landed inside an effect (counted: a random kill does not count);
+  - ``pg_terminate_backend`` terminated at least one backend;
+  - TASKs reached review, effects ran, and no attempt ended ``agent_failed``;
+  - at least one open intent whose effect ran was held, and a review releases that hold.
 """
 
 from __future__ import annotations
@@ -44,10 +52,12 @@ from sqlalchemy import Connection, create_engine, select
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.pool import NullPool
 
+from surehand.agents.context import SessionContext
 from surehand.errors import StoreUnavailable
 from surehand.model import (
     Admission,
     Attempt,
+    AttemptCause,
     AttemptState,
     Bucket,
     CaseState,
@@ -64,6 +74,7 @@ from surehand.store import events as event_rows
 from surehand.store import operations as operation_rows
 from surehand.store import schema as tables
 from surehand.store import tasks as task_rows
+from surehand.testing import embedded
 from tests.chaos_agents import EFFECT_SECONDS_ENV, SLEEP_ENV, plan_body, read_effects
 from tests.procs import Proc, spawn, terminate_backends
 from tests.test_chaos import INTERVAL, Chaos, open_chaos, postgres_only
@@ -99,6 +110,17 @@ OPEN_INTENTS = (  # of attempts still running: a session in the middle of an ope
 
 
 @dataclass
+class Faults:
+    """What the chaos rounds did, counted where it happened (not what they meant to do)."""
+
+    kills_inside_an_effect: int = 0
+    random_kills: int = 0
+    redis_restarts: int = 0
+    backends_terminated: int = 0
+    log: list[str] = field(default_factory=list)
+
+
+@dataclass
 class Deployment:
     """Workers, beat and the chaos rounds, on top of ``test_chaos.Chaos`` (Redis, store, waits)."""
 
@@ -106,7 +128,7 @@ class Deployment:
     rng: random.Random
     dev: list[Proc] = field(default_factory=list)
     submissions: dict[str, str] = field(default_factory=dict)  # client_submission_id -> TASK
-    log: list[str] = field(default_factory=list)
+    faults: Faults = field(default_factory=Faults)
 
     def env(self) -> dict[str, str]:
         return self.chaos.env(
@@ -164,20 +186,27 @@ class Deployment:
         assert victim.returncode == -signal.SIGKILL, victim.output()[-2000:]
         self.dev.remove(victim)
         self.worker("DEV")
-        self.log.append(f"SIGKILL {victim.log.name}{' inside an effect' if caught else ''}")
+        if caught:
+            self.faults.kills_inside_an_effect += 1
+        else:
+            self.faults.random_kills += 1
+        self.faults.log.append(f"SIGKILL {victim.log.name}{' inside an effect' if caught else ''}")
 
     def worker_inside_an_effect(self, live: list[Proc], timeout: float = 3.0) -> Proc | None:
-        """The worker of the latest effect whose outcome is not recorded yet, if any."""
+        """The worker of the latest effect whose outcome is not recorded yet, if any: one in an
+        unkeyed effect if one shows up in time (only its kill leaves an intent that admission
+        must hold), else one in a keyed effect (its successor repeats it with its key)."""
         by_pid = {p.process.pid: p for p in live}
         deadline = time.monotonic() + timeout
+        keyed: Proc | None = None
         while time.monotonic() < deadline:
-            inside = [
-                by_pid[e["pid"]] for e in self.effects_without_outcome() if e["pid"] in by_pid
-            ]
-            if inside:
-                return inside[-1]
+            inside = [e for e in self.effects_without_outcome() if e["pid"] in by_pid]
+            unkeyed = [e for e in inside if str(e["name"]).startswith("unkeyed")]
+            if unkeyed:
+                return by_pid[unkeyed[-1]["pid"]]
+            keyed = by_pid[inside[-1]["pid"]] if inside else None  # as of this look
             time.sleep(0.02)
-        return None
+        return keyed
 
     def effects_without_outcome(self) -> list[dict[str, Any]]:
         """Ledger lines whose operation's intent is still open in a running attempt."""
@@ -191,11 +220,13 @@ class Deployment:
 
     def restart_redis(self) -> None:
         self.chaos.broker.restart()
-        self.log.append("redis restarted")
+        self.faults.redis_restarts += 1
+        self.faults.log.append("redis restarted")
 
     def drop_connections(self) -> None:
         killed = terminate_backends(self.chaos.store.url)
-        self.log.append(f"pg_terminate_backend x{killed}")
+        self.faults.backends_terminated += killed
+        self.faults.log.append(f"pg_terminate_backend x{killed}")
 
     def pause(self, low: float, high: float) -> None:
         time.sleep(self.rng.uniform(low, high))
@@ -252,6 +283,19 @@ class Deployment:
         for effect in read_effects(self.chaos.effects_path):
             effects[effect["task_id"]].append(effect)
         return retrying(lambda: read_records(self.chaos.store.url, effects))
+
+    def release_a_hold(self, verdict: Verdict) -> Task | None:
+        """Review one TASK held on an open intent whose effect ran (``present``: the ledger
+        shows it): the TASK as it is after the review, or None when no such hold exists."""
+        held = verdict.by(lambda r: r.open_intents_that_ran() and r.task.hold is not None)
+        if not held:
+            return None
+        record = next(r for r in verdict.records if r.task_id == held[0])
+        assert record.task.hold is not None
+        case_id = record.task.hold.case_id
+        sh = self.chaos.sh
+        retrying(lambda: sh.review(case_id, effect="present", note="in the ledger", actor="PM"))
+        return retrying(lambda: sh.get_task(record.task_id))
 
 
 def retrying(call: Callable[[], T], tries: int = 10) -> T:
@@ -390,7 +434,7 @@ class Verdict:
 
     records: list[TaskRecord]
     submissions: dict[str, str]
-    faults: list[str]
+    faults: Faults
 
     def by(self, predicate: Callable[[TaskRecord], object]) -> list[str]:
         return [r.task_id for r in self.records if predicate(r)]
@@ -429,6 +473,29 @@ class Verdict:
     def in_motion(self) -> list[str]:
         return self.by(lambda r: r.in_motion)
 
+    @property
+    def agent_failed(self) -> list[str]:
+        return self.by(lambda r: any(a.cause is AttemptCause.AGENT_FAILED for a in r.attempts))
+
+    @property
+    def open_intent_holds(self) -> list[str]:
+        """TASKs held on an open intent whose effect ran: the hold path was taken."""
+        return self.by(lambda r: r.open_intents_that_ran() and r.held)
+
+    def shortfalls(self) -> list[str]:
+        """The faults that did not take effect and the work that did not get done."""
+        faults = self.faults
+        effects = sum(len(r.effects) for r in self.records)
+        checks = {
+            "no kill landed inside an effect": faults.kills_inside_an_effect < 1,
+            "pg_terminate_backend terminated no backend": faults.backends_terminated < 1,
+            "no TASK reached review": not self.by(lambda r: r.task.bucket is Bucket.REVIEW),
+            "no effect ran": effects < 1,
+            f"{len(self.agent_failed)} TASKs with an agent_failed attempt": self.agent_failed,
+            "no open intent whose effect ran was held": not self.open_intent_holds,
+        }
+        return [title for title, failed in checks.items() if failed]
+
     def summary(self) -> str:
         buckets = Counter(r.task.bucket.value for r in self.records)
         states = Counter(a.state.value for r in self.records for a in r.attempts)
@@ -440,7 +507,7 @@ class Verdict:
             f"{len(self.records)} TASKs for {len(self.submissions)} submissions; "
             f"buckets {dict(buckets)}; attempts {dict(states)}; cases {dict(admissions)}; "
             f"held {len(self.by(lambda r: r.held))}; {effects} effects in the ledger\n"
-            f"faults: {'; '.join(self.faults)}"
+            f"faults: {'; '.join(self.faults.log)}"
         )
 
     def explain(self) -> str:
@@ -451,9 +518,10 @@ class Verdict:
             "keyed effects repeated with another key": self.keyed_effects_with_a_new_key,
             "open intents whose effect ran, not held": self.ran_but_not_held,
             f"still in motion after {SETTLE_TIMEOUT:.0f}s": self.in_motion,
+            "with an agent_failed attempt": self.agent_failed,
         }
         named = {r.task_id: r for r in self.records}
-        lines = [self.summary()]
+        lines = [self.summary(), *(f"shortfall: {s}" for s in self.shortfalls())]
         for title, task_ids in problems.items():
             if task_ids:
                 lines.append(f"{title}: {len(task_ids)}")
@@ -477,7 +545,8 @@ def test_a_deployment_under_kills_redis_restarts_and_dropped_connections_strands
             deployment.start()
             for number in range(ROUNDS):
                 deployment.run_round(number)
-            verdict = Verdict(deployment.settle(), deployment.submissions, deployment.log)
+            verdict = Verdict(deployment.settle(), deployment.submissions, deployment.faults)
+            released = deployment.release_a_hold(verdict)
     finally:
         store.dispose()  # its pooled connections were terminated too
     print(verdict.summary())  # shown with -rP: what the faults did
@@ -489,4 +558,45 @@ def test_a_deployment_under_kills_redis_restarts_and_dropped_connections_strands
     assert verdict.keyed_effects_with_a_new_key == [], verdict.explain()
     assert verdict.ran_but_not_held == [], verdict.explain()
     assert verdict.in_motion == [], verdict.explain()
-    assert len(verdict.faults) == 3 * ROUNDS
+    assert verdict.shortfalls() == [], verdict.explain()
+    assert released is not None, verdict.explain()
+    assert released.hold is None, f"{released.task_id} still held after the review"
+
+
+def test_a_run_where_every_session_failed_passes_the_safety_checks_but_falls_short(
+    tmp_path: Path,
+) -> None:
+    """Every agent raised, no kill landed inside an effect, no backend was terminated: nothing
+    is duplicated, stranded or moving (a failed agent's TASK is held), so only the shortfalls
+    tell this run from a good one."""
+
+    def always_raises(ctx: SessionContext) -> str:
+        raise RuntimeError(f"the agent of {ctx.task.task_id} always raises")
+
+    submissions: dict[str, str] = {}
+    with embedded(tmp_path) as sh:
+        sh.agent("DEV")(always_raises)
+        for n in range(1, 4):
+            written = sh.write_task(
+                sender="PM", recipient="DEV", subject="Chaos", client_submission_id=f"deploy-{n}"
+            )
+            assert written.task_id is not None
+            submissions[f"deploy-{n}"] = written.task_id
+            sh.run_session(written.task_id)
+        sh.reconcile()  # admission decides the failed sessions' cases, as the reconciler would
+        with sh.store.snapshot() as connection:
+            listed = task_rows.list_tasks(connection, tenant=None)
+            records = [record_of(connection, task, []) for task in listed]
+    verdict = Verdict(records, submissions, Faults(random_kills=ROUNDS, redis_restarts=ROUNDS))
+
+    assert (verdict.duplicate_tasks, verdict.stranded, verdict.in_motion) == ([], [], []), (
+        verdict.explain()
+    )
+    assert verdict.shortfalls() == [
+        "no kill landed inside an effect",
+        "pg_terminate_backend terminated no backend",
+        "no TASK reached review",
+        "no effect ran",
+        "3 TASKs with an agent_failed attempt",
+        "no open intent whose effect ran was held",
+    ]

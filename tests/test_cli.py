@@ -22,7 +22,7 @@ from surehand.dispatcher.claims import claim
 from surehand.facade import Surehand
 from surehand.mcp.session_server import SessionMcp
 from surehand.store import Store
-from tests.conftest import PG_URL, REDIS_URL, truncate
+from tests.conftest import PG_URL, REDIS_URL, require, truncate
 from tests.procs import SUREHAND, free_port, private_redis, spawn, start_worker, wait_until
 
 EXIT_CONFLICT, EXIT_NOT_FOUND, EXIT_INVALID, EXIT_REFUSED = 3, 4, 5, 6
@@ -174,6 +174,13 @@ def test_admin_commands(cli: Cli, tmp_path: Path) -> None:
     assert list((tmp_path / "workspace" / "fcop" / "_lifecycle" / "inbox").iterdir())
 
 
+def test_a_second_db_upgrade_finds_the_work_done(cli: Cli) -> None:
+    cli.json("db", "upgrade")
+    again = cli.json("db", "upgrade")
+    assert (again["applied"], again["previous"]) == (False, again["revision"])
+    assert "done already" in cli("db", "upgrade").stdout
+
+
 def test_effect_runs_inside_a_session_only_through_its_session_server(cli: Cli) -> None:
     outside = cli("effect", "--name", "echo", "--", "echo", "hi", code=EXIT_REFUSED)
     assert "SUREHAND_MCP_URL and SUREHAND_MCP_TOKEN" in outside.stderr
@@ -234,8 +241,7 @@ def test_check_embedded_defaults_pass(cli: Cli) -> None:
 
 @pytest.mark.slow
 def test_check_passes_against_real_services(cli: Cli, tmp_path: Path, pg_url: str) -> None:
-    if not REDIS_URL:
-        pytest.skip("SUREHAND_TEST_REDIS_URL is not set")
+    require(REDIS_URL, "redis")
     with private_redis(tmp_path) as broker:
         env = {
             "SUREHAND_DATABASE_URL": pg_url,

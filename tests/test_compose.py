@@ -106,7 +106,8 @@ def test_ordering_healthchecks_and_exposure(services: dict[str, dict[str, Any]])
 
 def test_dockerfile_and_guide() -> None:
     dockerfile = (COMPOSE / "Dockerfile").read_text(encoding="utf-8")
-    assert "FROM python:3.11-slim" in dockerfile
+    # The official image by default; a build argument for a locally built one (issue 23).
+    assert "ARG BASE_IMAGE=python:3.11-slim\nFROM ${BASE_IMAGE}" in dockerfile
     assert 'pip install ".[all]"' in dockerfile
     assert "USER surehand" in dockerfile
     guide = (COMPOSE / "DEPLOYMENT.md").read_text(encoding="utf-8")
@@ -114,3 +115,27 @@ def test_dockerfile_and_guide() -> None:
         assert f"## {topic}" in guide
     for needle in ("pg_dump", "surehand db upgrade", "surehand check", "--roles"):
         assert needle in guide
+
+
+def test_the_podman_override_uses_the_images_compose_images_build_makes() -> None:
+    override = yaml.safe_load((COMPOSE / "docker-compose.podman.yml").read_text(encoding="utf-8"))
+    build = (COMPOSE / "images" / "build").read_text(encoding="utf-8")
+    for name in ("postgres", "redis"):
+        assert f"build {override['services'][name]['image']} " in build
+
+
+def test_every_health_check_has_a_start_period_so_starting_is_not_broken(
+    services: dict[str, dict[str, Any]],
+) -> None:
+    checked = {n: spec["healthcheck"] for n, spec in services.items() if "healthcheck" in spec}
+    assert set(checked) == EXPECTED - {"migrate"}
+    assert all("start_period" in check for check in checked.values())
+
+
+def test_a_workers_health_check_pings_the_node_name_the_worker_takes(
+    services: dict[str, dict[str, Any]],
+) -> None:
+    # `surehand worker` names its node surehand-<ROLES>@<host> (default_nodename in the CLI).
+    for name, roles in (("worker-dev", "DEV"), ("worker-ops", "QA-OPS")):
+        test = services[name]["healthcheck"]["test"][1]
+        assert f"inspect ping -d surehand-{roles}@$$(hostname)" in test

@@ -26,16 +26,14 @@ from surehand import Surehand
 from surehand.config import Settings
 from surehand.store import Store
 from surehand.testing import ManualClock
-from tests.conftest import IN_CI
 from tests.procs import Proc, free_port, spawn, wait_until
 from tests.recovery_helpers import open_rig
+from tests.skips import missing
 
 try:
     from playwright.sync_api import Browser, BrowserContext, Page
-except ImportError:  # the dev extra has it; CI must not skip quietly
-    if IN_CI:
-        raise
-    pytest.skip("playwright is not installed (pip install -e '.[dev]')", allow_module_level=True)
+except ImportError:  # the dev extra has it
+    missing("playwright (pip install -e '.[dev]')")
 import itertools
 
 from tests.test_ui_browser import browser  # noqa: F401 (the module's Chromium fixture)

@@ -15,6 +15,7 @@ from surehand.store import Store
 from surehand.store.driver import DriverStatement
 from surehand.store.schema import attempts, task_events, tasks
 from tests.session_helpers import committed_task
+from tests.skips import not_applicable
 
 _EVENT = insert(task_events).values(
     {c.name: bindparam(c.name) for c in task_events.c if c.name != "id"}
@@ -115,7 +116,7 @@ def test_a_connection_the_database_dropped_is_discarded_with_the_pool(
     services: Services,
 ) -> None:
     if services.store.dialect != "postgresql":
-        pytest.skip("an in-process SQLite connection cannot be dropped by the server")
+        not_applicable("an in-process SQLite connection cannot be dropped by the server")
     store = services.store
     query = DriverStatement(select(tasks.c.task_id).limit(1), [tasks.c.task_id])
     with store.single_read() as connection:

@@ -1,8 +1,9 @@
 """The heartbeat keeps a lease alive, reports loss exactly once, and rides out short outages.
 
-Liveness is checked by polling with deadlines, never by timing assertions. Outage tests drive
-the heartbeat with a fake monotonic clock whose ``sleep`` advances time, so they do not depend
-on the machine's speed; a paused owner is simulated by simply not running its heartbeat.
+Liveness is checked by polling with deadlines, never by timing assertions. Schedule and outage
+tests drive the heartbeat with a fake monotonic clock whose ``sleep`` advances time, so they do
+not depend on the machine's speed; a paused owner is simulated by simply not running its
+heartbeat.
 """
 
 # Fixtures are imported by name and then requested as parameters of the same name, which
@@ -84,6 +85,24 @@ class FlakyLeases(LeaseStore):
         return super().renew(task_id, attempt_id, ttl_ms)
 
 
+class RecordingLeases(LeaseStore):
+    """Records the fake clock's time of every renewal. The store itself is renewed for long:
+    its real clock must not decide a test of the heartbeat's schedule."""
+
+    def __init__(self, inner: LeaseStore, clock: FakeClock) -> None:
+        super().__init__(inner.client, inner.namespace)
+        self.clock = clock
+        self.renewed_at: list[float] = []
+
+    def renew(self, task_id: str, attempt_id: str, ttl_ms: int) -> bool:
+        self.renewed_at.append(self.clock.now())
+        return super().renew(task_id, attempt_id, 30_000)
+
+    def gaps(self) -> list[float]:
+        """Time from the start (0) to the first renewal, then between renewals."""
+        return [b - a for a, b in zip([0.0, *self.renewed_at], self.renewed_at, strict=False)]
+
+
 def heartbeat(
     leases: LeaseStore, recorder: LossRecorder, clock: FakeClock | None = None
 ) -> Heartbeat:
@@ -99,19 +118,18 @@ def test_the_default_interval_is_a_third_of_the_ttl(fake_lease_store: LeaseStore
     assert Heartbeat(fake_lease_store, TASK, ME, 30_000).interval == pytest.approx(10.0)
 
 
-def test_a_heartbeat_keeps_a_short_ttl_lease_alive_for_over_a_second(
+def test_a_heartbeat_renews_a_short_ttl_lease_every_interval_for_over_a_second(
     lease_store: LeaseStore,
 ) -> None:
-    recorder = LossRecorder()
-    assert lease_store.acquire(TASK, ME, 300)
-    with heartbeat(lease_store, recorder) as beat:
-        until = time.monotonic() + 1.2
-        while time.monotonic() < until:
-            assert lease_store.holder(TASK) == ME
-            time.sleep(0.05)
+    recorder, clock = LossRecorder(), FakeClock()
+    leases = RecordingLeases(lease_store, clock)
+    assert leases.acquire(TASK, ME, 30_000)
+    with heartbeat(leases, recorder, clock) as beat:
+        wait_until(lambda: clock.now() > 1.2 and beat.renewals >= 12)
+    assert max(leases.gaps()) == pytest.approx(0.1)  # every interval, well inside the 300 ms
     assert not beat.lost.is_set()
     assert recorder.calls == []
-    assert beat.renewals > 0
+    assert leases.holder(TASK) == ME
 
 
 def test_stopping_the_heartbeat_releases_nothing(lease_store: LeaseStore) -> None:
@@ -247,20 +265,32 @@ def test_a_heartbeat_cannot_be_started_twice(fake_lease_store: LeaseStore) -> No
         beat.start()
 
 
-def test_a_deferred_heartbeat_keeps_a_short_ttl_lease_alive(lease_store: LeaseStore) -> None:
-    recorder = LossRecorder()
-    assert lease_store.acquire(TASK, ME, 300)
-    beat = Heartbeat(lease_store, TASK, ME, 300, interval=0.1, on_lost=recorder, defer=0.1)
+def test_a_deferred_heartbeat_renews_a_short_ttl_lease_from_one_interval_after_start(
+    lease_store: LeaseStore,
+) -> None:
+    recorder, clock = LossRecorder(), FakeClock()
+    leases = RecordingLeases(lease_store, clock)
+    assert leases.acquire(TASK, ME, 30_000)
+    beat = Heartbeat(
+        leases,
+        TASK,
+        ME,
+        300,
+        interval=0.1,
+        on_lost=recorder,
+        defer=0.1,
+        now=clock.now,
+        sleep=clock.sleep,
+    )
     beat.start()
     try:
-        until = time.monotonic() + 1.2
-        while time.monotonic() < until:
-            assert lease_store.holder(TASK) == ME
-            time.sleep(0.05)
+        wait_until(lambda: clock.now() > 1.2 and beat.renewals >= 12)
     finally:
         beat.stop()
+    assert leases.gaps()[0] == pytest.approx(0.1)  # the deferral did not delay the first one
+    assert max(leases.gaps()) == pytest.approx(0.1)
     assert recorder.calls == []
-    assert beat.renewals > 0
+    assert leases.holder(TASK) == ME
 
 
 def test_a_deferred_heartbeat_stopped_before_its_first_renewal_never_starts_a_thread(
@@ -273,7 +303,7 @@ def test_a_deferred_heartbeat_stopped_before_its_first_renewal_never_starts_a_th
     assert not beat.running
     assert beat.renewals == 0
     assert lease_store.holder(TASK) == ME
-    with pytest.raises(RuntimeError):
+    with pytest.raises(RuntimeError, match="already started"):
         beat.start()
 
 

@@ -32,6 +32,7 @@ from surehand.store.engine import sqlite_file
 from tests.agent_procs import marked, require_proc, unique_seconds
 from tests.procs import Proc, RedisServer, running, start_worker, wait_until
 from tests.session_helpers import attempts_of, read_task, reports_of
+from tests.skips import not_applicable
 from tests.test_agent_groups import reconciling_client  # noqa: F401  (fixture)
 from tests.test_workers import broker, worker_env  # noqa: F401  (fixture)
 
@@ -44,6 +45,7 @@ SECRETS = {
 }
 SESSION_NAMES = set(environment.SESSION_NAMES)
 INHERITED = {"PATH", "HOME", "LANG", "LANGUAGE", "TZ", "TERM", "OPENAI_API_KEY"}
+PRESET_MADE = {"CODEX_HOME"}  # the codex preset's home for the CLI: the session's own
 SHELL_MADE = {"PWD", "OLDPWD", "SHLVL", "_"}  # what the stand-in's /bin/sh sets itself
 MEMORY_MIB = 256
 ROOTFS_TARGET = Path(f"/var/tmp/surehand-hostile-{os.getpid()}")  # a host path off the session
@@ -105,7 +107,7 @@ def deployment(
     if request.param == "none" and sqlite_file(store.url) is None:
         # Not applicable: what the fallback cannot hide does not depend on the store (its
         # answers that do -- the session tools' -- are asserted with bwrap on both stores).
-        pytest.skip("not applicable: the fallback's limits are the same on every store")
+        not_applicable("the fallback's limits are the same on every store")
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     (bin_dir / "codex").write_text(f'#!/bin/sh\nexec {sys.executable} {AGENT} "$@"\n')
@@ -118,6 +120,7 @@ def deployment(
         SUREHAND_AGENTS="DEV=command",
         SUREHAND_COMMAND_AGENT="codex",
         SUREHAND_AGENT_SANDBOX=str(request.param),
+        SUREHAND_CODEX_SANDBOX="danger-full-access",  # a stand-in: no helpers under /tmp
         SUREHAND_AGENT_BIND=f"{bin_dir}:ro",  # the stand-in CLI, nothing else of tmp_path
         SUREHAND_AGENT_ENV="OPENAI_API_KEY",
         SUREHAND_AGENT_MEMORY_MIB=str(MEMORY_MIB),
@@ -197,7 +200,9 @@ def _summary(name: str, findings: dict[str, Any]) -> dict[str, Any]:
 SUMMARIES = {
     "env": lambda f: {
         "leaked": f["leaked"],
-        "unexpected_names": sorted(set(f["names"]) - SESSION_NAMES - INHERITED - SHELL_MADE),
+        "unexpected_names": sorted(
+            set(f["names"]) - SESSION_NAMES - INHERITED - SHELL_MADE - PRESET_MADE
+        ),
         "operator_key": "OPENAI_API_KEY" in f["names"],
     },
     "fork_bomb": lambda f: {"capped": 0 < f["children"] < 256},

@@ -37,7 +37,7 @@ from surehand.errors import (
     SurehandError,
 )
 from surehand.store import Store
-from tests.conftest import PG_URL, REDIS_URL
+from tests.conftest import PG_URL, REDIS_URL, require
 from tests.procs import SUREHAND, free_port, private_redis, spawn, wait_until
 
 REPO = Path(__file__).resolve().parent.parent
@@ -161,8 +161,7 @@ def test_a_worker_without_an_agent_lists_the_choices(tmp_path: Path, store_url: 
 @pytest.fixture
 def deployment_env(tmp_path: Path, store_url: str) -> dict[str, str]:
     """A store, the shared Redis as broker and leases: what `check` needs to say ok."""
-    if not REDIS_URL:
-        pytest.skip("SUREHAND_TEST_REDIS_URL is not set")
+    require(REDIS_URL, "redis")
     return {
         "SUREHAND_DATABASE_URL": store_url,
         "SUREHAND_BROKER_URL": REDIS_URL,
@@ -209,9 +208,7 @@ def test_check_lists_each_roles_agent_and_probes_and_fails_on_a_served_role_with
 
 
 def pg_with(**parts: object) -> str:
-    if not PG_URL:
-        pytest.skip("SUREHAND_TEST_DATABASE_URL is not set")
-    return make_url(PG_URL).set(**parts).render_as_string(hide_password=False)  # type: ignore[arg-type]
+    return make_url(require(PG_URL, "database")).set(**parts).render_as_string(hide_password=False)  # type: ignore[arg-type]
 
 
 def open_error(url: str) -> SurehandError:

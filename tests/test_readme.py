@@ -18,6 +18,7 @@ import httpx
 import pytest
 
 from tests.procs import free_port, wait_until
+from tests.skips import missing
 
 pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parent.parent
@@ -65,7 +66,7 @@ def _commands(block: str) -> list[str]:
 @pytest.fixture(scope="module")
 def checkout(tmp_path_factory: pytest.TempPathFactory) -> Checkout:
     if os.environ.get("SUREHAND_TEST_FRESH_VENV") == "0" or not _index_reachable():
-        pytest.skip("no package index reachable (or SUREHAND_TEST_FRESH_VENV=0)")
+        missing("a reachable package index for the README's fresh venv (or FRESH_VENV=0)")
     path = tmp_path_factory.mktemp("readme") / "checkout"
     ignored = shutil.ignore_patterns(".venv", ".git", ".surehand", "__pycache__", "*.egg-info")
     shutil.copytree(REPO, path, ignore=ignored)
@@ -150,10 +151,23 @@ def test_the_tour_works_top_to_bottom_as_written(checkout: Checkout, serving: in
     assert output.startswith("reused TASK-"), output
 
 
+def _promised_status(command: str) -> str | None:
+    """The HTTP status the command's trailing comment promises (``# 201 created``), if any."""
+    found = re.match(r"\s*(\d{3})\b", command.partition("#")[2])
+    return found.group(1) if found else None
+
+
 def test_the_http_tour_creates_then_reuses_and_lists(checkout: Checkout, serving: int) -> None:
     outputs = []
+    statuses = []
     for command in _commands(_blocks("### Over HTTP", "bash")[0]):
+        status = _promised_status(command)
+        if status:  # curl prints the status it got on a line of its own, after the body
+            command = command.replace("curl -s ", "curl -s -w '\\n%{http_code}' ", 1)
         outputs.append(output := _run(checkout, command, serving))
+        if status:
+            statuses.append((status, output.rsplit("\n", 1)[-1]))
         for word in _promised(command):
             assert f'"disposition":"{word}"' in output, f"{command}\n{output}"
+    assert statuses == [("201", "201"), ("200", "200")]  # (promised, answered)
     assert "Fix the signup page" in outputs[-1]

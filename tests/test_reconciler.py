@@ -209,7 +209,7 @@ def test_a_pass_that_dies_before_the_case_is_written_leaves_the_attempt_running(
 
     with monkeypatch.context() as patch:
         patch.setattr(case_rows, "open_case", crash)
-        with pytest.raises(RuntimeError):
+        with pytest.raises(RuntimeError, match="reconciler process died"):
             rig.reconcile()
 
     # Nothing half-written: not lost without a case; the next pass does the whole step.
@@ -233,7 +233,7 @@ def test_a_pass_that_dies_before_admission_leaves_a_case_the_next_pass_decides(
 
     with monkeypatch.context() as patch:
         patch.setattr(Admitter, "admit", crash)
-        with pytest.raises(RuntimeError):
+        with pytest.raises(RuntimeError, match="reconciler process died"):
             rig.reconcile()
 
     pending = rig.case_of(task_id)

@@ -343,7 +343,7 @@ def test_write_report_in_rolls_back_with_the_caller(services: Services) -> None:
             reports.write_report_in(connection, services, task, request, attempt_id=None)
             raise RuntimeError("the caller's later step failed")
 
-    with pytest.raises(RuntimeError):
+    with pytest.raises(RuntimeError, match="the caller's later step failed"):
         write_then_fail()
     assert counts(services, task_id) == (0, 0)
     written = write(services, task_id).report

@@ -6,6 +6,7 @@ In-process (ASGI test clients), on both databases where a store is involved.
 
 from __future__ import annotations
 
+import inspect
 import json
 from collections.abc import Iterator
 from typing import Any
@@ -23,7 +24,7 @@ from surehand.doors.auth import Authenticator
 from surehand.doors.hosts import HostRule, split_host
 from surehand.errors import ConfigError
 from surehand.facade import Surehand
-from surehand.mcp.tools import build_server
+from surehand.mcp.tools import Tools, build_server
 from surehand.mcp.transport import MCP_PATH, http_app
 from surehand.metrics import serve_metrics
 from surehand.store import Store, tasks
@@ -285,7 +286,12 @@ def test_mcp_tool_schemas_forbid_extra_arguments(store: Store) -> None:
         schemas = {tool.name: tool.input_schema for tool in anyio.run(listed)}
     finally:
         sh.close()
-    assert all(schema.get("additionalProperties") is False for schema in schemas.values())
+    bodies = {name for name, _ in inspect.getmembers(Tools, inspect.isfunction)}
+    assert set(schemas) == {"write_task", "write_report", "read_task", "list_tasks", "task_status"}
+    assert set(schemas) == bodies - {"__init__", "principal", "call"}  # every tool body listed
+    assert {name: schemas[name].get("additionalProperties") for name in schemas} == dict.fromkeys(
+        schemas, False
+    )
 
 
 # --- the OpenAPI document and the statuses it states ------------------------------------------

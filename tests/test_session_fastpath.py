@@ -53,6 +53,7 @@ from tests.session_helpers import (  # noqa: F401  (harness fixtures)
     read_task,
     reports_of,
 )
+from tests.skips import not_applicable
 
 
 @contextmanager
@@ -274,7 +275,7 @@ def test_operations_recorded_by_another_process_also_commit_the_return_first(
     run_operation(other, "notify", {"to": "ops"}, lambda: "sent", **_op())
     _break_report(monkeypatch)
 
-    with pytest.raises(RuntimeError):
+    with pytest.raises(RuntimeError, match="crashed before the REPORT"):
         session.settle_returned("notified", review=True)
 
     [attempt] = attempts_of(services.store, task_id)
@@ -288,7 +289,7 @@ def test_without_operations_a_crash_inside_the_settle_leaves_nothing(
     rolling the return back with the REPORT. (SQLite: its last statement fails; on Postgres
     the settle is one statement, and the test below checks that it applies all or nothing.)"""
     if services.store.dialect == "postgresql":
-        pytest.skip("one statement on Postgres: see the concurrent-move test")
+        not_applicable("one statement on Postgres: see the concurrent-move test")
     task_id = committed_task(services)
     session = claimed(services, task_id)
 
@@ -298,7 +299,7 @@ def test_without_operations_a_crash_inside_the_settle_leaves_nothing(
 
     monkeypatch.setattr(session_writes, "_INSERT_EVENT", Broken())  # the settle's last write
 
-    with pytest.raises(RuntimeError):
+    with pytest.raises(RuntimeError, match="crashed before the events"):
         session.settle_returned("done", review=True)
 
     monkeypatch.undo()
@@ -315,11 +316,12 @@ def test_a_move_committed_while_the_settle_waits_leaves_the_attempt_running(
     concurrent move that commits first turns the whole statement into a no-op -- never an
     attempt ended as succeeded beside a TASK that did not move."""
     if services.store.dialect != "postgresql":
-        pytest.skip("SQLite's write transactions are exclusive: nothing moves in between")
+        not_applicable("SQLite's write transactions are exclusive: nothing moves in between")
     task_id = committed_task(services)
     session = claimed(services, task_id)
     outcome: list[BaseException | Task] = []
     with services.store.engine.connect() as blocker:
+        blocker_pid = blocker.execute(text("SELECT pg_backend_pid()")).scalar_one()
         blocker.execute(  # another writer holds the TASK row and sets a hold
             update(tables.tasks)
             .where(tables.tasks.c.task_id == task_id)
@@ -327,7 +329,7 @@ def test_a_move_committed_while_the_settle_waits_leaves_the_attempt_running(
         )
         worker = threading.Thread(target=_settle_into, args=(session, outcome))
         worker.start()
-        _wait_until_blocked(services, task_id)
+        _wait_until_blocked_by(services, task_id, blocker_pid)
         blocker.commit()
     worker.join(30)
 
@@ -346,13 +348,17 @@ def _settle_into(session: Session, outcome: list[BaseException | Task]) -> None:
         outcome.append(error)
 
 
-def _wait_until_blocked(services: Services, task_id: str) -> None:
-    """Until some backend waits on a lock (the settle behind the blocker's row lock)."""
+def _wait_until_blocked_by(services: Services, task_id: str, blocker_pid: int) -> None:
+    """Until a backend of this database waits on a lock the blocker holds (the settle behind
+    the blocker's row lock): another run's lock waits on the same server do not count."""
     deadline = time.monotonic() + 10
-    query = text("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'")
+    query = text(
+        "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+        "AND wait_event_type = 'Lock' AND CAST(:blocker AS integer) = ANY(pg_blocking_pids(pid))"
+    )
     while time.monotonic() < deadline:
         with services.store.engine.connect() as connection:
-            if connection.execute(query).scalar_one():
+            if connection.execute(query, {"blocker": blocker_pid}).scalar_one():
                 return
         time.sleep(0.01)
     raise AssertionError(f"the settle of {task_id} never waited for the row lock")

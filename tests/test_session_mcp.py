@@ -203,9 +203,9 @@ def test_a_command_agent_speaks_mcp_to_its_session_and_its_token_dies_with_it(
     config = json.loads((work_dir / ".mcp.json").read_text())
     url = config["mcpServers"]["surehand"]["url"]
     assert url.endswith(f"/tasks/{task_id}/mcp")
-    assert (
-        'bearer_token_env_var = "SUREHAND_MCP_TOKEN"'
-        in (work_dir / ".codex" / "config.toml").read_text()
-    )
+    assert config["mcpServers"]["surehand"]["headers"] == {
+        "Authorization": "Bearer ${SUREHAND_MCP_TOKEN}"
+    }
+    assert not (work_dir / ".codex").exists()  # Codex ignores it: its preset passes -c
     # The session is over: whatever token it had is refused now.
     assert httpx.post(url, json={}, headers={"Authorization": "Bearer x"}).status_code == 401

@@ -9,12 +9,18 @@ from __future__ import annotations
 
 import json
 import os
-import tomllib
 from pathlib import Path
 
 import pytest
 
-from surehand.agents.presets import AGENT_PROMPT, mcp_configs, program_for
+from surehand.agents.command import CommandAgent
+from surehand.agents.presets import (
+    AGENT_PROMPT,
+    Invocation,
+    PresetOptions,
+    mcp_configs,
+    program_for,
+)
 from surehand.errors import ConfigError
 from surehand.fcop.render import render_recovery
 from tests.session_helpers import (  # noqa: F401  (harness fixtures)
@@ -34,7 +40,8 @@ python3 - "$@" <<'EOF'
 import json, os, sys
 args = sys.argv[1:]
 record = {"argv": args, "cwd": os.getcwd(), "url": os.environ.get("SUREHAND_MCP_URL"),
-          "token": bool(os.environ.get("SUREHAND_MCP_TOKEN"))}
+          "token": bool(os.environ.get("SUREHAND_MCP_TOKEN")),
+          "sandboxed": open("/proc/1/comm").read().strip() == "bwrap"}
 open(os.environ["AGENT_TEST_RECORD"], "w").write(json.dumps(record))
 if "--output-last-message" in args:
     path = args[args.index("--output-last-message") + 1]
@@ -46,13 +53,19 @@ EOF
 """
 
 
-def test_claude_runs_print_mode_on_the_session_mcp_config_with_its_tools_allowed() -> None:
-    program = program_for("claude --model sonnet")
+SESSION = Invocation(Path("/srv/sessions/A-1"), URL)
+PROMPT = (
+    "Do the TASK in /srv/sessions/A-1/TASK.md, following the instructions about the surehand tools."
+)
 
-    assert program.argv(URL) == [
+
+def test_claude_runs_print_mode_on_the_session_mcp_config_with_its_tools_allowed() -> None:
+    program = program_for("claude --model sonnet", PresetOptions(claude_hooks=False))
+
+    assert program.argv(SESSION) == [
         "claude",
         "-p",
-        "Do the TASK in TASK.md, following the instructions about the surehand tools.",
+        PROMPT,
         "--append-system-prompt",
         AGENT_PROMPT,
         "--mcp-config",
@@ -68,34 +81,76 @@ def test_claude_runs_print_mode_on_the_session_mcp_config_with_its_tools_allowed
     assert program.report_file is None  # the text output is the final message
 
 
-def test_codex_runs_exec_with_the_server_as_config_overrides_and_a_last_message_file() -> None:
+def test_claude_gets_the_operators_tools_servers_workspace_and_the_journaling_hooks() -> None:
+    options = PresetOptions(
+        claude_tools=("Bash", "Edit", "mcp__github"), claude_mcp_configs=("/etc/agents/gh.json",)
+    )
+    session = Invocation(Path("/srv/sessions/A-1"), URL, workspace=Path("/srv/repo"))
+
+    argv = program_for("claude", options).argv(session)
+
+    assert argv[argv.index("--allowedTools") + 1] == "mcp__surehand,Bash,Edit,mcp__github"
+    configs = [argv[i + 1] for i, arg in enumerate(argv) if arg == "--mcp-config"]
+    assert configs == [".mcp.json", "/etc/agents/gh.json"]
+    assert argv[argv.index("--add-dir") + 1] == "/srv/repo"
+    assert "Work in the repository at /srv/repo." in argv[2]
+    hooks = json.loads(argv[argv.index("--settings") + 1])["hooks"]
+    assert set(hooks) == {"PreToolUse", "PostToolUse", "PostToolUseFailure"}
+    [pre] = hooks["PreToolUse"]
+    assert pre["matcher"] == "*"
+    assert "surehand/agents/claude_hook.py pre" in pre["hooks"][0]["command"]
+    assert pre["hooks"][0]["command"].endswith("|| exit 2")  # a hook that cannot start blocks
+
+
+def test_codex_runs_exec_with_the_server_and_sandbox_as_config_overrides_only() -> None:
     program = program_for("codex --full-auto")
 
-    assert program.argv(URL) == [
+    assert program.argv(SESSION) == [
         "codex",
         "exec",
         "--skip-git-repo-check",
         "--output-last-message",
-        "last-message.txt",
+        "/srv/sessions/A-1/last-message.txt",
+        "-c",
+        'sandbox_mode="workspace-write"',
         "-c",
         f'mcp_servers.surehand.url="{URL}"',
         "-c",
         'mcp_servers.surehand.bearer_token_env_var="SUREHAND_MCP_TOKEN"',
         "--full-auto",
-        AGENT_PROMPT,
+        f"{PROMPT}\n\n{AGENT_PROMPT}",
     ]
     assert program.report_file == "last-message.txt"
+    assert program.env(SESSION) == {"CODEX_HOME": "/srv/sessions/A-1/home/.codex"}
+
+
+def test_codex_in_surehands_sandbox_leaves_its_own_off_and_runs_in_the_workspace() -> None:
+    session = Invocation(Path("/s/A-1"), URL, workspace=Path("/srv/repo"), sandboxed=True)
+
+    argv = program_for("codex").argv(session)
+
+    assert argv[argv.index("-C") + 1] == "/srv/repo"
+    assert 'sandbox_mode="danger-full-access"' in argv
+    assert (
+        program_for("codex", PresetOptions(codex_sandbox="read-only"))
+        .argv(session)
+        .count('sandbox_mode="read-only"')
+        == 1
+    )
+    with pytest.raises(ConfigError, match="SUREHAND_CODEX_SANDBOX"):
+        PresetOptions(codex_sandbox="yolo")
 
 
 def test_any_other_program_runs_as_given_and_none_is_a_config_error() -> None:
-    assert program_for("sh 'my agent.sh' --fast").argv(URL) == ["sh", "my agent.sh", "--fast"]
+    assert program_for("sh 'my agent.sh' --fast").argv(SESSION) == ["sh", "my agent.sh", "--fast"]
     with pytest.raises(ConfigError, match="SUREHAND_COMMAND_AGENT"):
         program_for("  ")
 
 
-def test_the_mcp_config_files_name_the_server_and_leave_the_token_in_the_environment() -> None:
+def test_the_mcp_config_file_names_the_server_and_leaves_the_token_in_the_environment() -> None:
     files = mcp_configs(URL)
 
+    assert list(files) == [".mcp.json"]  # Codex ignores an untrusted directory's own config
     claude = json.loads(files[".mcp.json"])
     assert claude == {
         "mcpServers": {
@@ -105,10 +160,6 @@ def test_the_mcp_config_files_name_the_server_and_leave_the_token_in_the_environ
                 "headers": {"Authorization": "Bearer ${SUREHAND_MCP_TOKEN}"},
             }
         }
-    }
-    codex = tomllib.loads(files[".codex/config.toml"])
-    assert codex == {
-        "mcp_servers": {"surehand": {"url": URL, "bearer_token_env_var": "SUREHAND_MCP_TOKEN"}}
     }
 
 
@@ -142,9 +193,11 @@ def test_a_preset_session_gets_its_files_and_url_and_its_final_message_is_the_re
     assert seen["cwd"] == str(work_dir.resolve())
     assert seen["url"].endswith(f"/tasks/{task_id}/mcp")
     assert seen["token"]
-    assert seen["argv"] == program_for(cli).argv(seen["url"])[1:]
+    sh_agent = CommandAgent.from_settings(sh.settings)
+    session = Invocation(work_dir.resolve(), seen["url"], sandboxed=seen["sandboxed"])
+    assert seen["argv"] == sh_agent.program.argv(session)[1:]
     assert (work_dir / ".mcp.json").exists()
-    assert (work_dir / ".codex" / "config.toml").exists()
+    assert not (work_dir / ".codex" / "config.toml").exists()
 
 
 def test_the_recovery_section_lists_what_is_done_reviewed_and_open() -> None:

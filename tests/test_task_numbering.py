@@ -30,6 +30,7 @@ from surehand.store import Store, migrate, numbering
 from surehand.store import schema as tables
 from surehand.store.driver import DriverStatement
 from surehand.testing import ManualClock
+from tests.skips import not_applicable
 from tests.submission_helpers import counter_rows, request, seed_counter, shown_id
 
 DAY = "20261130"  # the ManualClock's default day
@@ -160,7 +161,7 @@ def test_a_create_on_postgres_is_still_two_statements_and_no_transaction(
     """The number is presented in Python from the key the allocating statement returns: no
     extra round trip (the receipt-or-number read, then the one-statement create)."""
     if services.store.dialect != "postgresql":
-        pytest.skip("SQLite runs in-process: no round trips")
+        not_applicable("SQLite runs in-process: no round trips")
     submit(services, "acme", "warm-up")  # schema check and compiled statements cached
     sent: list[str] = []
     execute = DriverStatement._execute

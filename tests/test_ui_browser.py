@@ -26,14 +26,12 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.conftest import IN_CI
+from tests.skips import missing
 
 try:
     from playwright.sync_api import Browser, Page, sync_playwright
-except ImportError:  # the dev extra has it; CI must not skip quietly
-    if IN_CI:
-        raise
-    pytest.skip("playwright is not installed (pip install -e '.[dev]')", allow_module_level=True)
+except ImportError:  # the dev extra has it
+    missing("playwright (pip install -e '.[dev]')")
 from tests.procs import Proc, wait_until
 from tests.test_up import start_up, stop
 from tests.ui_agents import EFFECTS_ENV, started
@@ -58,10 +56,7 @@ def chromium_path() -> str:
     found = shutil.which("chromium")
     if found:
         return found
-    message = "chromium is not installed (apt-get install chromium); the browser tests need it"
-    if IN_CI:
-        pytest.fail(message)
-    pytest.skip(message)
+    missing("chromium (apt-get install chromium): the browser tests drive it")
 
 
 @pytest.fixture(scope="module")

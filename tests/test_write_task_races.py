@@ -24,6 +24,7 @@ from surehand.dispatcher.context import Services
 from surehand.dispatcher.submissions import write_task
 from surehand.model import ConflictCode, Disposition, WriteTaskResult
 from surehand.store import Store
+from tests.skips import not_applicable
 from tests.submission_helpers import (
     TENANT,
     child_result,
@@ -140,7 +141,7 @@ def test_a_retry_answers_while_creators_hold_the_task_counter(services: Services
     there is no receipt; with a receipt it neither updates nor locks the counter row, so a
     retry answers at once even while a creator holds that row."""
     if services.store.dialect != "postgresql":
-        pytest.skip("SQLite serialises writers; the counter is allocated inside the create")
+        not_applicable("SQLite serialises writers; the counter is allocated inside the create")
     first = write_task(services, request(client_submission_id="held-1"), tenant=TENANT)
     again = request(client_submission_id="held-1")
     with ThreadPoolExecutor(1) as pool, services.store.engine.connect() as creator:
@@ -161,7 +162,7 @@ def test_concurrent_creates_keep_reusing_the_pooled_connections(services: Servic
     of the store and keep them: a pool that closed its overflow on return made every create
     beyond the pool's size fork a new Postgres backend (and cost more than the create)."""
     if services.store.dialect != "postgresql":
-        pytest.skip("SQLite connections are in-process files, not server backends")
+        not_applicable("SQLite connections are in-process files, not server backends")
     store = services.store
     engines = [store.engine, store.one_statement_engine, store._async_commit_engine]
     opened: Counter[int] = Counter()

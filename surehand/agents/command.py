@@ -15,11 +15,13 @@ as another user and without a network. Its outputs are read without trusting wha
 
 An LLM agent declares its effects itself through the session MCP server
 (``surehand.mcp.session_server``, handed in as a ``SessionDoorFactory``): the session gets a
-grant (``SUREHAND_MCP_URL``, ``SUREHAND_MCP_TOKEN``, ``.mcp.json`` and ``.codex/config.toml``
-in its directory) that is revoked when the session ends. A successor of an interrupted attempt
-finds a "Recovery" section in its ``TASK.md`` (``surehand.agents.briefing``).
-``SUREHAND_COMMAND_AGENT=claude`` or ``codex`` runs that CLI with a preset command line
-(``surehand.agents.presets``).
+grant (``SUREHAND_MCP_URL``, ``SUREHAND_MCP_TOKEN``, and ``.mcp.json`` in its directory) that is
+revoked when the session ends. A successor of an interrupted attempt finds a "Recovery" section
+in its ``TASK.md`` (``surehand.agents.briefing``). ``SUREHAND_COMMAND_AGENT=claude`` or
+``codex`` runs that CLI with a preset command line (``surehand.agents.presets``), in the
+workspace ``SUREHAND_AGENT_WORKSPACE`` names if any; a preset whose requirements are missing
+(the ``mcp`` extra, the CLI on PATH) is a ConfigError at worker start
+(:meth:`CommandAgent.require_ready`).
 
 The program cannot outlive its session: it runs in a process group of its own, led by a
 trampoline that kills the group if the worker process dies (``surehand.agents.reaper``), and the
@@ -32,6 +34,9 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
+import shutil
+import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -44,7 +49,17 @@ from surehand.agents.group_records import GroupRecord, GroupRecords
 from surehand.agents.groups import AgentGroup
 from surehand.agents.launch import Confinement, Launch
 from surehand.agents.outputs import OUTPUTS_DIR, open_private, read_report_file, tail_of
-from surehand.agents.presets import TOKEN_ENV, URL_ENV, Program, mcp_configs, program_for
+from surehand.agents.presets import (
+    TOKEN_ENV,
+    URL_ENV,
+    Invocation,
+    PresetOptions,
+    Program,
+    codex_sandbox,
+    mcp_configs,
+    program_for,
+)
+from surehand.agents.sandbox import BWRAP, workspace_path
 from surehand.agents.session_door import AgentGrant, SessionDoor, SessionDoorFactory
 from surehand.config import Settings
 from surehand.errors import AgentError, ConfigError
@@ -84,7 +99,7 @@ class CommandAgent:
         cls, settings: Settings, session_door: SessionDoorFactory | None = None
     ) -> CommandAgent:
         """The agent ``SUREHAND_COMMAND_AGENT`` names; ``session_door`` serves its tools."""
-        program = program_for(settings.command_agent)
+        program = program_for(settings.command_agent, preset_options(settings))
         return cls(
             program.base,
             settings=settings,
@@ -110,12 +125,60 @@ class CommandAgent:
         """How this process confines programs (resolved once; ConfigError if it cannot)."""
         return Confinement.from_settings(self.settings)
 
+    def require_ready(self) -> None:
+        """ConfigError now (worker start, ``surehand check``) if this agent's program cannot
+        run as configured: its confinement, and a preset's session server, extra and CLI."""
+        _ = self.confinement
+        workspace_path(self.settings)
+        if self.program.preset is None:
+            return
+        if not self.settings.session_mcp:
+            raise ConfigError(
+                f"the {self.program.preset} preset works through the session MCP server: set "
+                "SUREHAND_SESSION_MCP=true",
+                setting="SUREHAND_SESSION_MCP",
+            )
+        _ = self.mcp  # ConfigError without the mcp extra
+        self._require_codex_home()
+        cli = self.program.base[0]
+        if shutil.which(cli, path=os.environ.get("PATH")) is None:
+            raise ConfigError(
+                f"the {self.program.preset} preset runs {cli!r}, which is not on PATH here "
+                "(npm install -g @anthropic-ai/claude-code or @openai/codex, or name the "
+                "program's path after the preset)",
+                setting="SUREHAND_COMMAND_AGENT",
+            )
+
+    def _require_codex_home(self) -> None:
+        """Codex's own sandbox needs helper binaries in ``CODEX_HOME`` (the session's home) and
+        refuses to make them under the temporary directory: its shell commands would fail."""
+        if self.program.preset != "codex":
+            return
+        session = self._invocation(self.work_dir, None)
+        if codex_sandbox(self.settings.codex_sandbox, session) == "danger-full-access":
+            return
+        temp = Path(tempfile.gettempdir()).resolve()
+        if self.work_dir == temp or temp in self.work_dir.parents:
+            raise ConfigError(
+                f"Codex's own sandbox refuses to put its helpers under {temp}, where "
+                f"SUREHAND_WORK_DIR ({self.work_dir}) keeps the sessions' homes: set "
+                "SUREHAND_WORK_DIR elsewhere (or run in the bwrap sandbox)",
+                setting="SUREHAND_WORK_DIR",
+            )
+
     @functools.cached_property
     def mcp(self) -> SessionDoor | None:
-        """This process's session MCP server (None when turned off or without the mcp extra)."""
+        """This process's session MCP server (None when turned off or, for a program that is
+        not a preset, without the mcp extra; a preset without it is a ConfigError)."""
         if not self.settings.session_mcp:
             return None
         if self.session_door is None:
+            if self.program.preset is not None:
+                raise ConfigError(
+                    f"the {self.program.preset} preset needs the session MCP server, which "
+                    "needs the mcp extra: pip install 'surehand[mcp]'",
+                    setting="SUREHAND_COMMAND_AGENT",
+                )
             log.warning(
                 "command agents get no session MCP server: install surehand[mcp] (or set "
                 "SUREHAND_SESSION_MCP=false to say so)"
@@ -174,12 +237,22 @@ class CommandAgent:
 
     def _launch(self, ctx: SessionContext, work_dir: Path, grant: AgentGrant | None) -> Launch:
         door = self.mcp.door() if grant is not None and self.mcp is not None else None
+        session = self._invocation(work_dir, grant)
         return self.confinement.launch(
-            self.program.argv(grant.url if grant else None),
+            self.program.argv(session),
             name=ctx.attempt.attempt_id,
             session_dir=work_dir,
             session_env=self._session_env(ctx, work_dir, grant),
             mcp=door,
+            program_env=self.program.env(session),
+        )
+
+    def _invocation(self, work_dir: Path, grant: AgentGrant | None) -> Invocation:
+        return Invocation(
+            session_dir=work_dir,
+            mcp_url=grant.url if grant else None,
+            workspace=workspace_path(self.settings),
+            sandboxed=self.confinement.sandbox.mode == BWRAP,
         )
 
     def _start(
@@ -219,6 +292,8 @@ class CommandAgent:
             document += "\n" + render_recovery(brief.to_dict())
         session_dirs.write_private(work_dir, "TASK.md", document)
         session_dirs.make_private(work_dir / "home")
+        if self.program.preset == "codex":
+            session_dirs.make_private(work_dir / "home" / ".codex")  # its CODEX_HOME
         if grant is not None:
             for name, text in mcp_configs(grant.url).items():
                 session_dirs.make_private((work_dir / name).parent)
@@ -264,3 +339,19 @@ class CommandAgent:
             self.settings.session_retention_seconds, self.settings.command_timeout_seconds + 60
         )
         session_dirs.sweep(self.work_dir, retention=retention, keep=set(self.running))
+
+
+def preset_options(settings: Settings) -> PresetOptions:
+    """What the settings let a preset do (tools, MCP configs, hooks, Codex's sandbox)."""
+
+    def items(text: str) -> tuple[str, ...]:
+        return tuple(part.strip() for part in text.split(",") if part.strip())
+
+    return PresetOptions(
+        claude_tools=items(settings.claude_tools),
+        claude_mcp_configs=items(settings.claude_mcp_config),
+        claude_hooks=settings.claude_hooks,
+        effectful=items(settings.claude_effectful),
+        read_only_commands=items(settings.claude_read_only_commands),
+        codex_sandbox=settings.codex_sandbox,
+    )

@@ -80,16 +80,18 @@ def agent_environment(
     home: Path,
     setting: str,
     source: Mapping[str, str] | None = None,
+    program: Mapping[str, str] | None = None,
 ) -> dict[str, str]:
     """The whole environment of one session's program: ``session`` variables (only
-    :data:`SESSION_NAMES`), a ``HOME`` of its own, and what :func:`received_names` allows."""
+    :data:`SESSION_NAMES`), a ``HOME`` of its own, what :func:`received_names` allows, and
+    what a preset's CLI needs (``program``: Codex's ``CODEX_HOME``)."""
     env = os.environ if source is None else source
     unknown = set(session) - set(SESSION_NAMES)
     if unknown:
         raise ValueError(f"not session variables: {sorted(unknown)}")  # a programming error
     chosen = {name: env[name] for name in received_names(setting, env)}
     chosen["PATH"] = _path_with_surehand(chosen.get("PATH", DEFAULT_PATH))
-    return {**chosen, "HOME": str(home), **session}
+    return {**chosen, **(program or {}), "HOME": str(home), **session}
 
 
 def _path_with_surehand(path: str) -> str:

@@ -71,7 +71,7 @@ class Confinement:
             rlimits=_rlimits(settings, owner, cgroup=no_cgroup is None),
             owner=owner,
             hidden=tuple(sandbox.hidden_paths(settings)),
-            binds=tuple(sandbox.bound_paths(settings)),
+            binds=tuple(sandbox.bound_paths(settings)) + _workspace_bind(settings),
             env_setting=settings.agent_env,
             no_cgroup=no_cgroup,
             passed=environment.received_names(settings.agent_env),
@@ -103,11 +103,13 @@ class Confinement:
         session_dir: Path,
         session_env: Mapping[str, str],
         mcp: tuple[int, Path] | None = None,
+        program_env: Mapping[str, str] | None = None,
     ) -> Launch:
         """Confine ``program`` for the session ``name`` (its attempt id) in ``session_dir``;
-        ``mcp``: the session server's port and Unix socket, when the network is cut."""
+        ``mcp``: the session server's port and Unix socket, when the network is cut;
+        ``program_env``: what a preset's CLI needs in its environment."""
         env = environment.agent_environment(
-            session_env, home=session_dir / "home", setting=self.env_setting
+            session_env, home=session_dir / "home", setting=self.env_setting, program=program_env
         )
         cgroup = None
         if self.no_cgroup is None:
@@ -140,6 +142,11 @@ class Confinement:
         if mcp is None or self.sandbox.network != "none":
             return []
         return [(mcp[1], False)]
+
+
+def _workspace_bind(settings: Settings) -> tuple[tuple[Path, bool], ...]:
+    workspace = sandbox.workspace_path(settings)
+    return () if workspace is None else ((workspace, True),)
 
 
 def _rlimits(

@@ -1,25 +1,34 @@
 """What the command agent runs: any program, or a preset for a common LLM agent CLI.
 
-``SUREHAND_COMMAND_AGENT=claude`` or ``codex`` (optionally followed by more arguments for the
-CLI) runs that agent CLI non-interactively on the session's ``TASK.md``, connected to the
+``SUREHAND_COMMAND_AGENT=claude`` or ``codex`` (or the path of such a CLI,
+``/opt/agents/bin/claude``; optionally followed by more arguments for the CLI) runs that agent
+CLI non-interactively on the session's ``TASK.md``, connected to the
 session MCP server, with its final message captured as the REPORT. Anything else is a program
 line, split like a shell would (``shlex``), run as it is.
 
-The session directory also gets the MCP config files the CLIs read, whatever the program:
-``.mcp.json`` (Claude Code's format; the token comes from the environment, never the file) and
-``.codex/config.toml`` (Codex's ``[mcp_servers.<name>]`` table). Flags were checked against the
-documentation of Claude Code 2.x (``-p``, ``--mcp-config``, ``--strict-mcp-config``,
-``--allowedTools``, ``--output-format``, ``--append-system-prompt``) and Codex CLI 0.14x
-(``exec``, ``-c``, ``--skip-git-repo-check``, ``--output-last-message``); no LLM runs in
-surehand's tests, which check the files and command lines produced.
+The session directory gets ``.mcp.json`` (Claude Code's format; the token comes from the
+environment, never the file). Codex reads no project-local config of an untrusted directory,
+so its preset passes everything by ``-c`` overrides, and its home (``CODEX_HOME``) is the
+session's. The presets were run against Claude Code 2.1.332 and Codex 0.171.0 with scripted
+model doubles (``tests/test_agent_clis_real.py``).
+
+A preset can do real work (:class:`PresetOptions`, from the settings): the operator's extra
+tools for Claude Code (``SUREHAND_CLAUDE_TOOLS``: ``Bash``, ``Edit``, ``mcp__github``...) and
+their own MCP servers (``SUREHAND_CLAUDE_MCP_CONFIG``), Codex's sandbox mode
+(``SUREHAND_CODEX_SANDBOX``), and a workspace, the repository the agent works in
+(``SUREHAND_AGENT_WORKSPACE``: ``--add-dir`` for Claude Code, ``-C`` for Codex). Claude Code's
+tool calls are journaled by hooks (:mod:`surehand.agents.claude_hook`).
 """
 
 from __future__ import annotations
 
 import json
 import shlex
+import sys
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
 from surehand.errors import ConfigError
 
@@ -27,9 +36,15 @@ SERVER_NAME = "surehand"
 URL_ENV = "SUREHAND_MCP_URL"
 TOKEN_ENV = "SUREHAND_MCP_TOKEN"
 LAST_MESSAGE = "last-message.txt"
+PRESETS = ("claude", "codex")
+# Run by path (python -I FILE), not imported from here: a tool call the hook does not journal
+# then loads nothing of surehand (a hook runs twice per tool call).
+CLAUDE_HOOK = Path(__file__).resolve().with_name("claude_hook.py")
+HOOK_EVENTS = {"PreToolUse": "pre", "PostToolUse": "post", "PostToolUseFailure": "failure"}
+CODEX_SANDBOXES = ("auto", "read-only", "workspace-write", "danger-full-access")
 
 AGENT_PROMPT = """\
-You are working on the TASK described in TASK.md in the current directory. surehand runs this
+You are working on the TASK described in TASK.md in the session directory. surehand runs this
 session and must know every side effect you cause, so that after an interruption nothing is
 done twice. Use the surehand MCP tools:
 1. Call recovery_brief() first. Never repeat an effect it lists as done or confirmed_present.
@@ -46,23 +61,64 @@ If a tool answers stale_owner or lease_lost, stop at once: another attempt owns 
 
 
 @dataclass(frozen=True)
+class PresetOptions:
+    """What an operator lets a preset do (settings; the defaults: the session tools only)."""
+
+    claude_tools: tuple[str, ...] = ()
+    claude_mcp_configs: tuple[str, ...] = ()
+    claude_hooks: bool = True
+    effectful: tuple[str, ...] = ("Bash", "WebFetch", "mcp__*")
+    read_only_commands: tuple[str, ...] = ()
+    codex_sandbox: str = "auto"
+
+    def __post_init__(self) -> None:
+        if self.codex_sandbox not in CODEX_SANDBOXES:
+            raise ConfigError(
+                f"SUREHAND_CODEX_SANDBOX={self.codex_sandbox!r}: choose one of "
+                f"{', '.join(CODEX_SANDBOXES)}",
+                setting="SUREHAND_CODEX_SANDBOX",
+            )
+
+
+@dataclass(frozen=True)
+class Invocation:
+    """One session's side of the command line: its directory, server URL and workspace."""
+
+    session_dir: Path
+    mcp_url: str | None
+    workspace: Path | None = None
+    sandboxed: bool = False  # in surehand's bubblewrap sandbox
+
+    @property
+    def task_file(self) -> Path:
+        return self.session_dir / "TASK.md"
+
+
+@dataclass(frozen=True)
 class Program:
     """The program of a command agent: its argv for one session and where its REPORT is."""
 
     preset: str | None
     base: Sequence[str]
     report_file: str | None = None
+    options: PresetOptions = field(default_factory=PresetOptions)
 
-    def argv(self, mcp_url: str | None) -> list[str]:
-        """The command line for a session whose MCP server is at ``mcp_url`` (None: off)."""
+    def argv(self, session: Invocation) -> list[str]:
+        """The command line for one session."""
         if self.preset == "claude":
-            return claude_argv(self.base)
+            return claude_argv(self.base, session, self.options)
         if self.preset == "codex":
-            return codex_argv(self.base, mcp_url)
+            return codex_argv(self.base, session, self.options)
         return list(self.base)
 
+    def env(self, session: Invocation) -> dict[str, str]:
+        """Variables the preset's CLI needs besides the session's (Codex: its home)."""
+        if self.preset == "codex":
+            return {"CODEX_HOME": str(session.session_dir / "home" / ".codex")}
+        return {}
 
-def program_for(line: str) -> Program:
+
+def program_for(line: str, options: PresetOptions | None = None) -> Program:
     """The program ``SUREHAND_COMMAND_AGENT`` names (ConfigError when it names none)."""
     argv = shlex.split(line)
     if not argv:
@@ -71,58 +127,117 @@ def program_for(line: str) -> Program:
             "a command line)",
             setting="SUREHAND_COMMAND_AGENT",
         )
-    if argv[0] == "claude":
-        return Program("claude", argv)
-    if argv[0] == "codex":
-        return Program("codex", argv, report_file=LAST_MESSAGE)
+    chosen = options or PresetOptions()
+    name = Path(argv[0]).name  # a preset by name, or by the path of its CLI
+    if name == "claude":
+        return Program("claude", argv, options=chosen)
+    if name == "codex":
+        return Program("codex", argv, report_file=LAST_MESSAGE, options=chosen)
     return Program(None, argv)
 
 
-def claude_argv(base: Sequence[str]) -> list[str]:
-    """``claude -p PROMPT`` on the session's MCP config alone, its tools allowed, text out."""
+def prompt_for(session: Invocation) -> str:
+    """The user prompt: where the TASK is, and the workspace if there is one."""
+    prompt = (
+        f"Do the TASK in {session.task_file}, following the instructions about the surehand tools."
+    )
+    if session.workspace is not None:
+        prompt += f" Work in the repository at {session.workspace}."
+    return prompt
+
+
+def claude_argv(base: Sequence[str], session: Invocation, options: PresetOptions) -> list[str]:
+    """``claude -p PROMPT`` on the session's MCP config (and the operator's), the session tools
+    and the operator's allowed, hooks journaling its tool calls, text out."""
+    configs = [arg for path in options.claude_mcp_configs for arg in ("--mcp-config", path)]
+    tools = [f"mcp__{SERVER_NAME}", *options.claude_tools]
+    workspace = ["--add-dir", str(session.workspace)] if session.workspace else []
+    hooks = []
+    if options.claude_hooks:
+        settings = hook_settings(options.effectful, options.read_only_commands, tools)
+        hooks = ["--settings", json.dumps(settings)]
     return [
         base[0],
         "-p",
-        "Do the TASK in TASK.md, following the instructions about the surehand tools.",
+        prompt_for(session),
         "--append-system-prompt",
         AGENT_PROMPT,
         "--mcp-config",
         ".mcp.json",
+        *configs,
         "--strict-mcp-config",
         "--allowedTools",
-        f"mcp__{SERVER_NAME}",
+        ",".join(tools),
+        *workspace,
+        *hooks,
         "--output-format",
         "text",
         *base[1:],
     ]
 
 
-def codex_argv(base: Sequence[str], mcp_url: str | None) -> list[str]:
-    """``codex exec`` with the session MCP server given by ``-c`` overrides (nothing written
-    to the user's ``~/.codex``) and the final message written to ``last-message.txt``."""
+def codex_argv(base: Sequence[str], session: Invocation, options: PresetOptions) -> list[str]:
+    """``codex exec`` with the session MCP server and the sandbox mode given by ``-c`` overrides
+    (Codex ignores an untrusted directory's own config), run in the workspace if there is one,
+    the final message written to ``last-message.txt`` in the session directory."""
     servers = []
-    if mcp_url is not None:
+    if session.mcp_url is not None:
         servers = [
             "-c",
-            f"mcp_servers.{SERVER_NAME}.url={json.dumps(mcp_url)}",
+            f"mcp_servers.{SERVER_NAME}.url={json.dumps(session.mcp_url)}",
             "-c",
             f"mcp_servers.{SERVER_NAME}.bearer_token_env_var={json.dumps(TOKEN_ENV)}",
         ]
+    workspace = ["-C", str(session.workspace)] if session.workspace else []
     return [
         base[0],
         "exec",
         "--skip-git-repo-check",
         "--output-last-message",
-        LAST_MESSAGE,
+        str(session.session_dir / LAST_MESSAGE),
+        *workspace,
+        "-c",
+        f"sandbox_mode={json.dumps(codex_sandbox(options.codex_sandbox, session))}",
         *servers,
         *base[1:],
-        AGENT_PROMPT,
+        f"{prompt_for(session)}\n\n{AGENT_PROMPT}",
     ]
 
 
+def codex_sandbox(setting: str, session: Invocation) -> str:
+    """Codex's own sandbox mode: ``auto`` is ``danger-full-access`` inside surehand's sandbox
+    (which confines it already; Codex's cannot nest there), ``workspace-write`` outside it."""
+    if setting != "auto":
+        return setting
+    return "danger-full-access" if session.sandboxed else "workspace-write"
+
+
+def hook_settings(
+    effectful: Sequence[str], read_only: Sequence[str], allowed: Sequence[str]
+) -> dict[str, Any]:
+    """Claude Code settings with :mod:`surehand.agents.claude_hook` as the hook of every tool
+    call; ``allowed``: the tools Claude Code may run (``--allowedTools``), the only ones
+    journaled."""
+    options = ["--effectful", ",".join(effectful), "--read-only", ",".join(read_only)]
+    options += ["--allowed", ",".join(allowed)]
+
+    def command(event: str) -> str:
+        run = shlex.join([sys.executable, "-I", str(CLAUDE_HOOK), event, *options])
+        # Exit status 2 is the only one with which Claude Code refuses a PreToolUse call: a
+        # hook that cannot even start must still block it.
+        return f"{run} || exit {2 if event == 'pre' else 1}"
+
+    return {
+        "hooks": {
+            name: [{"matcher": "*", "hooks": [{"type": "command", "command": command(event)}]}]
+            for name, event in HOOK_EVENTS.items()
+        }
+    }
+
+
 def mcp_configs(mcp_url: str) -> dict[str, str]:
-    """``.mcp.json`` (Claude Code, Cursor and others) and ``.codex/config.toml`` (Codex) for the
-    session directory, by name: they name the session MCP server; the token stays in the env."""
+    """``.mcp.json`` (Claude Code, Cursor and others) for the session directory, by name: it
+    names the session MCP server; the token stays in the environment."""
     claude = {
         "mcpServers": {
             SERVER_NAME: {
@@ -132,8 +247,4 @@ def mcp_configs(mcp_url: str) -> dict[str, str]:
             }
         }
     }
-    codex = (
-        f"[mcp_servers.{SERVER_NAME}]\nurl = {json.dumps(mcp_url)}\n"
-        f"bearer_token_env_var = {json.dumps(TOKEN_ENV)}\n"
-    )
-    return {".mcp.json": json.dumps(claude, indent=2) + "\n", ".codex/config.toml": codex}
+    return {".mcp.json": json.dumps(claude, indent=2) + "\n"}

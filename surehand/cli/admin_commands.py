@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Annotated
 
@@ -14,9 +15,11 @@ from surehand.cli.common import (
     Tenant,
     console,
     emit_json,
+    err_console,
     handle_errors,
     open_existing,
 )
+from surehand.errors import StoreUnavailable
 from surehand.facade import Surehand
 from surehand.fcop.export import export_workspace
 from surehand.store import migrate
@@ -25,13 +28,47 @@ from surehand.store import migrate
 @db_app.command("upgrade")
 @handle_errors
 def db_upgrade(database_url: DatabaseUrl = None, as_json: JsonFlag = False) -> None:
-    """Apply pending schema migrations (safe to run from several processes at once)."""
+    """Apply pending schema migrations (safe to run from several processes at once).
+
+    Waits out a database that is still starting (SUREHAND_STARTUP_WAIT_SECONDS), as a one-shot
+    deployment job started beside it needs, and says whether anything was applied: a second
+    run finds the work done."""
     sh = Surehand(database_url=database_url)
+    before = current_when_reachable(sh, "db upgrade")
     revision = sh.upgrade()
     if as_json:
-        emit_json({"database": sh.store.describe(), "revision": revision})
+        emit_json(
+            {
+                "database": sh.store.describe(),
+                "revision": revision,
+                "previous": before,
+                "applied": before != revision,
+            }
+        )
+    elif before == revision:
+        console.print(
+            f"database {sh.store.describe()} is at migration [bold]{revision}[/]: done already"
+        )
     else:
-        console.print(f"database {sh.store.describe()} is at migration [bold]{revision}[/]")
+        console.print(
+            f"database {sh.store.describe()} is at migration [bold]{revision}[/] "
+            f"(upgraded from {before or 'an empty database'})"
+        )
+
+
+def current_when_reachable(sh: Surehand, what: str) -> str | None:
+    """The database's migration, retrying while the server refuses or is unreachable."""
+    deadline = time.monotonic() + sh.settings.startup_wait_seconds
+    delay = 0.25
+    while True:
+        try:
+            return migrate.current_revision(sh.store.engine)
+        except StoreUnavailable as error:
+            if not error.retryable or time.monotonic() + delay > deadline:
+                raise
+            err_console.print(f"{what}: waiting for the database ({error}); retrying", markup=False)
+            time.sleep(delay)
+            delay = min(delay * 2, 4.0)
 
 
 @db_app.command("current")

@@ -206,7 +206,22 @@ def check_agent_programs(settings: Settings) -> list[Check]:
             "host's processes and files as the worker's user does (README: What an agent can "
             "reach)",
         )
-    return found
+    return [*found, *_check_preset(settings)]
+
+
+def _check_preset(settings: Settings) -> list[Check]:
+    """A preset (claude, codex) has what it needs: the mcp extra and its CLI on PATH."""
+    from surehand.agents.command import CommandAgent
+    from surehand.runtime import session_door
+
+    try:
+        agent = CommandAgent.from_settings(settings, session_door())
+        if agent.program.preset is None:
+            return []
+        agent.require_ready()
+    except SurehandError as error:
+        return [Check("agent preset", "fail", error.message, "fix the setting it names")]
+    return [Check("agent preset", "ok", f"{agent.program.preset}: {agent.program.base[0]}")]
 
 
 def check_redis(settings: Settings) -> list[Check]:

@@ -12,6 +12,7 @@ from typing import Annotated
 
 import typer
 
+from surehand import logjson
 from surehand.agents import groups
 from surehand.cli.app import app
 from surehand.cli.common import (
@@ -238,6 +239,7 @@ def api(
     bind_host = host or settings.api_host
     Authenticator(settings).check_start(bind_host, "the API")
     require_services(settings, "api", embedded=embedded)
+    logjson.install(settings.log_format)
     bind_port = settings.api_port if port is None else port
     sh = Surehand(settings=settings)
     wait_for_store(sh, "api")

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Annotated, cast
 
 import typer
 
+from surehand import logjson
 from surehand.cli.app import app
 from surehand.cli.common import (
     DatabaseUrl,
@@ -74,6 +75,8 @@ def announce_confinement(sh: Surehand, roles: list[str]) -> None:
     commands = [agent for agent in agents if isinstance(agent, CommandAgent)]
     if commands:
         sweep_empty()  # cgroups a killed worker on this host left behind
+    for agent in commands:
+        agent.require_ready()  # a preset without its extra or CLI stops the worker here
     for agent in commands[:1]:  # one configuration per process
         for line in agent.confinement.describe():
             err_console.print(f"agent programs: {line}", highlight=False)
@@ -145,6 +148,7 @@ def worker(
         concurrency=threads,
     )
     require_services(sh.settings, "worker", embedded=embedded)
+    logjson.install(sh.settings.log_format)
     role_list = [role.strip() for role in roles.split(",") if role.strip()]
     require_agents(sh, role_list)  # fail now, not at the first message, if a role has none
     announce_confinement(sh, role_list)  # and if agent programs cannot be confined as set
@@ -165,6 +169,7 @@ def worker(
         hostname=nodename,
         queues=names,
         send_events=True,
+        quiet=sh.settings.log_format == "json",  # no text banner between the JSON lines
         without_mingle=True,
         without_gossip=True,
     )
@@ -189,6 +194,7 @@ def beat(
     """
     sh = _open(database_url=database_url, redis_url=redis_url, broker_url=broker_url)
     require_services(sh.settings, "beat", embedded=embedded)
+    logjson.install(sh.settings.log_format)
     announce_probes(sh)
     # Beat's schedule file lives under SUREHAND_HOME, not in whatever directory it started in.
     sh.settings.home.mkdir(parents=True, exist_ok=True)

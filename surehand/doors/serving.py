@@ -62,9 +62,12 @@ def _config(app: Any, log_level: str, forwarded_allow_ips: str | None) -> uvicor
     # access_log off unless debugging: request lines would repeat every task id at INFO.
     # Proxy headers (X-Forwarded-For/-Proto) are believed only from the addresses listed
     # (SUREHAND_API_FORWARDED_ALLOW_IPS): anyone else could claim any address or scheme.
+    from surehand import logjson
+
     return uvicorn.Config(
         app,
         log_level=log_level,
+        log_config=logjson.uvicorn_log_config() or uvicorn.config.LOGGING_CONFIG,
         access_log=log_level == "debug",
         proxy_headers=True,
         forwarded_allow_ips=forwarded_allow_ips or "127.0.0.1",

@@ -41,6 +41,13 @@ REDIS_TRANSPORT_OPTIONS: Mapping[str, Any] = {
     "priority_steps": sorted(_PRIORITY_STEPS.values()),
     "sep": ":",
     "queue_order_strategy": "priority",
+    # A network partition leaves half-open connections behind. Without a socket timeout a
+    # synchronous command on one (a task event, a publish) waits forever and the worker never
+    # comes back once the network does (compose/check's partition scenario); kombu's own
+    # BRPOP health check covers only the consuming connection.
+    "socket_timeout": 10.0,
+    "socket_connect_timeout": 5.0,
+    "socket_keepalive": True,
 }
 
 

@@ -263,8 +263,11 @@ def running_pages(connection: Connection, *, page_size: int) -> Iterator[list[Ru
             attempts.c.state == AttemptState.RUNNING.value
         )
     )
-    for rows in result.partitions():
-        yield [RunningLease(row[0], row[1], row[2]) for row in rows]
+    try:
+        for rows in result.partitions():
+            yield [RunningLease(row[0], row[1], row[2]) for row in rows]
+    finally:  # a scan abandoned mid-way (Redis failed) closes its server-side cursor now
+        result.close()
 
 
 def count(

@@ -35,6 +35,17 @@ from surehand.errors import (
 
 SQLITE_BUSY_TIMEOUT_MS = 30_000
 PG_LOCK_TIMEOUT = "15s"
+# A partition (or a database host that went away) leaves connections half-open: a statement
+# sent on one waits out the kernel's retransmissions (~15 min) while the session's lease, kept
+# in Redis, stays alive and its TASK sits in active. Keepalives find an idle dead connection,
+# tcp_user_timeout one with unacknowledged data; either fails as StoreUnavailable (retryable).
+PG_TCP_ARGS: dict[str, int] = {
+    "keepalives": 1,
+    "keepalives_idle": 10,
+    "keepalives_interval": 5,
+    "keepalives_count": 3,
+    "tcp_user_timeout": 30_000,  # ms
+}
 DEFAULT_POOL_SIZE = 10  # Settings.database_pool_size
 MAX_OVERFLOW = 20
 _SQLITE_TABLE = re.compile(r"(?:UNIQUE|PRIMARY KEY) constraint failed: (\w+)\.")
@@ -65,7 +76,7 @@ def make_engine(url: str, *, pool_size: int = DEFAULT_POOL_SIZE) -> Engine:
             pool_pre_ping=False,
             pool_size=pool_size,
             max_overflow=MAX_OVERFLOW,
-            connect_args={"options": f"-c lock_timeout={PG_LOCK_TIMEOUT}"},
+            connect_args={"options": f"-c lock_timeout={PG_LOCK_TIMEOUT}", **PG_TCP_ARGS},
         )
     except (exc.NoSuchModuleError, ImportError) as error:
         raise BadDatabaseUrl(
@@ -141,7 +152,7 @@ def make_autocommit_engine(
             max_overflow=MAX_OVERFLOW,
             isolation_level="AUTOCOMMIT",
             pool_reset_on_return=None,
-            connect_args={"options": options},
+            connect_args={"options": options, **PG_TCP_ARGS},
         )
     )
 

@@ -1,0 +1,340 @@
+"""The real Claude Code and Codex CLIs (pinned, from npm) under real ``surehand worker``
+processes, against scripted doubles of their model APIs (tests/model_doubles.py).
+
+Each drives the session tools (recovery_brief, effect_begin, effect_end) and its final message
+becomes the REPORT. Claude Code works in a git workspace (``SUREHAND_AGENT_WORKSPACE``) with
+Bash and Write allowed, and its hooks journal the Bash commands it never declared: a worker
+SIGKILLed in the middle of one leaves an open intent naming the command, so the TASK is held,
+and the command (which Claude Code starts in a session of its own) does not outlive its
+session, in the bubblewrap sandbox or in the fallback; one SIGKILLed after the command ran is
+followed by a successor whose identical command is blocked with the recorded outcome."""
+
+# ruff: noqa: F811  (test functions take the fixtures imported below)
+
+from __future__ import annotations
+
+import json
+import shlex
+import shutil
+import signal
+import subprocess
+import threading
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from surehand.facade import Surehand
+from surehand.model import Admission, Bucket, EffectFact, OperationState
+from surehand.store import Store
+from surehand.ui.views import where_to_check
+from tests.agent_clis import AgentClis, require_clis
+from tests.agent_procs import require_proc
+from tests.model_doubles import (
+    AnthropicDouble,
+    Call,
+    Exchange,
+    Final,
+    ModelDouble,
+    OpenAIResponsesDouble,
+    Script,
+    Step,
+    StepFor,
+    serving,
+)
+from tests.procs import Proc, RedisServer, running, start_worker, wait_until
+from tests.session_helpers import attempts_of, operations_of, read_task, reports_of
+from tests.test_agent_groups import reconciling_client  # noqa: F401  (fixture)
+from tests.test_workers import broker, worker_env  # noqa: F401  (fixture)
+
+pytestmark = pytest.mark.slow
+
+SESSION_TOOLS = ",".join(
+    f"mcp__surehand__{tool}" for tool in ("recovery_brief", "effect_begin", "effect_end")
+)
+CLAUDE_ENV = {
+    "ANTHROPIC_API_KEY": "test-key",
+    "DISABLE_AUTOUPDATER": "1",
+    "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+    "DISABLE_TELEMETRY": "1",
+}
+REPORT = "Rotated the keys: ticket OPS-1."
+
+
+@pytest.fixture(scope="module")
+def clis() -> AgentClis:
+    return require_clis()
+
+
+@pytest.fixture
+def workspace(tmp_path: Path) -> Path:
+    """A git repository the agent works in."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    (repo / "README").write_text("a repository\n")
+    return repo
+
+
+def claude_env(
+    store: Store,
+    broker: RedisServer,
+    tmp_path: Path,
+    clis: AgentClis,
+    model: ModelDouble,
+    sandbox: str = "auto",
+) -> dict[str, str]:
+    return worker_env(
+        store,
+        broker,
+        tmp_path,
+        SUREHAND_AGENTS="DEV=command",
+        SUREHAND_COMMAND_AGENT=str(clis.claude),
+        SUREHAND_CLAUDE_TOOLS="Bash,Write",
+        SUREHAND_AGENT_WORKSPACE=str(tmp_path / "repo"),
+        SUREHAND_LEASE_TTL_SECONDS="3",
+        SUREHAND_AGENT_SANDBOX=sandbox,
+        SUREHAND_AGENT_ENV=",".join(["ANTHROPIC_BASE_URL", *CLAUDE_ENV]),
+        ANTHROPIC_BASE_URL=model.url,
+        **CLAUDE_ENV,
+    )
+
+
+def begun_id(exchange: Exchange) -> int:
+    """The operation id of the newest effect_begin answer."""
+    for text in reversed(exchange.results):
+        if '"operation_id"' in text:
+            return int(json.loads(text[text.index("{") : text.rindex("}") + 1])["operation_id"])
+    raise AssertionError(f"no effect_begin answer in {exchange.results}")
+
+
+def declared_ticket(ledger: Path) -> list[StepFor]:
+    """recovery_brief, then a declared effect (effect_begin, the command, effect_end)."""
+    return [
+        Call("ToolSearch", {"query": f"select:{SESSION_TOOLS}", "max_results": 5}),
+        Call("mcp__surehand__recovery_brief", {}),
+        Call("mcp__surehand__effect_begin", {"name": "ticket.create", "args": {"title": "keys"}}),
+        Call("Bash", {"command": f"echo ticket >> {ledger}", "description": "open the ticket"}),
+        lambda ex: Call(
+            "mcp__surehand__effect_end",
+            {"operation_id": begun_id(ex), "outcome": "succeeded", "receipt": "OPS-1"},
+        ),
+    ]
+
+
+def submitted(client: Surehand) -> str:
+    created = client.write_task(
+        sender="PM", recipient="DEV", subject="Rotate the API keys", body="Open a ticket."
+    )
+    assert created.task_id is not None
+    return created.task_id
+
+
+def settled_by(client: Surehand, store: Store, task_id: str, worker: Proc) -> None:
+    def settled() -> bool:
+        if worker.returncode is not None:
+            pytest.fail(f"the worker exited:\n{worker.output()[-3000:]}")
+        client.reconciler.run_once()
+        return read_task(store, task_id).bucket is Bucket.REVIEW
+
+    wait_until(settled, timeout=180, interval=0.5, what=f"{task_id} to be settled")
+
+
+def test_claude_declares_an_effect_edits_the_workspace_and_its_undeclared_bash_is_journaled(
+    store: Store,
+    broker: RedisServer,
+    reconciling_client: Surehand,
+    tmp_path: Path,
+    clis: AgentClis,
+    workspace: Path,
+) -> None:
+    ledger, pushed = tmp_path / "ledger.txt", tmp_path / "pushed.txt"
+    push = f"echo pushed >> {pushed}"
+    steps = [
+        *declared_ticket(ledger),
+        Call("Write", {"file_path": str(workspace / "NOTES.md"), "content": "keys rotated\n"}),
+        Call("Bash", {"command": push, "description": "push"}),
+        Call("Bash", {"command": "echo refused >&2; exit 3", "description": "fail"}),
+        Final(REPORT),
+    ]
+    with serving(AnthropicDouble(Script(steps))) as model:
+        env = claude_env(store, broker, tmp_path, clis, model)
+        with running(start_worker(env, tmp_path / "worker.log")) as worker:
+            task_id = submitted(reconciling_client)
+            settled_by(reconciling_client, store, task_id, worker)
+
+    [report] = reports_of(store, task_id)
+    assert report.body == REPORT
+    assert ledger.read_text() == "ticket\n"
+    assert pushed.read_text() == "pushed\n"
+    assert (workspace / "NOTES.md").read_text() == "keys rotated\n"
+    ticket, bash, failed = operations_of(store, task_id)
+    assert (ticket.name, ticket.state, ticket.external_receipt) == (
+        "ticket.create",
+        OperationState.SUCCEEDED,
+        "OPS-1",
+    )
+    # The Bash inside the declared effect is not journaled again; the undeclared one is.
+    assert (bash.name, bash.state) == ("claude:Bash", OperationState.SUCCEEDED)
+    assert bash.args == {"undeclared": True, "tool": "Bash", "input": {"command": push}}
+    # A command that failed is settled from PostToolUseFailure: failed, with its exit.
+    assert (failed.name, failed.state) == ("claude:Bash", OperationState.FAILED)
+    assert "Exit code 3" in str(failed.error)
+
+
+@pytest.fixture
+def sessions_off_tmp() -> Iterator[Path]:
+    """Session directories outside the temporary directory (Codex's own sandbox refuses to
+    put its helpers in a CODEX_HOME there)."""
+    path = Path.home() / ".cache" / "surehand-test-sessions" / uuid.uuid4().hex
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.mark.parametrize("sandbox", ["auto", "none"])
+def test_codex_drives_the_session_tools_runs_in_the_workspace_and_its_last_message_is_the_report(
+    sandbox: str,
+    store: Store,
+    broker: RedisServer,
+    reconciling_client: Surehand,
+    tmp_path: Path,
+    clis: AgentClis,
+    workspace: Path,
+    sessions_off_tmp: Path,
+) -> None:
+    steps: list[StepFor] = [
+        Call("mcp__surehand__recovery_brief", {}),
+        Call("mcp__surehand__effect_begin", {"name": "ticket.create", "args": {"title": "keys"}}),
+        Call("exec_command", {"cmd": "echo keys rotated >> NOTES.md"}),
+        lambda ex: Call(
+            "mcp__surehand__effect_end",
+            {"operation_id": begun_id(ex), "outcome": "succeeded", "receipt": "OPS-1"},
+        ),
+        Final(REPORT),
+    ]
+    with serving(OpenAIResponsesDouble(Script(steps))) as model:
+        provider = f'{{name="double",base_url="{model.url}/v1",wire_api="responses"}}'
+        overrides = ["-c", "model_provider=double", "-c", f"model_providers.double={provider}"]
+        line = shlex.join([str(clis.codex), "-m", "gpt-5-codex", *overrides])
+        env = worker_env(
+            store,
+            broker,
+            tmp_path,
+            SUREHAND_AGENTS="DEV=command",
+            SUREHAND_COMMAND_AGENT=line,
+            SUREHAND_AGENT_WORKSPACE=str(workspace),
+            SUREHAND_AGENT_SANDBOX=sandbox,
+            SUREHAND_WORK_DIR=str(sessions_off_tmp),
+            SUREHAND_LEASE_TTL_SECONDS="3",
+            SUREHAND_AGENT_ENV="OPENAI_API_KEY",
+            OPENAI_API_KEY="test-key",
+        )
+        with running(start_worker(env, tmp_path / "worker.log")) as worker:
+            task_id = submitted(reconciling_client)
+            settled_by(reconciling_client, store, task_id, worker)
+
+    [report] = reports_of(store, task_id)
+    assert report.body == REPORT
+    [ticket] = operations_of(store, task_id)
+    assert (ticket.state, ticket.external_receipt) == (OperationState.SUCCEEDED, "OPS-1")
+    assert {"mcp__surehand/effect_begin", "mcp__surehand/recovery_brief"} <= model.tool_names()
+    assert (workspace / "NOTES.md").read_text() == "keys rotated\n"
+
+
+def alive_with(marker: str) -> list[int]:
+    """Host processes whose command line holds ``marker``."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        try:
+            if proc.name.isdigit() and marker in (proc / "cmdline").read_bytes().decode(
+                errors="replace"
+            ):
+                found.append(int(proc.name))
+        except OSError:
+            continue
+    return found
+
+
+@pytest.mark.parametrize("sandbox", ["auto", "none"])
+def test_a_worker_killed_mid_command_holds_the_task_naming_it_and_the_command_dies_too(
+    sandbox: str,
+    store: Store,
+    broker: RedisServer,
+    reconciling_client: Surehand,
+    tmp_path: Path,
+    clis: AgentClis,
+    workspace: Path,
+) -> None:
+    require_proc()
+    marker, started = uuid.uuid4().hex, tmp_path / "started"
+    command = f"touch {started}; python3 -c 'import time; time.sleep(600)' {marker}"
+    steps = [*declared_ticket(tmp_path / "ledger.txt"), Call("Bash", {"command": command})]
+    with serving(AnthropicDouble(Script(steps))) as model:
+        env = claude_env(store, broker, tmp_path, clis, model, sandbox)
+        with running(start_worker(env, tmp_path / "worker.log")) as worker:
+            task_id = submitted(reconciling_client)
+            wait_until(started.exists, timeout=120, what="the command to start")
+            assert alive_with(marker)
+            worker.kill(signal.SIGKILL)
+        wait_until(lambda: not alive_with(marker), timeout=30, what="the command to die")
+
+        def held() -> bool:
+            reconciling_client.reconciler.run_once()
+            return read_task(store, task_id).hold is not None
+
+        wait_until(held, timeout=60, interval=0.5, what="the TASK to be held")
+
+    [case] = reconciling_client.cases()
+    assert (case.effect_fact, case.admission) == (EffectFact.UNKNOWN, Admission.HOLD_FOR_REVIEW)
+    ticket, bash = operations_of(store, task_id)
+    assert ticket.state is OperationState.SUCCEEDED
+    assert (bash.name, bash.state) == ("claude:Bash", OperationState.INTENT)
+    assert bash.args["input"] == {"command": command}
+    assert command in where_to_check(read_task(store, task_id), bash)[0]  # the case page
+
+
+@pytest.fixture
+def released() -> Iterator[threading.Event]:
+    event = threading.Event()
+    yield event
+    event.set()
+
+
+def test_a_successors_identical_command_is_blocked_with_the_recorded_outcome(
+    store: Store,
+    broker: RedisServer,
+    reconciling_client: Surehand,
+    tmp_path: Path,
+    clis: AgentClis,
+    workspace: Path,
+    released: threading.Event,
+) -> None:
+    ledger = tmp_path / "deploys.txt"
+    deploy = f"echo deployed >> {ledger}"
+    thinking = tmp_path / "thinking"
+
+    def think_forever(exchange: Exchange) -> Step:
+        if "already ran for this TASK" in exchange.results[-1]:
+            return Final("The deploy already ran in attempt 1; not repeated.")
+        thinking.touch()
+        released.wait(600)  # the model never answers attempt 1: its worker is killed
+        return Final("too late")
+
+    steps: list[StepFor] = [Call("Bash", {"command": deploy, "description": "x"}), think_forever]
+    with serving(AnthropicDouble(Script(steps))) as model:
+        env = claude_env(store, broker, tmp_path, clis, model)
+        with running(start_worker(env, tmp_path / "worker-1.log")) as worker:
+            task_id = submitted(reconciling_client)
+            wait_until(thinking.exists, timeout=120, what="the command to have run")
+            worker.kill(signal.SIGKILL)
+        with running(start_worker(env, tmp_path / "worker-2.log")) as second:
+            settled_by(reconciling_client, store, task_id, second)
+
+    assert ledger.read_text() == "deployed\n"
+    [_first, successor] = attempts_of(store, task_id)
+    [report] = reports_of(store, task_id)
+    assert report.body == "The deploy already ran in attempt 1; not repeated."
+    [bash] = operations_of(store, task_id)
+    assert (bash.state, bash.epoch) == (OperationState.SUCCEEDED, 1)
+    assert successor.number == 2
