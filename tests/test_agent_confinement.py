@@ -13,6 +13,7 @@ import re
 import shlex
 import shutil
 import socket
+import subprocess
 import sys
 import tempfile
 import time
@@ -353,3 +354,32 @@ def test_an_agent_without_a_network_reaches_its_session_server_and_nothing_else(
     [report] = reports_of(sh.store, task_id)
     assert report.body.splitlines() == ["refused 5432", "refused 6379", "effect-ran"]
     assert attempts_of(sh.store, task_id)[0].state is AttemptState.SUCCEEDED
+
+
+def test_a_python_under_tmp_still_starts_in_the_sandbox(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The sandbox gives the program a private /tmp: a worker whose virtualenv (or checkout)
+    lies under /tmp must still find its own interpreter there (a CI checkout under /tmp did
+    not: ``bwrap: execvp .../python: No such file or directory``)."""
+    binary = shutil.which("bwrap")
+    if binary is None:
+        missing("bwrap (bubblewrap)")
+    home = Path(tempfile.mkdtemp(prefix="surehand-venv-", dir="/tmp"))
+    try:
+        venv = home / "venv"
+        subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+        monkeypatch.setattr(sys, "prefix", str(venv))
+        session_dir = tmp_path / "session"
+        session_dir.mkdir()
+        box = sandbox.Sandbox(sandbox.BWRAP, "test", binary=binary)
+        argv = box.wrap(
+            [str(venv / "bin" / "python"), "-c", "print('started')"],
+            session_dir=session_dir,
+            hidden=[],
+            binds=[],
+        )
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
+    assert (done.returncode, done.stdout.strip()) == (0, "started"), done.stderr

@@ -27,6 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+EXIT_RETRY = 75  # the CLI's EX_TEMPFAIL: retry the same call later
+
 HERE = Path(__file__).resolve().parent
 COMPOSE = HERE.parent
 FILES = (
@@ -139,10 +141,23 @@ class Stack:
     def health(self, name: str) -> str:
         return self.podman("inspect", name, "--format", "{{.State.Health.Status}}").stdout.strip()
 
-    def cli(self, *args: str) -> Any:
-        """``surehand ARGS --json`` inside the API container (the CLI where the stack runs)."""
+    def cli(self, *args: str, attempts: int = 5) -> Any:
+        """``surehand ARGS --json`` inside the API container (the CLI where the stack runs).
+
+        Exit 75 is the CLI's "retry later" (the store was unreachable or busy for a moment, as
+        right after a container is killed): retried, as its users are told to; any other
+        failure, or 75 every time, fails the check with the CLI's own answer."""
         api = self.containers("api")[0]
-        done = self.podman("exec", api, "surehand", *args, "--json")
+        for attempt in range(attempts):
+            done = self.podman("exec", api, "surehand", *args, "--json", check=False)
+            if done.returncode != EXIT_RETRY or attempt == attempts - 1:
+                break
+            time.sleep(1 + attempt)
+        if done.returncode != 0:
+            raise CheckFailed(
+                f"surehand {' '.join(args)} exit {done.returncode}: "
+                f"{(done.stdout + done.stderr)[-800:]}"
+            )
         return json.loads(done.stdout)
 
     # -- HTTP --------------------------------------------------------------------------------

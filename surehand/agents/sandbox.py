@@ -33,6 +33,7 @@ import functools
 import logging
 import shutil
 import subprocess
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -47,6 +48,7 @@ BWRAP = "bwrap"
 NONE = "none"
 ALWAYS_HIDDEN = ("/run",)
 _SQLITE_SIDES = ("", "-wal", "-shm", "-journal")
+PACKAGE = Path(__file__).resolve().parents[1]  # surehand/, where the trampoline lives
 
 
 @dataclass(frozen=True)
@@ -115,6 +117,7 @@ def _view(
     session_dir: Path, hidden: Sequence[Path], binds: Sequence[tuple[Path, bool]]
 ) -> list[str]:
     args = ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
+    binds = [*binds, *((path, False) for path in runtime_under_tmp())]
     # The most specific path wins: mounts go outer first, so a hidden path stays hidden inside
     # a bound one (a repository that holds the surehand home), a path bound inside a hidden one
     # is seen, and of a path both bound and hidden, the hiding comes last. The session
@@ -124,6 +127,15 @@ def _view(
     for _path, _order, mount in sorted(mounts, key=lambda m: (len(m[0].parts), m[1])):
         args += mount
     return [*args, "--bind", str(session_dir), str(session_dir)]
+
+
+def runtime_under_tmp() -> list[Path]:
+    """The Python and the surehand package the trampoline runs on, where the private ``/tmp``
+    would hide them (a virtualenv or a checkout under ``/tmp``): bound back read-only, or the
+    sandbox cannot start its own first process (``execvp ...python: No such file``)."""
+    wanted = {Path(sys.prefix), Path(sys.base_prefix), Path(sys.executable).parent, PACKAGE}
+    found = {path.resolve() for path in wanted} | wanted
+    return sorted(path for path in found if path.is_relative_to("/tmp") and path.exists())
 
 
 def _bind(path: Path, writable: bool) -> list[str]:
