@@ -132,8 +132,10 @@ def _view(
 def runtime_under_tmp() -> list[Path]:
     """The Python and the surehand package the trampoline runs on, where the private ``/tmp``
     would hide them (a virtualenv or a checkout under ``/tmp``): bound back read-only, or the
-    sandbox cannot start its own first process (``execvp ...python: No such file``)."""
-    wanted = {Path(sys.prefix), Path(sys.base_prefix), Path(sys.executable).parent, PACKAGE}
+    sandbox cannot start its own first process (``execvp ...python: No such file``). For a
+    checkout, the directory surehand is imported from is bound whole, as the rest of the host
+    is seen: read-only, with the hidden paths still hidden inside it."""
+    wanted = {Path(sys.prefix), Path(sys.base_prefix), Path(sys.executable).parent, PACKAGE.parent}
     found = {path.resolve() for path in wanted} | wanted
     return sorted(path for path in found if path.is_relative_to("/tmp") and path.exists())
 
