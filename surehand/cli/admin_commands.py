@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Annotated
 
@@ -15,11 +14,10 @@ from surehand.cli.common import (
     Tenant,
     console,
     emit_json,
-    err_console,
     handle_errors,
     open_existing,
+    while_starting,
 )
-from surehand.errors import StoreUnavailable
 from surehand.facade import Surehand
 from surehand.fcop.export import export_workspace
 from surehand.store import migrate
@@ -58,17 +56,7 @@ def db_upgrade(database_url: DatabaseUrl = None, as_json: JsonFlag = False) -> N
 
 def current_when_reachable(sh: Surehand, what: str) -> str | None:
     """The database's migration, retrying while the server refuses or is unreachable."""
-    deadline = time.monotonic() + sh.settings.startup_wait_seconds
-    delay = 0.25
-    while True:
-        try:
-            return migrate.current_revision(sh.store.engine)
-        except StoreUnavailable as error:
-            if not error.retryable or time.monotonic() + delay > deadline:
-                raise
-            err_console.print(f"{what}: waiting for the database ({error}); retrying", markup=False)
-            time.sleep(delay)
-            delay = min(delay * 2, 4.0)
+    return while_starting(sh, what, lambda: migrate.current_revision(sh.store.engine))
 
 
 @db_app.command("current")

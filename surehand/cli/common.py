@@ -234,12 +234,17 @@ def wait_for_store(sh: Surehand, what: str) -> None:
     connections for a moment (``SUREHAND_STARTUP_WAIT_SECONDS``): a supervisor that starts
     workers beside the database, or restarts one during a failover, should not need to retry.
     A configuration mistake (missing database, refused login) fails at once."""
+    while_starting(sh, what, sh.store.ensure_schema)
+
+
+def while_starting(sh: Surehand, what: str, call: Callable[[], R]) -> R:
+    """``call()``, retried with back-off while the store is unavailable in a retryable way,
+    for at most ``SUREHAND_STARTUP_WAIT_SECONDS``; anything else is raised at once."""
     deadline = time.monotonic() + sh.settings.startup_wait_seconds
     delay = 0.25
     while True:
         try:
-            sh.store.ensure_schema()
-            return
+            return call()
         except StoreUnavailable as error:
             if not error.retryable or time.monotonic() + delay > deadline:
                 raise
