@@ -166,3 +166,23 @@ def mixed_effects(ctx: SessionContext) -> str:
                 retry_policy="keyed",
             )
     return f"plan done in attempt {ctx.attempt.number}"
+
+
+def partitioned_owner(ctx: SessionContext) -> str:
+    """Attempt 1 waits until its session is told it lost the lease, then tries its effect
+    anyway (refused, marked ``refused``); a successor runs the effect at once."""
+    if ctx.attempt.number == 1:
+        _mark(ctx, "started")
+        ctx.wait_cancelled(_sleep_seconds(60.0))
+        try:
+            _append_once(ctx)
+        except Exception:
+            _mark(ctx, "refused")
+            raise
+    else:
+        _append_once(ctx)
+    return f"appended in attempt {ctx.attempt.number}"
+
+
+def _append_once(ctx: SessionContext) -> None:
+    ctx.operation("append", {"task": ctx.task.task_id}, lambda: _effect(ctx, "append", None))

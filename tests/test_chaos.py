@@ -542,6 +542,46 @@ def test_a_paused_owner_that_wakes_after_its_successor_settled_is_fenced_and_rec
     assert owner.returncode is None  # it carried on, refused, without dying
 
 
+@postgres_only
+def test_a_cut_off_owner_that_knows_its_lease_is_lost_still_submits_its_end_and_is_fenced(
+    chaos: Chaos,
+) -> None:
+    """A partition, process-level: SIGSTOP the worker past its lease TTL with its heartbeat
+    live, let the successor settle on another worker, SIGCONT. The old heartbeat finds the
+    lease gone and stops the agent, whose effect is refused; the session then submits the end
+    of its attempt with its old epoch, and the store fences it and records the fenced write
+    (the evidence of a late owner). Nothing else changes; the effect ran once."""
+    owner = chaos.worker("partitioned_owner")
+    chaos.reconcile_in_background()
+    task_id = chaos.submit()
+    chaos.wait((chaos.markers / f"{task_id}-started-1").exists, "attempt 1 to start")
+    os.killpg(owner.process.pid, signal.SIGSTOP)
+
+    case = chaos.decided(task_id)
+    assert (case.effect_fact, case.admission) == (EffectFact.NONE_VERIFIED, Admission.REEXECUTE)
+    assert_detected(chaos, task_id)
+    chaos.worker("partitioned_owner")
+    chaos.wait(lambda: chaos.task(task_id).bucket is Bucket.REVIEW, "the successor to settle")
+    settled_case, settled_task = chaos.cases(task_id)[0], chaos.task(task_id)
+
+    os.killpg(owner.process.pid, signal.SIGCONT)
+    chaos.wait(
+        lambda: bool(chaos.events(task_id, EventKind.STALE_OWNER_FENCED)),
+        "the old owner's end of attempt to be fenced",
+    )
+
+    [fenced] = chaos.events(task_id, EventKind.STALE_OWNER_FENCED)
+    first, second = chaos.attempts(task_id)
+    assert (fenced.attempt_id, fenced.epoch) == (first.attempt_id, 1)
+    assert (fenced.data["write"], fenced.data["current_epoch"]) == ("interrupt", 2)
+    assert (chaos.markers / f"{task_id}-refused-1").exists()  # its agent was stopped
+    assert (first.state, second.state) == (AttemptState.SESSION_LOST, AttemptState.SUCCEEDED)
+    assert chaos.cases(task_id) == [settled_case]
+    assert chaos.task(task_id) == settled_task
+    assert [e["attempt"] for e in chaos.effects(task_id)] == [2]
+    assert owner.returncode is None
+
+
 # -- Redis restarted under a live session ----------------------------------------------------
 
 

@@ -218,7 +218,8 @@ def test_a_lost_lease_kills_the_commands_whole_group_and_the_session_never_settl
     assert marked(mark) == []
     task = read_task(sh.store, task_id)
     assert task.bucket is Bucket.ACTIVE
-    assert attempts_of(sh.store, task_id)[0].state is AttemptState.RUNNING
+    # Not settled: the session submitted the end of its attempt (interrupted, fenced).
+    assert attempts_of(sh.store, task_id)[0].state is AttemptState.INTERRUPTED
     assert reports_of(sh.store, task_id) == []
 
 

@@ -19,6 +19,7 @@ from surehand.dispatcher import claims
 from surehand.dispatcher import runner as runner_module
 from surehand.dispatcher.recovery import loss_grace
 from surehand.dispatcher.runner import SessionOutcome
+from surehand.dispatcher.sessions import Session
 from surehand.dispatcher.worker import CLAIM_RETRY_SECONDS
 from surehand.errors import LeaseLost, StoreUnavailable
 from surehand.facade import Surehand
@@ -49,6 +50,7 @@ from tests.session_helpers import (  # noqa: F401  (harness fixtures)
 )
 
 Agent = Callable[[SessionContext], Any]
+REAL_INTERRUPT = Session.interrupt
 
 
 @pytest.fixture
@@ -265,9 +267,11 @@ def test_a_lease_held_by_another_attempt_rolls_the_claim_back_without_running_th
 # -- losing the lease ------------------------------------------------------------------------
 
 
-def test_a_deleted_lease_cancels_the_session_which_stops_its_agent_and_never_settles(
+def test_a_deleted_lease_stops_the_agent_and_ends_the_attempt_interrupted_never_settled(
     redis_harness: Harness, background: ThreadPoolExecutor
 ) -> None:
+    """No successor owns the TASK yet, so the lost session's end of attempt (fenced by its
+    epoch like every write) applies: interrupted by ``lease_lost``, one case for admission."""
     started, saw = threading.Event(), []
 
     def agent(ctx: SessionContext) -> str:
@@ -289,13 +293,15 @@ def test_a_deleted_lease_cancels_the_session_which_stops_its_agent_and_never_set
     task = read_task(sh.store, task_id)
     assert (task.bucket, task.epoch) == (Bucket.ACTIVE, 1)
     [attempt] = attempts_of(sh.store, task_id)
-    assert (attempt.state, attempt.agent_returned, attempt.ended_at) == (
-        AttemptState.RUNNING,
-        False,
-        None,
+    assert (attempt.state, attempt.cause, attempt.agent_returned) == (
+        AttemptState.INTERRUPTED,
+        AttemptCause.LEASE_LOST,
+        False,  # what it returned after being stopped is never taken as its result
     )
+    assert [c.interrupted_attempt_id for c in sh.cases(limit=10)] == [attempt.attempt_id]
     assert reports_of(sh.store, task_id) == []
-    assert finished(sh, task_id) == []
+    assert finished(sh, task_id) == ["interrupted"]
+    assert events_of(sh.store, task_id, EventKind.STALE_OWNER_FENCED) == []
     assert sh.leases.holder(task_id) is None  # not put back by the lost session
 
 
@@ -328,7 +334,113 @@ def test_an_agent_that_ignores_cancellation_cannot_start_another_effect(
     assert effects == []
     assert operations_of(sh.store, task_id) == []
     assert reports_of(sh.store, task_id) == []
-    assert attempts_of(sh.store, task_id)[0].state is AttemptState.RUNNING
+    assert attempts_of(sh.store, task_id)[0].state is AttemptState.INTERRUPTED
+
+
+class LossOnCue:
+    """A heartbeat that declares the lease lost only when the test says so (``lose()``), as
+    the real one does when a paused or cut-off owner's renewal finally runs."""
+
+    renew_failures = 0
+    beats: list[LossOnCue] = []
+
+    def __init__(self, *args: Any, on_lost: Callable[[Any], object], **kwargs: Any) -> None:
+        self.on_lost = on_lost
+        LossOnCue.beats.append(self)
+
+    def start(self) -> None:
+        """Never renews."""
+
+    def stop(self) -> None:
+        """Nothing to stop."""
+
+    def lose(self) -> None:
+        self.on_lost(LeaseLost("lease taken over"))
+
+
+def _lost_while_a_successor_took_over(
+    sh: Surehand, background: ThreadPoolExecutor, monkeypatch: pytest.MonkeyPatch
+) -> tuple[str, Future[SessionOutcome], list[str]]:
+    """Attempt 1 works until told its lease is lost; meanwhile its lease lapses, it is judged
+    lost and a successor claims the TASK; then its heartbeat finds the loss. Returns the task,
+    the old session's run and the effects its agent ran."""
+    monkeypatch.setattr("surehand.dispatcher.runner.Heartbeat", LossOnCue)
+    LossOnCue.beats = []
+    started = threading.Event()
+    effects: list[str] = []
+
+    def agent(ctx: SessionContext) -> str:
+        started.set()
+        ctx.wait_cancelled(60)
+        ctx.operation("deploy", {"env": "prod"}, lambda: effects.append("old owner"))
+        return "never settled"
+
+    with_agent(sh, agent)
+    task_id = committed_task(sh)
+    old_run = background.submit(sh.run_session, task_id)
+    assert started.wait(30)
+    sh.leases.client.delete(sh.leases.key(task_id))
+    [old] = attempts_of(sh.store, task_id)
+    sh.recovery.lose(old, state=AttemptState.SESSION_LOST, by="test")
+    claimed(sh.services, task_id, worker="successor")
+    [beat] = LossOnCue.beats
+    beat.lose()
+    return task_id, old_run, effects
+
+
+def test_a_session_that_lost_its_lease_to_a_successor_submits_its_end_and_is_fenced(
+    redis_harness: Harness, background: ThreadPoolExecutor, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sh = redis_harness.surehand()
+    task_id, old_run, effects = _lost_while_a_successor_took_over(sh, background, monkeypatch)
+    before = rows_of(sh.store, task_id)
+
+    outcome = old_run.result(timeout=60)
+
+    assert (outcome.outcome, outcome.attempt) == ("stale", 1)
+    assert effects == []  # its agent was stopped before its effect
+    [fenced] = events_of(sh.store, task_id, EventKind.STALE_OWNER_FENCED)
+    assert (fenced.epoch, fenced.data["write"], fenced.data["current_epoch"]) == (
+        1,
+        "interrupt",
+        2,
+    )
+    assert rows_of(sh.store, task_id) == before
+
+
+@pytest.mark.parametrize("reachable_after", [3, None])
+def test_a_lost_session_repeats_its_end_while_the_store_is_unreachable_for_a_bounded_time(
+    redis_harness: Harness,
+    background: ThreadPoolExecutor,
+    monkeypatch: pytest.MonkeyPatch,
+    reachable_after: int | None,
+) -> None:
+    tries: list[bool] = []
+
+    def unreachable_then_real(self: Session, interrupted: Any, **kwargs: Any) -> None:
+        tries.append(kwargs.get("repeat", False))
+        if reachable_after is None or len(tries) <= reachable_after:
+            raise StoreUnavailable("the worker is cut off from the database")
+        REAL_INTERRUPT(self, interrupted, **kwargs)
+
+    monkeypatch.setattr(Session, "interrupt", unreachable_then_real)
+    monkeypatch.setattr(runner_module, "LATE_WRITE_MAX_DELAY", 0.01)
+    monkeypatch.setattr(runner_module, "LATE_WRITE_MIN_SECONDS", 0.5)
+    monkeypatch.setattr(runner_module, "LATE_WRITE_TTLS", 0)
+    sh = redis_harness.surehand()
+    task_id, old_run, _ = _lost_while_a_successor_took_over(sh, background, monkeypatch)
+
+    outcome = old_run.result(timeout=60)
+
+    fenced = events_of(sh.store, task_id, EventKind.STALE_OWNER_FENCED)
+    if reachable_after is not None:  # the network came back within the budget
+        assert outcome.outcome == "stale"
+        assert tries == [False, True, True, True]  # a repeat first looks for an earlier commit
+        assert [event.data["write"] for event in fenced] == ["interrupt"]
+    else:  # never reachable: it gives up once the budget is spent, the reconciler decides
+        assert outcome.outcome == "lease_lost"
+        assert 1 <= len(tries) < 200
+        assert fenced == []
 
 
 class FrozenHeartbeat:

@@ -234,17 +234,27 @@ def partition(stack: Stack) -> dict[str, float]:
 
 
 def late_write(stack: Stack, task_id: str, worker: str) -> str | None:
-    """How the old session's late write was stopped: fenced in the store (a
-    ``stale_owner_fenced`` event) or refused by the session itself, which knew it had lost
-    its lease (the worker's log); None while neither happened."""
+    """The old session's late write, fenced in the store: its ``stale_owner_fenced`` event
+    (the write, the stale epoch and the current one), or None while there is none. The
+    session knows it lost its lease and its agent's late effect is refused, but it still
+    submits the end of its attempt with its old epoch once the store is reachable, so the
+    store, the authority, fences it and records that it did."""
     history = stack.cli("show", task_id)["history"]
     fenced = [event for event in history if event["kind"] == "stale_owner_fenced"]
-    if fenced:
-        return f"fenced in the store ({fenced[0]['data'].get('write')})"
-    for line in stack.podman("logs", worker).stdout.splitlines():
-        if task_id in line and "refused: the session" in line and "lost its lease" in line:
-            return "refused by the session (lease lost), in the worker's log"
-    return None
+    if not fenced:
+        return None
+    if len(fenced) != 1:
+        raise CheckFailed(f"{task_id}: {len(fenced)} fenced writes recorded, expected one")
+    event = fenced[0]
+    data = event.get("data") or {}
+    if event.get("epoch") != 1 or data.get("current_epoch") != 2:
+        raise CheckFailed(f"{task_id}: the fenced write is not attempt 1's under epoch 2: {event}")
+    refused = any(
+        task_id in line and "refused: the session" in line
+        for line in stack.podman("logs", worker).stdout.splitlines()
+    )
+    agent = "its agent's late effect refused" if refused else "no late effect tried"
+    return f"{data.get('write')} by epoch 1 fenced in the store under epoch 2; {agent}"
 
 
 def redis_restart_is_health(stack: Stack) -> None:

@@ -11,6 +11,16 @@ lease lost). Those are *interruptions*: they never settle the TASK, and they are
 agent failure by the exception itself (a ``SessionInterrupted`` the port raised, or a store or
 Redis error, anywhere in the exception's cause chain) and by the mark the port leaves on the
 session, which holds even when the agent caught the error and carried on.
+
+A lost lease is the heartbeat's judgement about liveness, never about ownership: that belongs
+to the store. So a session that lost its lease does not simply drop its last write. Once its
+agent has stopped, it submits the end of its attempt (``interrupt``, cause ``lease_lost``,
+never a settle) with its own epoch, repeated while the store is unreachable for a bounded
+time (:func:`late_write_budget`). If a successor took over meanwhile, the store fences the
+write and records a ``stale_owner_fenced`` event: the evidence that the old owner came back
+and was stopped. If the store still counts the attempt as running (no reconciler judged it
+yet), the write ends it interrupted and opens its case, which admission decides like any
+lost session's.
 """
 
 from __future__ import annotations
@@ -48,6 +58,13 @@ from surehand.queue.heartbeat import Heartbeat
 from surehand.queue.leases import LeaseStore
 
 log = logging.getLogger(__name__)
+
+# How long a session that lost its lease keeps trying to submit the end of its attempt while
+# the store is unreachable (a partitioned worker): long enough for a network to come back and
+# the pool to replace its dead connections, never forever.
+LATE_WRITE_MIN_SECONDS = 60.0
+LATE_WRITE_TTLS = 4
+LATE_WRITE_MAX_DELAY = 5.0
 
 
 def worker_identity() -> str:
@@ -242,7 +259,7 @@ class SessionRunner:
         except Exception as error:
             return self._raised(session, error)
         if session.cancelled.is_set():
-            return self._outcome(session, "lease_lost", LeaseLost("lease lost; not settling"))
+            return self._lease_lost(session, LeaseLost("lease lost; not settling"))
         if session.interruption is not None:
             # The agent caught the port's error and returned anyway: what it could not record
             # is unknown, so the return is not settled.
@@ -266,11 +283,42 @@ class SessionRunner:
         """The handler raised: a lost lease, an interruption, or the agent's own failure."""
         if session.cancelled.is_set():
             log.warning("agent for %s stopped after its lease was lost: %s", session.task_id, error)
-            return self._outcome(session, "lease_lost", error)
+            return self._lease_lost(session, error)
         interrupted = session.interruption or interruption_in(error)
         if interrupted is not None:
             return self._interrupt(session, interrupted)
         return self._fail(session, error)
+
+    def _lease_lost(self, session: Session, error: BaseException) -> SessionOutcome:
+        """The agent stopped after the lease was lost: submit the end of the attempt to the
+        store with its epoch (see the module docstring), repeated while the store is
+        unreachable, within :func:`late_write_budget`. ``stale`` when the store fenced it."""
+        interrupted = SessionInterrupted(
+            f"the session of {session.task_id} lost its lease ({error}); its agent stopped "
+            "without settling",
+            cause=AttemptCause.LEASE_LOST.value,
+        )
+        deadline = time.monotonic() + late_write_budget(self.services.settings.lease_ttl_seconds)
+        delay, repeat = 0.1, False
+        while True:
+            try:
+                session.interrupt(interrupted, repeat=repeat)
+            except StaleOwner as stale:  # a successor owns the TASK: fenced and recorded
+                return self._outcome(session, "stale", stale)
+            except StoreUnavailable as unreachable:
+                if time.monotonic() + delay > deadline:
+                    log.error(
+                        "could not submit the end of lost attempt %s of %s (%s); the "
+                        "reconciler judges it by its lease",
+                        session.attempt.number,
+                        session.task_id,
+                        unreachable,
+                    )
+                    return self._outcome(session, "lease_lost", error)
+                time.sleep(delay)
+                delay, repeat = min(delay * 2, LATE_WRITE_MAX_DELAY), True
+            else:
+                return self._outcome(session, "lease_lost", error)
 
     def _fail(self, session: Session, error: Exception) -> SessionOutcome:
         log.exception("agent for %s raised", session.task_id)
@@ -328,6 +376,12 @@ _RUNTIME_ERRORS: tuple[tuple[type[Exception], AttemptCause], ...] = (
     (LeaseUnavailable, AttemptCause.REDIS_UNAVAILABLE),
     (LeaseLost, AttemptCause.LEASE_LOST),
 )
+
+
+def late_write_budget(lease_ttl_seconds: float) -> float:
+    """Seconds a session that lost its lease keeps submitting the end of its attempt while the
+    store is unreachable: four lease TTLs, at least a minute."""
+    return max(LATE_WRITE_MIN_SECONDS, LATE_WRITE_TTLS * lease_ttl_seconds)
 
 
 def session_error(error: Exception) -> SessionInterrupted:

@@ -331,21 +331,28 @@ class Session:
             ),
         )
 
-    def interrupt(self, interruption: SessionInterrupted, *, returned: Any = _NOT_RETURNED) -> None:
+    def interrupt(
+        self,
+        interruption: SessionInterrupted,
+        *,
+        returned: Any = _NOT_RETURNED,
+        repeat: bool = False,
+    ) -> None:
         """The runtime could not record or renew: end the attempt ``interrupted`` with its
         cause and open its case, which admission decides from the effect facts. ``returned``:
         the agent's result, when it returned and only the settle could not be recorded (then
         admission can write the REPORT from records instead of running the agent again).
 
-        One try only: the store has just failed past its retries. If this fails too, the
-        attempt stays ``running`` and the reconciler finds it once its lease is gone (one case
-        either way: a case is unique per attempt)."""
+        One try per call: the caller decides whether to repeat it (``repeat`` True first looks
+        whether an earlier try committed). If it fails, the attempt stays ``running`` and the
+        reconciler finds it once its lease is gone (one case either way: a case is unique per
+        attempt)."""
         self._end_with_case(
             AttemptState.INTERRUPTED,
             AttemptCause(interruption.cause),
             f"{type(interruption).__name__}: {interruption}",
             write="interrupt",
-            repeat=False,
+            repeat=repeat,
             returned=returned,
         )
 
