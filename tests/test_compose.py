@@ -139,3 +139,24 @@ def test_a_workers_health_check_pings_the_node_name_the_worker_takes(
     for name, roles in (("worker-dev", "DEV"), ("worker-ops", "QA-OPS")):
         test = services[name]["healthcheck"]["test"][1]
         assert f"inspect ping -d surehand-{roles}@$$(hostname)" in test
+
+
+def test_docker_users_get_the_official_images_and_the_override_replaces_only_images(
+    services: dict[str, dict[str, Any]],
+) -> None:
+    """Docker cannot run here (no registry): the Docker path with the official images is held
+    by the files themselves. The default file names the official images and base image; the
+    podman override changes nothing but the ``image`` of the two stand-ins."""
+    assert services["postgres"]["image"] == "postgres:16"
+    assert services["redis"]["image"] == "redis:7"
+    surehand = {n: s for n, s in services.items() if n not in {"postgres", "redis"}}
+    for name, spec in surehand.items():
+        assert spec["build"]["args"]["BASE_IMAGE"] == "${BASE_IMAGE:-python:3.11-slim}", name
+        assert spec["build"]["dockerfile"] == "compose/Dockerfile", name
+    override = yaml.safe_load((COMPOSE / "docker-compose.podman.yml").read_text(encoding="utf-8"))
+    assert set(override) == {"services"}
+    assert {name: set(spec) for name, spec in override["services"].items()} == {
+        "postgres": {"image"},
+        "redis": {"image"},
+    }
+    assert all(spec["image"].startswith("localhost/") for spec in override["services"].values())
