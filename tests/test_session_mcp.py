@@ -144,7 +144,7 @@ def test_a_token_cannot_act_on_another_task_or_after_its_attempt_ends(
 
     on_b = httpx.post(grant_b.url, json=body, headers=bearer_a)
     assert on_b.status_code == 403
-    assert on_b.json()["detail"] == f"this token acts on {task_a} only"
+    assert on_b.json()["error"]["data"]["detail"] == f"this token acts on {task_a} only"
     assert not structured(call(grant_a, "progress", {"note": "half way"})).get("error")
 
     mcp.revoke(grant_a)  # what the command agent does when the session ends
