@@ -376,6 +376,7 @@ async def _server_name(grant: Grant) -> str:
         Client(streamable_http_client(grant.url, http_client=http)) as client,
     ):
         info = client.server_info
+        assert info is not None
         return str(info.name)
 
 
