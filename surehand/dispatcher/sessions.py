@@ -3,9 +3,9 @@
 A write is applied only while its attempt is the TASK's current running attempt. A write that
 matches nothing is rolled back, leaves a ``stale_owner_fenced`` event naming the stale attempt
 (in a transaction of its own, so that it survives the rollback) and raises ``StaleOwner``. One
-event per attempt: the first refusal, with the write it refused; the repeats of a stale agent
-that keeps calling add no event (each is logged and counted in
-``surehand_fenced_writes_total``).
+event per attempt and kind of write (its ``reason``: ``operation_intent``, ``report``,
+``settle``...): the first refusal, naming the write; the repeats of a stale agent that keeps
+calling add no event (each is logged and counted in ``surehand_fenced_writes_total``).
 
 A write the store could not confirm (``StoreUnavailable``: a killed connection, a failover) is
 repeated a bounded number of times with backoff (:meth:`Session.retrying`). Every write
@@ -148,6 +148,7 @@ class Session:
                     kind=EventKind.STALE_OWNER_FENCED,
                     by=self.attempt.worker,
                     at=self.services.clock.now(),
+                    reason=write.partition(":")[0],  # one event per kind of write
                     attempt_id=self.attempt.attempt_id,
                     epoch=self.attempt.number,
                     data={"write": write, "current_epoch": current.epoch if current else None},

@@ -22,7 +22,8 @@ def insert(connection: Connection, *rows: Mapping[str, Any]) -> None:
 
 
 def insert_once_per_attempt(connection: Connection, event: Mapping[str, Any]) -> bool:
-    """Insert ``event`` unless its attempt already has an event of its kind; True if inserted.
+    """Insert ``event`` unless its attempt already has an event of its kind and ``reason``;
+    True if inserted.
 
     For evidence that repeats without adding anything (a stale attempt refused again and
     again): the first one is kept, the repeats are not. The attempt's row is locked first (FOR
@@ -37,6 +38,7 @@ def insert_once_per_attempt(connection: Connection, event: Mapping[str, Any]) ->
         task_events.c.task_id == event["task_id"],
         task_events.c.attempt_id == attempt_id,
         task_events.c.kind == kind,
+        task_events.c.reason == event["reason"],
     )
     if connection.execute(select(seen)).scalar():
         return False
