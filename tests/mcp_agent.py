@@ -13,6 +13,7 @@ With ``AGENT_TICKET_KEY`` set, the effect is declared with that idempotency key 
 - ``hang_after_effect``: begin, create, end the effect, then wait to be killed on attempt 1
   (on a later attempt it returns);
 - ``finish``: begin, create, end, and return its final message;
+- ``forget_end``: begin, create, and return without ending the effect;
 - ``keep_calling``: a hostile agent: saves its URL and token (``grant.json``), marks ``ready``,
   waits for the file ``go``, then calls ``effect_begin`` again and again whatever it is told
   (each answer appended to ``answers.txt``), and never returns on its own.
@@ -61,6 +62,8 @@ async def create_ticket(client: Client, hang_before_end: bool) -> str:
         file.write(f"created {TICKET['title']} (attempt {os.environ['SUREHAND_ATTEMPT']})\n")
     if hang_before_end:
         hang("in_effect")
+    if sys.argv[1] == "forget_end":
+        return "created ticket OPS-1 (and forgot effect_end)"
     await call(
         client,
         "effect_end",

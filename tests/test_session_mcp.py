@@ -209,3 +209,29 @@ def test_a_command_agent_speaks_mcp_to_its_session_and_its_token_dies_with_it(
     assert not (work_dir / ".codex").exists()  # Codex ignores it: its preset passes -c
     # The session is over: whatever token it had is refused now.
     assert httpx.post(url, json={}, headers={"Authorization": "Bearer x"}).status_code == 401
+
+
+@pytest.mark.slow
+def test_a_command_agent_that_returns_with_its_effect_still_open_is_held_not_settled(
+    harness: Harness, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("AGENT_TEST_DIR", str(tmp_path))
+    sh = harness.surehand(
+        agents="DEV=command",
+        command_agent=f"{sys.executable} {AGENT} forget_end",
+        agent_env="AGENT_TEST_DIR",
+        agent_bind=str(tmp_path),
+        lost_grace_seconds=0.0,
+    )
+    task_id = committed_task(sh)
+
+    outcome = sh.run_session(task_id)
+    sh.reconcile()
+
+    assert outcome.outcome == "failed", outcome
+    [op] = operations_of(sh.store, task_id)
+    assert op.state is OperationState.INTENT
+    [case] = sh.cases()
+    assert case.admission.value == "hold_for_review"
+    assert f"operation {op.operation_id} 'ticket.create'" in case.effect_refs["why"]
+    assert reports_of(sh.store, task_id) == []
