@@ -232,6 +232,7 @@ def test_a_command_agent_that_returns_with_its_effect_still_open_is_held_not_set
     [op] = operations_of(sh.store, task_id)
     assert op.state is OperationState.INTENT
     [case] = sh.cases()
+    assert case.admission is not None
     assert case.admission.value == "hold_for_review"
     assert f"operation {op.operation_id} 'ticket.create'" in case.effect_refs["why"]
     assert reports_of(sh.store, task_id) == []
