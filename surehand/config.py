@@ -101,6 +101,13 @@ class Settings(BaseSettings):
         "effect_end, report, progress, recovery_brief) through SUREHAND_MCP_URL, "
         "SUREHAND_MCP_TOKEN and the .mcp.json file of its directory.",
     )
+    session_mcp_ports: str = Field(
+        "",
+        pattern=r"^\s*(\d{1,5}\s*(-\s*\d{1,5}\s*)?)?$",
+        description="Ports the session MCP server may listen on (127.0.0.1), as FIRST-LAST or "
+        "one port, e.g. 41000-41099 for a firewall or an agent CLI that allows only those; "
+        "it takes the first free one, one per worker process. Empty: any free port.",
+    )
     work_dir: Path = Field(Path(".surehand/sessions"), description="Per-session directories.")
     session_retention_seconds: float = Field(
         7 * 24 * 3600.0,

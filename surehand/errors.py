@@ -278,6 +278,13 @@ class AgentError(SurehandError):
     code = "agent_error"
 
 
+class EffectLeftOpen(AgentError):
+    """The agent returned while an effect it began (``effect_begin``) had no outcome recorded:
+    whether it happened is unknown, so the attempt is not settled but held for review."""
+
+    code = "effect_left_open"
+
+
 class AgentOutputRefused(AgentError):
     """An agent program's output could not be read safely (not a regular file, a link, a FIFO,
     or larger than allowed); the session ends without reading it and the TASK is held."""

@@ -77,6 +77,11 @@ LEASE_RENEW_FAILURES = Counter(
     "surehand_lease_renew_failures_total",
     "Lease renewals that were refused or could not reach Redis.",
 )
+FENCED_WRITES = Counter(
+    "surehand_fenced_writes_total",
+    "Session writes refused because their attempt no longer owns the TASK (stale_owner); the "
+    "TASK's history keeps the first of each attempt as a stale_owner_fenced event.",
+)
 RECONCILE_SECONDS = Histogram(
     "surehand_reconcile_pass_seconds",
     "Wall time of one reconciler pass.",
@@ -107,6 +112,11 @@ def observe_session(outcome: str) -> None:
 def observe_admission(disposition: str) -> None:
     """One admission decision outside a reconciler pass (recover, review)."""
     ADMISSIONS.labels(disposition).inc()
+
+
+def observe_fenced_write() -> None:
+    """A stale attempt's write was refused."""
+    FENCED_WRITES.inc()
 
 
 def observe_renew_failures(count: int) -> None:

@@ -12,7 +12,11 @@ With ``AGENT_TICKET_KEY`` set, the effect is declared with that idempotency key 
 - ``hang_in_effect``: begin the effect, then wait to be killed (the effect's outcome unknown);
 - ``hang_after_effect``: begin, create, end the effect, then wait to be killed on attempt 1
   (on a later attempt it returns);
-- ``finish``: begin, create, end, and return its final message.
+- ``finish``: begin, create, end, and return its final message;
+- ``forget_end``: begin, create, and return without ending the effect;
+- ``keep_calling``: a hostile agent: saves its URL and token (``grant.json``), marks ``ready``,
+  waits for the file ``go``, then calls ``effect_begin`` again and again whatever it is told
+  (each answer appended to ``answers.txt``), and never returns on its own.
 """
 
 from __future__ import annotations
@@ -58,6 +62,8 @@ async def create_ticket(client: Client, hang_before_end: bool) -> str:
         file.write(f"created {TICKET['title']} (attempt {os.environ['SUREHAND_ATTEMPT']})\n")
     if hang_before_end:
         hang("in_effect")
+    if sys.argv[1] == "forget_end":
+        return "created ticket OPS-1 (and forgot effect_end)"
     await call(
         client,
         "effect_end",
@@ -72,12 +78,32 @@ def hang(step: str) -> None:
         time.sleep(1)
 
 
+async def keep_calling(client: Client) -> None:
+    files = Path(os.environ["AGENT_TEST_DIR"])
+    grant = {"url": os.environ["SUREHAND_MCP_URL"], "token": os.environ["SUREHAND_MCP_TOKEN"]}
+    (files / "grant.json").write_text(json.dumps(grant), encoding="utf-8")
+    mark("ready")
+    while not (files / "go").exists():
+        time.sleep(0.05)
+    for _ in range(15):
+        try:
+            result = await client.call_tool("effect_begin", {"name": "x", "args": TICKET})
+            answer = json.dumps(result.structured_content)
+        except Exception as error:  # refused at the door: keeps calling anyway
+            answer = f"{type(error).__name__}: {error}"
+        with (files / "answers.txt").open("a", encoding="utf-8") as out:
+            out.write(answer + "\n")
+    hang("called")
+
+
 async def main(mode: str) -> None:
     headers = {"Authorization": f"Bearer {os.environ['SUREHAND_MCP_TOKEN']}"}
     async with (
         httpx2.AsyncClient(headers=headers) as http,
         Client(streamable_http_client(os.environ["SUREHAND_MCP_URL"], http_client=http)) as client,
     ):
+        if mode == "keep_calling":
+            await keep_calling(client)
         brief = await call(client, "recovery_brief", {})
         attempt = os.environ["SUREHAND_ATTEMPT"]
         out = Path(os.environ["AGENT_TEST_DIR"]) / f"brief-{attempt}.json"

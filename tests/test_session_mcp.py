@@ -144,7 +144,7 @@ def test_a_token_cannot_act_on_another_task_or_after_its_attempt_ends(
 
     on_b = httpx.post(grant_b.url, json=body, headers=bearer_a)
     assert on_b.status_code == 403
-    assert on_b.json()["detail"] == f"this token acts on {task_a} only"
+    assert on_b.json()["error"]["data"]["detail"] == f"this token acts on {task_a} only"
     assert not structured(call(grant_a, "progress", {"note": "half way"})).get("error")
 
     mcp.revoke(grant_a)  # what the command agent does when the session ends
@@ -209,3 +209,30 @@ def test_a_command_agent_speaks_mcp_to_its_session_and_its_token_dies_with_it(
     assert not (work_dir / ".codex").exists()  # Codex ignores it: its preset passes -c
     # The session is over: whatever token it had is refused now.
     assert httpx.post(url, json={}, headers={"Authorization": "Bearer x"}).status_code == 401
+
+
+@pytest.mark.slow
+def test_a_command_agent_that_returns_with_its_effect_still_open_is_held_not_settled(
+    harness: Harness, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("AGENT_TEST_DIR", str(tmp_path))
+    sh = harness.surehand(
+        agents="DEV=command",
+        command_agent=f"{sys.executable} {AGENT} forget_end",
+        agent_env="AGENT_TEST_DIR",
+        agent_bind=str(tmp_path),
+        lost_grace_seconds=0.0,
+    )
+    task_id = committed_task(sh)
+
+    outcome = sh.run_session(task_id)
+    sh.reconcile()
+
+    assert outcome.outcome == "failed", outcome
+    [op] = operations_of(sh.store, task_id)
+    assert op.state is OperationState.INTENT
+    [case] = sh.cases()
+    assert case.admission is not None
+    assert case.admission.value == "hold_for_review"
+    assert f"operation {op.operation_id} 'ticket.create'" in case.effect_refs["why"]
+    assert reports_of(sh.store, task_id) == []

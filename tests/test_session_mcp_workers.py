@@ -12,13 +12,21 @@ import signal
 import sys
 from pathlib import Path
 
+import httpx
 import pytest
 
 from surehand.facade import Surehand
-from surehand.model import Admission, Bucket, EffectFact, OperationState
+from surehand.model import (
+    Admission,
+    AttemptState,
+    Bucket,
+    EffectFact,
+    EventKind,
+    OperationState,
+)
 from surehand.store import Store
 from tests.procs import Proc, RedisServer, running, start_worker, wait_until
-from tests.session_helpers import attempts_of, operations_of, read_task, reports_of
+from tests.session_helpers import attempts_of, events_of, operations_of, read_task, reports_of
 from tests.test_agent_groups import reconciling_client  # noqa: F401  (fixture)
 from tests.test_workers import broker, worker_env  # noqa: F401  (fixture)
 
@@ -118,3 +126,57 @@ def test_an_effect_ended_before_the_kill_is_already_done_for_the_briefed_success
     assert "Do not repeat an effect listed as done" in task_file
     first_file = (Path(env["SUREHAND_WORK_DIR"]) / first.attempt_id / "TASK.md").read_text()
     assert "## Recovery" not in first_file
+
+
+def agent_processes(marker: str) -> list[int]:
+    """Pids of this host's processes whose command line contains ``marker``."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        try:
+            cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        if proc.name.isdigit() and marker in cmdline:
+            found.append(int(proc.name))
+    return found
+
+
+def test_a_stale_agent_that_keeps_calling_is_stopped_and_its_token_revoked_after_one_event(
+    store: Store, broker: RedisServer, reconciling_client: Surehand, tmp_path: Path
+) -> None:
+    client = reconciling_client
+    env = agent_env(store, broker, tmp_path, f"keep_calling {tmp_path}")
+    marker = f"{AGENT} keep_calling {tmp_path}"
+    with running(start_worker(env, tmp_path / "worker.log")) as worker:
+        created = client.write_task(
+            sender="PM", recipient="DEV", subject="Rotate the API keys", body="Open a ticket."
+        )
+        task_id = created.task_id
+        assert task_id is not None
+        wait_until(
+            lambda: _alive(worker) and (tmp_path / "ready-1").exists(),
+            timeout=90,
+            what="the agent to be ready",
+        )
+        [attempt] = attempts_of(store, task_id)
+        # The reconciler judged the session lost (a paused worker): attempt 1 is stale now,
+        # while its worker still holds the lease and its program still runs.
+        client.recovery.lose(attempt, state=AttemptState.SESSION_LOST, by="test")
+        assert agent_processes(marker)
+        (tmp_path / "go").write_text("", encoding="utf-8")
+
+        wait_until(
+            lambda: _alive(worker) and not agent_processes(marker),
+            timeout=60,
+            what="the stale agent's program to be stopped",
+        )
+        grant = json.loads((tmp_path / "grant.json").read_text())
+        bearer = {"Authorization": f"Bearer {grant['token']}"}
+        after = httpx.post(grant["url"], json={}, headers=bearer)
+
+    assert after.status_code == 401
+    assert "stale_owner" in after.json()["error"]["message"]
+    answers = (tmp_path / "answers.txt").read_text().splitlines()
+    assert '"code": "stale_owner"' in answers[0]
+    [fenced] = events_of(store, task_id, EventKind.STALE_OWNER_FENCED)
+    assert fenced.attempt_id == attempt.attempt_id

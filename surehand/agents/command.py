@@ -127,11 +127,17 @@ class CommandAgent:
 
     def require_ready(self) -> None:
         """ConfigError now (worker start, ``surehand check``) if this agent's program cannot
-        run as configured: its confinement, and a preset's session server, extra and CLI."""
+        run as configured: its confinement, a preset's session server, extra and CLI, and the
+        session server's port (it starts listening here: a port range with no free port stops
+        the worker at start, not its first session)."""
         _ = self.confinement
         workspace_path(self.settings)
-        if self.program.preset is None:
-            return
+        if self.program.preset is not None:
+            self._require_preset()
+        if self.mcp is not None:
+            self.mcp.door()
+
+    def _require_preset(self) -> None:
         if not self.settings.session_mcp:
             raise ConfigError(
                 f"the {self.program.preset} preset works through the session MCP server: set "
@@ -323,7 +329,8 @@ class CommandAgent:
         while (code := group.wait(_POLL)) is None:  # returns as soon as the program ends
             if ctx.cancelled:
                 group.stop()
-                raise AgentError("the session lost its lease; the command was stopped")
+                why = ctx.stopped[1] if ctx.stopped else "the session lost its lease"
+                raise AgentError(f"{why}; the command was stopped")
             if time.monotonic() > deadline:
                 group.stop()
                 raise AgentError(f"command timed out after {self.timeout:g}s and was stopped")

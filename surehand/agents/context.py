@@ -60,6 +60,8 @@ class SessionContext:
         self.work_dir = work_dir
         self._port = port
         self._cancelled = cancelled
+        # Why the session's own tools stopped it (stop()): "stale_owner" or "lease_lost".
+        self.stopped: tuple[str, str] | None = None
         self.log = logging.LoggerAdapter(
             logging.getLogger(f"surehand.agent.{task.fields.recipient}"),
             {"task_id": task.task_id, "attempt": attempt.number},
@@ -73,6 +75,13 @@ class SessionContext:
     def interrupt(self) -> None:
         """End the session as interrupted (its worker is shutting down): like a lost lease, it
         stops and settles nothing; the reconciler takes the TASK over from its records."""
+        self._cancelled.set()
+
+    def stop(self, code: str, why: str) -> None:
+        """Stop the session: its tools refused it for good (``code`` ``stale_owner`` or
+        ``lease_lost``, ``why`` the whole reason). Like a lost lease it settles nothing; a
+        command agent stops its program's process group at once."""
+        self.stopped = (code, why)
         self._cancelled.set()
 
     def wait_cancelled(self, timeout: float) -> bool:

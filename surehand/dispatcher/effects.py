@@ -72,12 +72,15 @@ def evaluate(
     unregistered: Collection[str] = (),
 ) -> Evidence:
     """The admission for an ended attempt: :func:`by_effects`, except that an attempt whose
-    agent raised is held for its approver until a review states the effect (DESIGN.md section
-    5: an agent failure is recorded, its TASK visible, nothing retried blindly)."""
+    agent raised (or returned with an effect it began still open) is held for its approver
+    until a review states the effect (DESIGN.md section 5: an agent failure is recorded, its
+    TASK visible, nothing retried blindly)."""
     evidence = by_effects(attempt, operations, review, unregistered)
     if review is not None or attempt.cause is not AttemptCause.AGENT_FAILED:
         return evidence
-    why = f"the agent raised ({attempt.error or 'no error recorded'}); an approver reviews it"
+    # An agent that returned with an effect still open failed too (EffectLeftOpen).
+    ended = "returned with an effect still open" if attempt.agent_returned else "raised"
+    why = f"the agent {ended} ({attempt.error or 'no error recorded'}); an approver reviews it"
     return Evidence(evidence.fact, Admission.HOLD_FOR_REVIEW, {**evidence.refs, "why": why})
 
 

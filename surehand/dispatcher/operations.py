@@ -64,9 +64,20 @@ def declare_operation(session: Session, declared: Declared) -> int | None:
     """Commit the intent of an operation whose effect the agent runs itself (the session MCP
     tool ``effect_begin``): the operation id to settle with :func:`settle_operation`, or None
     when this TASK already recorded it as succeeded (do not run it again). The same fenced,
-    repeated write as :func:`run_operation`'s intent; ``OperationFailed`` for an unsafe repeat."""
+    repeated write as :func:`run_operation`'s intent; ``OperationFailed`` for an unsafe repeat.
+
+    Idempotent within the attempt: declared again while its intent is open (the same name and
+    args, so the same fingerprint), it answers the same operation id and writes nothing -- an
+    agent whose reply was lost, or that asks twice, does not hold its own TASK. The repeat must
+    declare it the same way (idempotency key, retry policy, probe): under another key the far
+    side could not dedupe two tries, so that is refused, naming the recorded declaration. The
+    same name with other args is another effect (another fingerprint): it gets an intent of its
+    own, and two open intents after an interruption are held for review (DESIGN.md section 6).
+    (:func:`run_operation` does not adopt: there surehand runs the effect, and a second caller
+    of an open intent would run it twice.)"""
     recorded = session.retrying(
-        f"operation_intent:{declared.name}", lambda repeat: _declare(session, declared, repeat)
+        f"operation_intent:{declared.name}",
+        lambda repeat: _declare(session, declared, repeat, adopt=True),
     )
     return None if isinstance(recorded, _Recorded) else recorded
 
@@ -135,16 +146,20 @@ class _Recorded:
     value: Any
 
 
-def _declare(session: Session, declared: Declared, repeat: bool) -> int | _Recorded:
-    """Commit the intent (fenced); the operation id to settle, or a recorded success."""
+def _declare(
+    session: Session, declared: Declared, repeat: bool, *, adopt: bool = False
+) -> int | _Recorded:
+    """Commit the intent (fenced); the operation id to settle, or a recorded success.
+    ``adopt``: this attempt's own open intent of the same declaration is the answer."""
     fingerprint = operation_fingerprint(declared.name, declared.args)
     with session.fenced(f"operation_intent:{declared.name}") as connection:
         prior = operations.latest_by_fingerprint(connection, session.task_id, fingerprint)
         if prior is not None and prior.state is OperationState.SUCCEEDED:
             return _Recorded((prior.outcome or {}).get("value"))
-        if repeat and _own_open(session, prior):
+        if (repeat or adopt) and _own_open(session, prior):
             assert prior is not None
-            return prior.operation_id  # the earlier try committed; only its reply was lost
+            _require_same(prior, declared)
+            return prior.operation_id  # begun before in this attempt (or only a reply lost)
         _refuse_unsafe_repeat(session, prior, declared.retry_policy, declared.idempotency_key)
         if _bound_here(session, prior):
             assert prior is not None
@@ -173,6 +188,18 @@ def _own_open(session: Session, prior: Operation | None) -> bool:
         and prior.attempt_id == session.attempt.attempt_id
         and prior.operation_id != session.attempt.bound_operation_id
     )
+
+
+def _require_same(prior: Operation, declared: Declared) -> None:
+    """An open intent is answered again only for the declaration it recorded."""
+    recorded = (prior.idempotency_key, prior.retry_policy, prior.probe)
+    if (declared.idempotency_key, declared.retry_policy, declared.probe) != recorded:
+        raise OperationFailed(
+            f"operation {prior.name!r} with these args is already begun in this attempt "
+            f"(operation {prior.operation_id}, idempotency key {prior.idempotency_key!r}, "
+            f"retry policy {prior.retry_policy.value!r}, probe {prior.probe!r}); declare it "
+            "the same way to get its id again, or end it with its outcome first"
+        )
 
 
 def _bound_here(session: Session, prior: Operation | None) -> bool:

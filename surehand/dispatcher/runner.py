@@ -45,6 +45,7 @@ from surehand.dispatcher.operations import run_operation
 from surehand.dispatcher.sessions import Session
 from surehand.errors import (
     AgentError,
+    EffectLeftOpen,
     LeaseLost,
     LeaseUnavailable,
     NoAgentForRole,
@@ -257,6 +258,8 @@ class SessionRunner:
         except StaleOwner as error:
             return self._outcome(session, "stale", error)
         except Exception as error:
+            if context.stopped is not None and context.stopped[0] == "stale_owner":
+                return self._outcome(session, "stale", error)  # its tools were fenced: stopped
             return self._raised(session, error)
         if session.cancelled.is_set():
             return self._lease_lost(session, LeaseLost("lease lost; not settling"))
@@ -273,6 +276,8 @@ class SessionRunner:
             return self._outcome(session, "stale", error)
         except SessionInterrupted as interrupted:
             return self._interrupt(session, interrupted, returned=result)
+        except EffectLeftOpen as left_open:  # not a clean return: held for review
+            return self._fail(session, left_open)
         except ValidationFailed as invalid:  # the agent's result is no valid REPORT
             return self._fail(
                 session, AgentError(f"the agent's result is no valid REPORT ({invalid.message})")

@@ -2,7 +2,10 @@
 
 A write is applied only while its attempt is the TASK's current running attempt. A write that
 matches nothing is rolled back, leaves a ``stale_owner_fenced`` event naming the stale attempt
-(in a transaction of its own, so that it survives the rollback) and raises ``StaleOwner``.
+(in a transaction of its own, so that it survives the rollback) and raises ``StaleOwner``. One
+event per attempt and kind of write (its ``reason``: ``operation_intent``, ``report``,
+``settle``...): the first refusal, naming the write; the repeats of a stale agent that keeps
+calling add no event (each is logged and counted in ``surehand_fenced_writes_total``).
 
 A write the store could not confirm (``StoreUnavailable``: a killed connection, a failover) is
 repeated a bounded number of times with backoff (:meth:`Session.retrying`). Every write
@@ -23,6 +26,7 @@ from typing import Any, TypeVar
 
 from sqlalchemy import Connection
 
+from surehand import metrics
 from surehand.clock import utc_day
 from surehand.crashpoints import CrashPoint, crash_point
 from surehand.dispatcher import lifecycle
@@ -36,7 +40,13 @@ from surehand.dispatcher.reports import (
     report_id,
     write_report_in,
 )
-from surehand.errors import DuplicateKey, SessionInterrupted, StaleOwner, StoreUnavailable
+from surehand.errors import (
+    DuplicateKey,
+    EffectLeftOpen,
+    SessionInterrupted,
+    StaleOwner,
+    StoreUnavailable,
+)
 from surehand.model import (
     SYSTEM,
     Action,
@@ -44,13 +54,14 @@ from surehand.model import (
     AttemptCause,
     AttemptState,
     EventKind,
+    OperationState,
     ReportStatus,
     Task,
     WriteReportResult,
     case_id_for,
 )
 from surehand.requests import ReportRequest, parse_report_request
-from surehand.store import attempts, cases, counters, events, session_writes, tasks
+from surehand.store import attempts, cases, counters, events, operations, session_writes, tasks
 from surehand.store import reports as report_rows
 
 log = logging.getLogger(__name__)
@@ -127,15 +138,17 @@ class Session:
         )
 
     def _record_stale(self, write: str) -> None:
+        metrics.observe_fenced_write()
         with self.services.store.transaction() as connection:
             current = tasks.get(connection, self.task_id)
-            events.insert(
+            events.insert_once_per_attempt(
                 connection,
                 events.row(
                     task_id=self.task_id,
                     kind=EventKind.STALE_OWNER_FENCED,
                     by=self.attempt.worker,
                     at=self.services.clock.now(),
+                    reason=write.partition(":")[0],  # one event per kind of write
                     attempt_id=self.attempt.attempt_id,
                     epoch=self.attempt.number,
                     data={"write": write, "current_epoch": current.epoch if current else None},
@@ -210,8 +223,28 @@ class Session:
             self._record_stale("record_return")
             raise
         crash_point(CrashPoint.SESSION_AFTER_RETURN)
+        self._refuse_open_intents()
         with self.fenced("settle") as connection:
             return self._settle_in(connection, result, review)
+
+    def _refuse_open_intents(self) -> None:
+        """A return is no clean end while an effect the agent began has no outcome: raise
+        ``EffectLeftOpen`` naming them (the runner ends the attempt ``agent_failed`` with its
+        case, and admission holds it: the effect fact is unknown). The return stays recorded,
+        so a review ``present`` writes the REPORT from records, with the agent's result."""
+        with self.services.store.snapshot() as connection:
+            left = [
+                op
+                for op in operations.for_attempt(connection, self.attempt.attempt_id)
+                if op.state is OperationState.INTENT
+            ]
+        if left:
+            named = ", ".join(f"operation {op.operation_id} {op.name!r}" for op in left)
+            raise EffectLeftOpen(
+                f"the agent returned with {named} begun and never ended (effect_begin without "
+                "effect_end): whether it happened is unknown, so the TASK is held for review",
+                operation_ids=[op.operation_id for op in left],
+            )
 
     def _settle_at_once(self, result: Any, returned: Any, review: bool) -> Task | None:
         """The common settle -- no operations, the series' first REPORT, still the owner --

@@ -48,6 +48,21 @@ def bind(host: str, port: int, *, setting: str = "SUREHAND_API_PORT") -> socket.
     return sock
 
 
+def bind_in(host: str, ports: range, *, setting: str) -> socket.socket:
+    """A listening TCP socket on the first free port of ``ports``; ConfigError naming
+    ``setting`` when every one is taken."""
+    for port in ports:
+        try:
+            return bind(host, port, setting=setting)
+        except ConfigError:
+            continue
+    raise ConfigError(
+        f"no free port on {host} in {setting}={ports.start}-{ports.stop - 1} (all "
+        f"{len(ports)} in use): widen the range, or stop what holds them",
+        setting=setting,
+    )
+
+
 def bind_unix(path: Path) -> socket.socket:
     """A listening Unix socket at ``path``. Anyone who can reach the path may connect (an
     agent running as another user, through a bind mount): keep it in a private directory."""
@@ -133,9 +148,11 @@ class BackgroundServer:
         log_level: str = "warning",
         unix_socket: Path | None = None,
         forwarded_allow_ips: str | None = None,
+        listening: socket.socket | None = None,
     ) -> None:
         self.host = host
-        self.socket = bind(host, port)
+        # ``listening``: a socket the caller bound already (e.g. within a port range).
+        self.socket = listening or bind(host, port)
         self.port: int = self.socket.getsockname()[1]
         # The same app on a Unix socket too (``unix_socket``): the session server's door for
         # agents whose sandbox has no network.

@@ -1,15 +1,21 @@
 """The session MCP server: one per worker process, offered to every command agent's session.
 
-It serves streamable HTTP on 127.0.0.1 at an ephemeral port, in a daemon thread of the process
-that runs the sessions, started with the first session. Each session gets a grant: a random
-bearer token bound to its attempt, and a URL naming its TASK,
+It serves streamable HTTP on 127.0.0.1 at an ephemeral port (or the first free one of
+``SUREHAND_SESSION_MCP_PORTS``), in a daemon thread of the process that runs the sessions,
+started with the worker (or the first session). It is named ``surehand-session`` (the operator's
+server, :mod:`surehand.mcp.tools`, is ``surehand``); agent CLIs name its tools after the key of
+their MCP configuration instead, which stays ``surehand`` (``mcp__surehand__effect_begin``).
+Each session gets a grant: a random bearer token bound to its attempt, and a URL naming its TASK,
 ``http://127.0.0.1:PORT/tasks/<task_id>/mcp``. The command agent hands both to its program
 (``SUREHAND_MCP_URL``, ``SUREHAND_MCP_TOKEN``, and MCP config files the agent CLIs read) and
 revokes the grant when the session ends, so a token dies with its attempt.
 
 In front of the MCP app: the Host rule of the other network doors (loopback names only, 421
-otherwise), then the grant check: no known token is 401, a token used on another TASK's URL is
-403, both problem documents. Behind it, every tool call is fenced in the store
+otherwise), then the grant check: no known token is 401 (a revoked one says why it was revoked),
+a token used on another TASK's URL is 403. Both answer a JSON-RPC error whose ``message`` is the
+reason and whose ``data`` is the problem document, as ``application/json``: that is what MCP
+clients show (the official client replaces any other error body with "Server returned an
+error response"). Behind it, every tool call is fenced in the store
 (:mod:`surehand.mcp.session_tools`): the token is who may ask, the store's epoch decides
 whether the write applies.
 """
@@ -23,13 +29,14 @@ import secrets
 import shutil
 import tempfile
 import threading
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable, MutableMapping
 from pathlib import Path
 from typing import Any, ClassVar
 
 from mcp.server.mcpserver import MCPServer
 from mcp.server.transport_security import TransportSecuritySettings
-from mcp_types import ToolAnnotations
+from mcp_types import INVALID_REQUEST, ToolAnnotations
 
 from surehand import __version__
 from surehand.agents.context import SessionContext
@@ -40,7 +47,8 @@ from surehand.dispatcher.sessions import Session
 from surehand.doors import problem
 from surehand.doors.hosts import HostAllowlist, HostRule
 from surehand.doors.limits import BodyLimit
-from surehand.doors.serving import BackgroundServer
+from surehand.doors.serving import BackgroundServer, bind_in
+from surehand.errors import ConfigError
 from surehand.mcp.server import SurehandServer, strict_tool
 from surehand.mcp.session_tools import INSTRUCTIONS, Grant, SessionTools, bearer
 from surehand.store import Store
@@ -53,28 +61,42 @@ Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Any, Send], Awaitable[None]]
 
 HOST = "127.0.0.1"
-SERVER_NAME = "surehand"  # the name agent CLIs prefix its tools with (mcp__surehand__...)
+# The name it advertises. Agent CLIs prefix its tools with the key of their MCP configuration
+# (presets.SERVER_NAME, "surehand": mcp__surehand__...), not with this name.
+SERVER_NAME = "surehand-session"
 MCP_PATH = "/mcp"
+PORTS_SETTING = "SUREHAND_SESSION_MCP_PORTS"
+_REVOKED_KEPT = 4096  # why recently revoked tokens were revoked (told when they come back)
 
 
 class Grants:
-    """The live grants of this process, by token (thread-safe)."""
+    """The live grants of this process, by token, and why recent ones ended (thread-safe)."""
 
     def __init__(self) -> None:
         self._by_token: dict[str, Grant] = {}
+        self._revoked: OrderedDict[str, str] = OrderedDict()
         self._lock = threading.Lock()
 
     def add(self, grant: Grant) -> None:
         with self._lock:
             self._by_token[grant.token] = grant
 
-    def revoke(self, token: str) -> None:
+    def revoke(self, token: str, why: str) -> None:
+        """End ``token``; ``why`` is told to whoever presents it again (the first reason
+        stands: a session stopped as stale stays stale when it then ends)."""
         with self._lock:
             self._by_token.pop(token, None)
+            self._revoked.setdefault(token, why)
+            while len(self._revoked) > _REVOKED_KEPT:
+                self._revoked.popitem(last=False)
 
     def get(self, token: str | None) -> Grant | None:
         with self._lock:
             return self._by_token.get(token) if token else None
+
+    def why_revoked(self, token: str | None) -> str | None:
+        with self._lock:
+            return self._revoked.get(token) if token else None
 
 
 class GrantGate:
@@ -88,10 +110,12 @@ class GrantGate:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        grant = self.grants.get(bearer(_header(scope, b"authorization")))
+        token = bearer(_header(scope, b"authorization"))
+        grant = self.grants.get(token)
         task_id = _task_of(scope["path"])
         if grant is None:
-            await _refuse(send, 401, "unauthorized", "unknown MCP token, or its attempt ended")
+            why = self.grants.why_revoked(token) or "unknown MCP token, or its attempt ended"
+            await _refuse(send, 401, "unauthorized", why)
         elif task_id != grant.task_id:
             await _refuse(send, 403, "forbidden", f"this token acts on {grant.task_id} only")
         else:
@@ -111,9 +135,11 @@ def _task_of(path: str) -> str | None:
 
 
 async def _refuse(send: Send, status: int, code: str, detail: str) -> None:
-    body = json.dumps(problem.body(status, code, detail)).encode()
+    """A JSON-RPC error at HTTP ``status``: clients show its message, the reason itself."""
+    error = {"code": INVALID_REQUEST, "message": detail, "data": problem.body(status, code, detail)}
+    body = json.dumps({"jsonrpc": "2.0", "id": None, "error": error}).encode()
     headers = [
-        (b"content-type", b"application/problem+json"),
+        (b"content-type", b"application/json"),
         (b"content-length", b"%d" % len(body)),
     ]
     await send({"type": "http.response.start", "status": status, "headers": headers})
@@ -180,15 +206,22 @@ class SessionMcp:
         with self._lock:
             if self._server is None:
                 # The socket's directory is this user's alone; sandboxes get the socket itself.
+                listening = bind_in(HOST, self.ports(), setting=PORTS_SETTING)
                 socket_path = Path(tempfile.mkdtemp(prefix="surehand-mcp-")) / "mcp.sock"
-                self._server = BackgroundServer(self.app(), HOST, 0, unix_socket=socket_path)
+                self._server = BackgroundServer(
+                    self.app(), HOST, 0, unix_socket=socket_path, listening=listening
+                )
                 self._server.start()
                 log.info("session MCP server listening on %s", self._server.url)
             return self._server
 
+    def ports(self) -> range:
+        """The ports it may listen on (``SUREHAND_SESSION_MCP_PORTS``; port 0: any free one)."""
+        return ports_of(self.services.settings.session_mcp_ports)
+
     def app(self) -> ASGIApp:
         security = TransportSecuritySettings(enable_dns_rebinding_protection=False)
-        server = build_session_server(SessionTools(self.grants.get))
+        server = build_session_server(SessionTools(self.grants.get, self.grants.revoke))
         mcp_app = server.streamable_http_app(
             streamable_http_path=MCP_PATH,
             stateless_http=True,
@@ -205,13 +238,19 @@ class SessionMcp:
         token = secrets.token_urlsafe(32)
         session = Session(services=self.services, task=ctx.task, attempt=ctx.attempt)
         url = f"{self.base_url()}/tasks/{ctx.task.task_id}{MCP_PATH}"
-        grant = Grant(token=token, url=url, session=session, cancelled=lambda: ctx.cancelled)
+        grant = Grant(
+            token=token,
+            url=url,
+            session=session,
+            cancelled=lambda: ctx.cancelled,
+            stop=ctx.stop,
+        )
         self.grants.add(grant)
         return grant
 
     def revoke(self, grant: AgentGrant) -> None:
         """End ``grant``: its token is refused (401) from now on."""
-        self.grants.revoke(grant.token)
+        self.grants.revoke(grant.token, "this token's session has ended; it acts no more")
 
     def stop(self) -> None:
         """Stop serving (tests; a worker's server ends with its process)."""
@@ -221,3 +260,19 @@ class SessionMcp:
                 if self._server.unix_socket is not None:
                     shutil.rmtree(self._server.unix_socket.parent, ignore_errors=True)
                 self._server = None
+
+
+def ports_of(text: str) -> range:
+    """``FIRST-LAST`` or ``PORT`` as a range of ports; empty: ``range(0, 1)`` (any free port).
+    ConfigError naming the setting for a range that is empty or beyond 65535."""
+    first, _, last = text.replace(" ", "").partition("-")
+    if not first:
+        return range(0, 1)
+    low, high = int(first), int(last or first)
+    if not 0 < low <= high <= 65535:
+        raise ConfigError(
+            f"{PORTS_SETTING}={text!r} is no port range: write FIRST-LAST with "
+            "0 < FIRST <= LAST <= 65535 (e.g. 41000-41099), or leave it empty for any free port",
+            setting=PORTS_SETTING,
+        )
+    return range(low, high + 1)

@@ -4,9 +4,13 @@ Every tool acts as the one attempt its bearer token was granted to (:class:`Gran
 through the same fenced service calls as ``ctx.operation`` and ``ctx.report``
 (:func:`surehand.dispatcher.operations.declare_operation` and ``settle_operation``,
 ``Session.report``): a call from an attempt that no longer owns its TASK is refused with a
-``stale_owner`` error and leaves a ``stale_owner_fenced`` event, and a session that lost its
-lease refuses every call (``lease_lost``). Refusals are tool errors carrying the problem
-document of the other doors (``{"error": {...}}``), whose ``detail`` says what to do next.
+``stale_owner`` error and leaves a ``stale_owner_fenced`` event (one per attempt), and a session
+that lost its lease refuses every call (``lease_lost``). Either answer also ends the session:
+its token is revoked (every later request is refused with that reason) and its program is
+stopped (:meth:`Grant.stop`, which the command agent turns into stopping its process group),
+so a refused agent neither keeps running nor keeps calling. Refusals are tool errors carrying
+the problem document of the other doors (``{"error": {...}}``, also as the result's text),
+whose ``detail`` says what to do next.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ from surehand.digest import operation_fingerprint
 from surehand.dispatcher.operations import Declared, declare_operation, settle_operation
 from surehand.dispatcher.sessions import Session
 from surehand.doors import problem
-from surehand.errors import AuthError, LeaseLost, SurehandError, ValidationFailed
+from surehand.errors import AuthError, LeaseLost, StaleOwner, SurehandError, ValidationFailed
 from surehand.mcp.server import error_result
 from surehand.model import Operation, OperationState, ReportStatus
 from surehand.store import operations
@@ -77,6 +81,8 @@ class Grant:
     url: str
     session: Session
     cancelled: Callable[[], bool]
+    # Stops the session's program (code, why): the command agent stops its process group.
+    stop: Callable[[str, str], None] = lambda _code, _why: None
 
     @property
     def task_id(self) -> str:
@@ -84,6 +90,8 @@ class Grant:
 
 
 GrantLookup = Callable[[str | None], Grant | None]
+# Revokes a token, remembering why (told to whoever presents it again).
+GrantRevoke = Callable[[str, str], None]
 
 
 def bearer(header: str | None) -> str | None:
@@ -95,8 +103,9 @@ def bearer(header: str | None) -> str | None:
 class SessionTools:
     """The tool bodies; ``lookup`` finds the grant of a bearer token (None once revoked)."""
 
-    def __init__(self, lookup: GrantLookup) -> None:
+    def __init__(self, lookup: GrantLookup, revoke: GrantRevoke | None = None) -> None:
         self.lookup = lookup
+        self.revoke = revoke or (lambda _token, _why: None)
 
     def grant(self, ctx: Context | None) -> Grant:
         headers = ctx.headers if ctx is not None else None
@@ -106,20 +115,34 @@ class SessionTools:
                 "this session's MCP token is unknown or its attempt has ended; only the "
                 "session that was given SUREHAND_MCP_TOKEN may use it, while it runs"
             )
-        if found.cancelled():
-            raise LeaseLost(
-                f"the session of {found.task_id} lost its lease: stop working, record nothing "
-                "more; a successor will be briefed from the records",
-                task_id=found.task_id,
-            )
         return found
 
     def call(self, ctx: Context | None, body: Callable[[Grant], dict[str, Any]]) -> CallToolResult:
-        """Run ``body`` as the caller's grant; typed errors become problem tool errors."""
+        """Run ``body`` as the caller's grant; typed errors become problem tool errors, and a
+        ``stale_owner`` or ``lease_lost`` answer ends the session (:meth:`end`)."""
         try:
-            return _ok(body(self.grant(ctx)))
+            grant = self.grant(ctx)
         except SurehandError as exc:
             return error_result(problem.for_error(exc))
+        try:
+            if grant.cancelled():
+                raise _lease_lost(grant)
+            return _ok(body(grant))
+        except (StaleOwner, LeaseLost) as refused:
+            self.end(grant, refused)
+            return error_result(problem.for_error(refused))
+        except SurehandError as exc:
+            return error_result(problem.for_error(exc))
+
+    def end(self, grant: Grant, refused: StaleOwner | LeaseLost) -> None:
+        """The session can record nothing more: revoke its token and stop its program."""
+        code = "stale_owner" if isinstance(refused, StaleOwner) else "lease_lost"
+        why = (
+            f"attempt {grant.session.attempt.number} of {grant.task_id} was refused "
+            f"({code}: {refused.message}); its token is revoked and its program stopped"
+        )
+        self.revoke(grant.token, why)
+        grant.stop(code, why)
 
     def effect_begin(
         self,
@@ -181,6 +204,14 @@ class SessionTools:
         """What earlier, interrupted attempts of this TASK declared and what is recorded as done
         (with receipts): never repeat an effect listed as done or confirmed_present."""
         return self.call(ctx, _brief)
+
+
+def _lease_lost(grant: Grant) -> LeaseLost:
+    return LeaseLost(
+        f"the session of {grant.task_id} lost its lease: stop working, record nothing more; a "
+        "successor will be briefed from the records",
+        task_id=grant.task_id,
+    )
 
 
 def _ok(data: dict[str, Any]) -> CallToolResult:

@@ -6,12 +6,12 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, Row, func, select
+from sqlalchemy import Connection, Row, exists, func, select
 from sqlalchemy import insert as sql_insert
 
 from surehand.model import Bucket, EventKind, TaskEvent
 from surehand.store import opaque
-from surehand.store.schema import task_events
+from surehand.store.schema import attempts, task_events
 
 _INSERT = sql_insert(task_events)  # executed with parameters: compiled once, reused from the cache
 
@@ -19,6 +19,31 @@ _INSERT = sql_insert(task_events)  # executed with parameters: compiled once, re
 def insert(connection: Connection, *rows: Mapping[str, Any]) -> None:
     """Insert event rows (from :func:`row`) in order, inside the caller's transaction."""
     connection.execute(_INSERT, [dict(r) for r in rows] if len(rows) > 1 else dict(rows[0]))
+
+
+def insert_once_per_attempt(connection: Connection, event: Mapping[str, Any]) -> bool:
+    """Insert ``event`` unless its attempt already has an event of its kind and ``reason``;
+    True if inserted.
+
+    For evidence that repeats without adding anything (a stale attempt refused again and
+    again): the first one is kept, the repeats are not. The attempt's row is locked first (FOR
+    UPDATE on Postgres; a SQLite write transaction is exclusive already), so of N concurrent
+    callers exactly one inserts.
+    """
+    attempt_id, kind = event["attempt_id"], event["kind"]
+    connection.execute(
+        select(attempts.c.attempt_id).where(attempts.c.attempt_id == attempt_id).with_for_update()
+    )
+    seen = exists().where(
+        task_events.c.task_id == event["task_id"],
+        task_events.c.attempt_id == attempt_id,
+        task_events.c.kind == kind,
+        task_events.c.reason == event["reason"],
+    )
+    if connection.execute(select(seen)).scalar():
+        return False
+    insert(connection, event)
+    return True
 
 
 def row(
