@@ -32,6 +32,7 @@ from surehand.store import Store
 if TYPE_CHECKING:
     from celery import Celery
 
+    from surehand.dispatcher.outbox_publisher import OutboxPublisher
     from surehand.dispatcher.reconciler import Reconciler
     from surehand.dispatcher.recovery import Recovery
     from surehand.dispatcher.runner import SessionRunner
@@ -47,12 +48,14 @@ class Runtime:
         self.settings = settings
         self.store = Store(settings.resolved_database_url(), pool_size=settings.database_pool_size)
         with_broker = bool(settings.broker_url)
+        self._outbox: OutboxPublisher | None = None
         self.services = Services(
             store=self.store,
             settings=settings,
             clock=clock or SystemClock(),
             publisher=publisher or (self.publish if with_broker else None),
             notify_hold=self.notify_hold if with_broker else None,
+            wake_publisher=self._wake_publisher,
         )
         # What close() releases; a runtime dropped without close() is released by the
         # finalizer, which must not refer to the runtime (or it would never be collected).
@@ -161,6 +164,33 @@ class Runtime:
             app.set_current()
             return app
 
+    def start_publishing(self) -> None:
+        """Publish created TASKs from a background thread (``surehand api``, ``surehand up``):
+        a create then answers without waiting for the broker. Without a publisher, nothing."""
+        from surehand.dispatcher.outbox_publisher import OutboxPublisher
+
+        with self._lock:
+            if self._outbox is not None or self.services.publisher is None:
+                return
+            publisher = OutboxPublisher(
+                self.services, idle_seconds=self.settings.sweep_interval_seconds
+            )
+            # Not among the finalizer's closers (they must not refer to the runtime, which
+            # the thread's services do): close() and the door serving it stop it.
+            publisher.start()
+            self._outbox = publisher
+
+    def stop_publishing(self) -> None:
+        """Stop the background publisher; creates publish on their own path again."""
+        with self._lock:
+            publisher, self._outbox = self._outbox, None
+        if publisher is not None:
+            publisher.stop()
+
+    def _wake_publisher(self) -> bool:
+        publisher = self._outbox
+        return publisher is not None and publisher.wake()
+
     def publish(self, task: Task) -> None:
         """Publish ``run_session`` for a TASK to its recipient's queue (raises PublishFailed)."""
         from surehand.queue.celery_app import publish_session
@@ -190,6 +220,7 @@ class Runtime:
 
     def close(self) -> None:
         """Release the store's pools, the Redis client and Celery's broker connections."""
+        self.stop_publishing()
         self._finalizer()
 
 
