@@ -37,9 +37,7 @@ class OutboxPublisher:
             if self._thread is not None:
                 return
             self._wake.set()
-            self._thread = threading.Thread(
-                target=self._run, name="surehand-outbox", daemon=True
-            )
+            self._thread = threading.Thread(target=self._run, name="surehand-outbox", daemon=True)
             self._thread.start()
 
     def wake(self) -> bool:

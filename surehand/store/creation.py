@@ -1,10 +1,11 @@
-"""Writing a new TASK with its committed receipt and creation event, atomically.
+"""Writing a new TASK with its committed receipt, outbox row and creation event, atomically.
 
-The TASK's outbox row (:mod:`surehand.store.outbox`) is inserted with them: its message is
-published after the commit, off the caller's path. On Postgres the four inserts are one statement (data-modifying CTEs, executed completely or
-not at all), so a create needs no BEGIN/COMMIT round trips; run it on an autocommit
-connection (``Store.one_write``). On SQLite, whose statements run in-process, they are three
-inserts (four with the outbox row) in the caller's transaction. Both run on the driver's cursor (``DriverStatement``).
+The TASK's outbox row (:mod:`surehand.store.outbox`) goes in with them: its message is
+published after the commit, off the caller's path. On Postgres the four inserts are one
+statement (data-modifying CTEs, executed completely or not at all), so a create needs no
+BEGIN/COMMIT round trips; run it on an autocommit connection (``Store.one_write``). On SQLite,
+whose statements run in-process, they are four inserts in the caller's transaction. Both run
+on the driver's cursor (``DriverStatement``).
 """
 
 from __future__ import annotations
