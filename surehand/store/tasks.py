@@ -284,17 +284,7 @@ def update_returning(
 def set_published(connection: Connection, task_id: str, now: datetime) -> None:
     """Record that a dispatch message was published (not a lifecycle change: no revision bump);
     clears a dispatch error recorded before."""
-    connection.execute(
-        update(tasks)
-        .where(tasks.c.task_id == task_id)
-        .values(
-            published=True,
-            published_at=now,
-            updated_at=now,
-            dispatch_error=None,
-            dispatch_error_at=None,
-        )
-    )
+    set_published_many(connection, [task_id], now)
 
 
 def waiting_to_publish(connection: Connection, task_ids: Sequence[str]) -> list[Task]:
