@@ -48,14 +48,17 @@ class Runtime:
         self.settings = settings
         self.store = Store(settings.resolved_database_url(), pool_size=settings.database_pool_size)
         with_broker = bool(settings.broker_url)
-        self._outbox: OutboxPublisher | None = None
+        # The publisher's slot, not a method of the runtime: the services must not refer back
+        # to the runtime (a cycle would keep a dropped runtime's engines until a second
+        # garbage collection).
+        self._outbox = _OutboxSlot()
         self.services = Services(
             store=self.store,
             settings=settings,
             clock=clock or SystemClock(),
             publisher=publisher or (self.publish if with_broker else None),
             notify_hold=self.notify_hold if with_broker else None,
-            wake_publisher=self._wake_publisher,
+            wake_publisher=self._outbox.wake,
         )
         # What close() releases; a runtime dropped without close() is released by the
         # finalizer, which must not refer to the runtime (or it would never be collected).
@@ -170,7 +173,7 @@ class Runtime:
         from surehand.dispatcher.outbox_publisher import OutboxPublisher
 
         with self._lock:
-            if self._outbox is not None or self.services.publisher is None:
+            if self._outbox.publisher is not None or self.services.publisher is None:
                 return
             publisher = OutboxPublisher(
                 self.services, idle_seconds=self.settings.sweep_interval_seconds
@@ -178,18 +181,14 @@ class Runtime:
             # Not among the finalizer's closers (they must not refer to the runtime, which
             # the thread's services do): close() and the door serving it stop it.
             publisher.start()
-            self._outbox = publisher
+            self._outbox.publisher = publisher
 
     def stop_publishing(self) -> None:
         """Stop the background publisher; creates publish on their own path again."""
         with self._lock:
-            publisher, self._outbox = self._outbox, None
+            publisher, self._outbox.publisher = self._outbox.publisher, None
         if publisher is not None:
             publisher.stop()
-
-    def _wake_publisher(self) -> bool:
-        publisher = self._outbox
-        return publisher is not None and publisher.wake()
 
     def publish(self, task: Task) -> None:
         """Publish ``run_session`` for a TASK to its recipient's queue (raises PublishFailed)."""
@@ -222,6 +221,17 @@ class Runtime:
         """Release the store's pools, the Redis client and Celery's broker connections."""
         self.stop_publishing()
         self._finalizer()
+
+
+class _OutboxSlot:
+    """The background publisher of a runtime, if one runs; what its services wake."""
+
+    def __init__(self) -> None:
+        self.publisher: OutboxPublisher | None = None
+
+    def wake(self) -> bool:
+        publisher = self.publisher
+        return publisher is not None and publisher.wake()
 
 
 def session_door() -> SessionDoorFactory | None:
