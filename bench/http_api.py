@@ -46,6 +46,7 @@ from typing import Any
 import httpx
 from rich.console import Console
 from rich.table import Table
+from sqlalchemy import func, select
 
 BENCH = Path(__file__).resolve().parent
 REPO = BENCH.parent
@@ -56,7 +57,8 @@ from private_redis import RedisServer, free_port, wait_for  # noqa: E402
 from procs import exit_on_sigterm, machine, stop_group  # noqa: E402
 from submit import REQUEST, bare_table  # noqa: E402
 
-from surehand.store import Store  # noqa: E402
+from surehand.store import Store, outbox  # noqa: E402
+from surehand.store.schema import tasks  # noqa: E402
 
 RESULTS = BENCH / "results"
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
@@ -314,6 +316,26 @@ def measure(
     return rounds
 
 
+def publish_backlog(url: str, limit: float = 60.0) -> dict[str, Any]:
+    """After the last batch: how many created TASKs still waited for their message (outbox
+    rows, unpublished TASKs), and how long the server's publisher took to publish them all."""
+    store = Store(url)
+    started = time.perf_counter()
+    try:
+        while True:
+            with store.snapshot() as connection:
+                queued = outbox.pending(connection)
+                unpublished = connection.execute(
+                    select(func.count()).select_from(tasks).where(tasks.c.published.is_(False))
+                ).scalar_one()
+            waited = time.perf_counter() - started
+            if (queued == 0 and unpublished == 0) or waited > limit:
+                return {"outbox": queued, "unpublished": unpublished, "seconds": round(waited, 2)}
+            time.sleep(0.05)
+    finally:
+        store.dispose()
+
+
 def summarise(rounds: list[dict[str, Any]], clients: list[int]) -> list[dict[str, Any]]:
     rows = []
     for count in clients:
@@ -436,6 +458,7 @@ def main() -> int:
                 run_batch(base, variant, max(options.clients), 64, reuse_ids, options.client)
             )
         rounds = measure(servers, options, reuse_ids)
+        backlog = publish_backlog(url)
     finally:
         for server in servers.values():
             server.stop()
@@ -461,10 +484,12 @@ def main() -> int:
             "client": options.client,
         },
         "summary": summary,
+        "publish_backlog_after_run": backlog,
         "rounds": rounds,
     }
     path = RESULTS / f"http-{stamp}.json"
     path.write_text(json.dumps(document, indent=2) + "\n", encoding="utf-8")
+    console.print(f"publish backlog after the last batch: {backlog}")
     console.print(f"saved bench/results/{path.name}")
     return 0
 

@@ -32,6 +32,7 @@ from surehand.store import Store
 if TYPE_CHECKING:
     from celery import Celery
 
+    from surehand.dispatcher.outbox_publisher import OutboxPublisher
     from surehand.dispatcher.reconciler import Reconciler
     from surehand.dispatcher.recovery import Recovery
     from surehand.dispatcher.runner import SessionRunner
@@ -47,12 +48,17 @@ class Runtime:
         self.settings = settings
         self.store = Store(settings.resolved_database_url(), pool_size=settings.database_pool_size)
         with_broker = bool(settings.broker_url)
+        # The publisher's slot, not a method of the runtime: the services must not refer back
+        # to the runtime (a cycle would keep a dropped runtime's engines until a second
+        # garbage collection).
+        self._outbox = _OutboxSlot()
         self.services = Services(
             store=self.store,
             settings=settings,
             clock=clock or SystemClock(),
             publisher=publisher or (self.publish if with_broker else None),
             notify_hold=self.notify_hold if with_broker else None,
+            wake_publisher=self._outbox.wake,
         )
         # What close() releases; a runtime dropped without close() is released by the
         # finalizer, which must not refer to the runtime (or it would never be collected).
@@ -161,6 +167,29 @@ class Runtime:
             app.set_current()
             return app
 
+    def start_publishing(self) -> None:
+        """Publish created TASKs from a background thread (``surehand api``, ``surehand up``):
+        a create then answers without waiting for the broker. Without a publisher, nothing."""
+        from surehand.dispatcher.outbox_publisher import OutboxPublisher
+
+        with self._lock:
+            if self._outbox.publisher is not None or self.services.publisher is None:
+                return
+            publisher = OutboxPublisher(
+                self.services, idle_seconds=self.settings.sweep_interval_seconds
+            )
+            # Not among the finalizer's closers (they must not refer to the runtime, which
+            # the thread's services do): close() and the door serving it stop it.
+            publisher.start()
+            self._outbox.publisher = publisher
+
+    def stop_publishing(self) -> None:
+        """Stop the background publisher; creates publish on their own path again."""
+        with self._lock:
+            publisher, self._outbox.publisher = self._outbox.publisher, None
+        if publisher is not None:
+            publisher.stop()
+
     def publish(self, task: Task) -> None:
         """Publish ``run_session`` for a TASK to its recipient's queue (raises PublishFailed)."""
         from surehand.queue.celery_app import publish_session
@@ -190,7 +219,19 @@ class Runtime:
 
     def close(self) -> None:
         """Release the store's pools, the Redis client and Celery's broker connections."""
+        self.stop_publishing()
         self._finalizer()
+
+
+class _OutboxSlot:
+    """The background publisher of a runtime, if one runs; what its services wake."""
+
+    def __init__(self) -> None:
+        self.publisher: OutboxPublisher | None = None
+
+    def wake(self) -> bool:
+        publisher = self.publisher
+        return publisher is not None and publisher.wake()
 
 
 def session_door() -> SessionDoorFactory | None:

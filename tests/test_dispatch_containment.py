@@ -34,7 +34,7 @@ from surehand.runtime import Runtime
 from surehand.store import Store
 from surehand.store.schema import tasks as tasks_table
 from surehand.testing import ManualClock
-from tests.procs import SUREHAND, private_redis, running, start_worker
+from tests.procs import SUREHAND, private_redis, running, start_worker, wait_until
 from tests.session_helpers import events_of
 
 BACK_OFF_S = 60.0
@@ -294,7 +294,14 @@ def test_an_http_create_answers_201_with_the_task_committed(
     with httpx.Client(base_url=served, headers=headers, timeout=30) as client:
         created = client.post("/v1/tasks", json=body)
         assert created.status_code == 201, created.text
-        shown = client.get(f"/v1/tasks/{created.json()['task_id']}")
+        path = f"/v1/tasks/{created.json()['task_id']}"
+
+        def dispatched() -> bool:  # the server's outbox publisher runs after the answer
+            shown = client.get(path).json()
+            return bool(shown["published"] or shown["dispatch_error"] is not None)
+
+        wait_until(dispatched, timeout=30, what="the outbox publisher's attempt")
+        shown = client.get(path)
     assert shown.status_code == 200
     assert shown.json()["bucket"] == Bucket.INBOX.value
     assert (shown.json()["dispatch_error"] is None) is (subject != "boom")

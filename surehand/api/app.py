@@ -4,6 +4,8 @@ and metrics."""
 from __future__ import annotations
 
 import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -58,6 +60,7 @@ def create_app(sh: Surehand | None = None) -> FastAPI:
         docs_url=None,  # our own page (api/docs.py): Swagger UI loads scripts from a CDN
         redoc_url=None,
         openapi_url="/openapi.json" if docs_on else None,
+        lifespan=_publishing,
     )
     app.state.surehand = surehand
     app.state.auth = Authenticator(surehand.settings)
@@ -76,6 +79,18 @@ def create_app(sh: Surehand | None = None) -> FastAPI:
     # Outermost: a request for a name this server does not answer goes no further.
     app.add_middleware(HostAllowlist, rule=hosts)
     return app
+
+
+@asynccontextmanager
+async def _publishing(app: FastAPI) -> AsyncIterator[None]:
+    """While served, created TASKs are published by the runtime's background publisher (the
+    outbox), not on the request path."""
+    runtime = app.state.surehand.runtime
+    runtime.start_publishing()
+    try:
+        yield
+    finally:
+        runtime.stop_publishing()
 
 
 def _add_operations(app: FastAPI) -> None:

@@ -15,6 +15,10 @@ from surehand.store import Store
 Publisher = Callable[[Task], None]
 """Publishes a ``run_session`` message for a committed TASK; raises PublishFailed."""
 
+PublisherWake = Callable[[], bool]
+"""Wakes a background outbox publisher after a creating commit; False when none runs here
+(then the caller drains the outbox itself)."""
+
 HoldNotifier = Callable[[Iterable[Mapping[str, Any]]], None]
 """Tells operators that TASKs are held for review (``task_id``, ``case_id``, ``attempt``)."""
 
@@ -28,3 +32,4 @@ class Services:
     clock: Clock = field(default_factory=SystemClock)
     publisher: Publisher | None = None
     notify_hold: HoldNotifier | None = None
+    wake_publisher: PublisherWake | None = None

@@ -1,5 +1,12 @@
 """Publishing committed TASKs to the queue, and the sweep that publishes what was missed.
 
+**Outbox.** A created TASK is queued in the store's outbox by its creating transaction and
+published after the commit by :func:`drain_outbox`: in the background
+(:class:`~surehand.dispatcher.outbox_publisher.OutboxPublisher`, woken by the commit, in
+``surehand api`` and ``surehand up``) or, in a process without one, by the creating call
+itself. Each outbox row is claimed by one drain; a drain that dies after its claim leaves its
+TASKs unpublished in ``inbox``, and :func:`sweep` publishes them.
+
 **Containment.** A TASK that cannot be dispatched must never stop the dispatch of the others,
 the reconciler, a restart of ``surehand up`` or the request that created it (DESIGN.md
 section 5). A failure a retry would repeat (a recipient that is not a role code; any publisher
@@ -23,10 +30,11 @@ from surehand.dispatcher.context import Services
 from surehand.errors import PublishFailed, SurehandError
 from surehand.model import SYSTEM, Bucket, EventKind, Task
 from surehand.roles import role_problem
-from surehand.store import events, tasks
+from surehand.store import events, outbox, tasks
 
 log = logging.getLogger(__name__)
 
+OUTBOX_BATCH = 100  # outbox rows one drain claims per transaction
 MAX_ERROR = 1000  # characters of a publisher's error kept in dispatch_error
 # The error is shown to the TASK's tenant (tasks, show, the API): never the credentials of a URL
 # an exception message may quote ("redis://:secret@host" -> "redis://***@host").
@@ -164,6 +172,59 @@ def publish_after_commit(services: Services, task_id: str) -> bool:
         return False
 
 
+def after_create(services: Services, task_id: str) -> None:
+    """After a TASK's creating commit: wake the background publisher, or drain the outbox
+    here when this process runs none. Never raises (the TASK is committed whatever happens)."""
+    wake = services.wake_publisher
+    if wake is not None and wake():
+        return
+    try:
+        drain_outbox(services)
+    except SurehandError as error:  # the store went away after the commit
+        log.warning("could not publish %s after its commit (%s); the sweep retries", task_id, error)
+
+
+def drain_outbox(services: Services, limit: int = OUTBOX_BATCH) -> int:
+    """Publish the TASKs queued in the outbox, ``limit`` at a time, until it is empty (or the
+    broker refuses). Returns how many were published. Store errors propagate.
+
+    Each batch is claimed (its rows deleted) in one transaction, published, then recorded
+    published in one statement. Concurrent drains claim disjoint rows."""
+    if services.publisher is None:
+        return 0
+    published = 0
+    while True:
+        with services.store.transaction() as connection:
+            claimed = outbox.claim(connection, limit)
+            waiting = tasks.waiting_to_publish(connection, claimed)
+        done, refused = _publish_batch(services, waiting)
+        published += done
+        if refused or len(claimed) < limit:
+            return published
+
+
+def _publish_batch(services: Services, waiting: list[Task]) -> tuple[int, bool]:
+    """Publish ``waiting``; (how many were published, whether the broker refused)."""
+    done: list[str] = []
+    refused = False
+    for task in waiting:
+        try:
+            failure = _try_publish(services, task)
+        except PublishFailed:  # broker unreachable: the sweep publishes the rest
+            metrics.observe_dispatch_failure("publish_failed")
+            log.warning("publishing %s failed; the next sweep retries", task.task_id)
+            refused = True
+            break
+        if failure is not None:
+            _mark(services, task, *failure)
+        else:
+            done.append(task.task_id)
+    if done:
+        with services.store.one_write() as connection:
+            tasks.set_published_many(connection, done, services.clock.now())
+    return len(done), refused
+
+
 def publish_successor(services: Services, task_id: str) -> bool:
     """Publish ``run_session`` for an ``active`` TASK whose admission decided to re-execute.
 
@@ -174,7 +235,8 @@ def publish_successor(services: Services, task_id: str) -> bool:
 
 
 def sweep(services: Services, limit: int = 500) -> int:
-    """Publish every TASK in ``inbox`` that was never published, or was published more than
+    """Drain the outbox (rows a crashed or broker-less process left), then publish every TASK
+    in ``inbox`` that was never published, or was published more than
     ``republish_after_seconds`` ago and is still unclaimed (its message was lost: a broker that
     lost its data, a worker that died between receiving and claiming). TASKs marked
     undispatchable are tried again once their back-off passed. Returns how many were published.
@@ -183,6 +245,7 @@ def sweep(services: Services, limit: int = 500) -> int:
     loop retries)."""
     if services.publisher is None:
         return 0
+    drained = drain_outbox(services)
     cutoff = services.clock.now() - back_off(services)
     with services.store.snapshot() as connection:
         pending = tasks.unpublished_inbox(
@@ -191,7 +254,7 @@ def sweep(services: Services, limit: int = 500) -> int:
     published = sum(_publish_recorded(services, task.task_id) for task in pending)
     with services.store.snapshot() as connection:
         metrics.observe_undispatchable(tasks.count_undispatchable(connection))
-    return published
+    return drained + published
 
 
 def republish_inbox(services: Services) -> int:

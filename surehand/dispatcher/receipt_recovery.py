@@ -20,7 +20,7 @@ from typing import Any
 
 from surehand.crashpoints import CrashPoint, crash_point
 from surehand.digest import sha256_hex
-from surehand.dispatcher.dispatch import publish_after_commit
+from surehand.dispatcher.dispatch import after_create, publish_after_commit
 from surehand.dispatcher.task_creation import SubmissionCall, insert_task, render
 from surehand.errors import DuplicateKey
 from surehand.model import (
@@ -81,7 +81,7 @@ class ReceiptRecovery:
         except _HoldLost:
             return self.restart()
         crash_point(CrashPoint.WRITE_TASK_AFTER_COMMIT)
-        publish_after_commit(call.services, receipt.task_id)
+        after_create(call.services, receipt.task_id)
         return result
 
     def _finish(

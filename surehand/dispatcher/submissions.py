@@ -3,7 +3,9 @@
 The fast path is one transaction in which the TASK store joins the receipt's transaction
 (DESIGN.md section 3): allocate the task number, insert the receipt — it passes ``reserved``
 and ``task_created`` inside the transaction and is written ``committed`` with the full result
-and the document digest — insert the TASK and its creation event, commit. A crash anywhere
+and the document digest — insert the TASK, its outbox row and its creation event, commit;
+the TASK's message is published after the commit from the outbox (``dispatch.after_create``),
+off the caller's path where a background publisher runs. A crash anywhere
 before the commit leaves nothing behind; after it, every retry replays the result. Concurrent
 callers with one id converge on the unique (tenant, id) key: the database makes the others wait
 for the first commit, then they read the committed receipt and answer ``reused``.
@@ -23,7 +25,7 @@ from surehand.clock import utc_day
 from surehand.crashpoints import CrashPoint, crash_point
 from surehand.digest import request_digest
 from surehand.dispatcher.context import Services
-from surehand.dispatcher.dispatch import publish_after_commit
+from surehand.dispatcher.dispatch import after_create
 from surehand.dispatcher.receipt_recovery import ReceiptRecovery
 from surehand.dispatcher.task_creation import (
     SubmissionCall,
@@ -99,7 +101,7 @@ def _create_legacy(
             now=now,
             acting=acting,
         )
-    publish_after_commit(services, task_id)
+    after_create(services, task_id)
     return WriteTaskResult(
         disposition=Disposition.CREATED,
         action_taken=True,
@@ -192,7 +194,7 @@ class _Submission:
                 raise
             return None
         crash_point(CrashPoint.WRITE_TASK_AFTER_COMMIT)
-        publish_after_commit(call.services, task_id)
+        after_create(call.services, task_id)
         return result
 
     def _read(self) -> Receipt | None:

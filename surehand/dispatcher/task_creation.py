@@ -26,7 +26,7 @@ from surehand.model import (
     TaskFields,
     WriteTaskResult,
 )
-from surehand.store import events, tasks
+from surehand.store import events, outbox, tasks
 
 
 @dataclass(frozen=True)
@@ -77,7 +77,8 @@ def insert_task(
     now: datetime,
     acting: Mapping[str, Any] | None = None,
 ) -> str:
-    """Insert the TASK row and its creation event; returns the document digest."""
+    """Insert the TASK row, its outbox row and its creation event; returns the document
+    digest."""
     text, document_digest = document
     row = tasks.new_row(
         task_id=task_id,
@@ -90,6 +91,7 @@ def insert_task(
         now=now,
     )
     tasks.insert_row(connection, row)
+    outbox.add(connection, task_id, now)
     events.insert(connection, creation_event(task_id, fields, now, acting))
     return document_digest
 

@@ -1,9 +1,11 @@
-"""Writing a new TASK with its committed receipt and creation event, atomically.
+"""Writing a new TASK with its committed receipt, outbox row and creation event, atomically.
 
-On Postgres the three inserts are one statement (data-modifying CTEs, executed completely or
-not at all), so a create needs no BEGIN/COMMIT round trips; run it on an autocommit
-connection (``Store.one_write``). On SQLite, whose statements run in-process, they are three
-inserts in the caller's transaction. Both run on the driver's cursor (``DriverStatement``).
+The TASK's outbox row (:mod:`surehand.store.outbox`) goes in with them: its message is
+published after the commit, off the caller's path. On Postgres the four inserts are one
+statement (data-modifying CTEs, executed completely or not at all), so a create needs no
+BEGIN/COMMIT round trips; run it on an autocommit connection (``Store.one_write``). On SQLite,
+whose statements run in-process, they are four inserts in the caller's transaction. Both run
+on the driver's cursor (``DriverStatement``).
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from sqlalchemy.dialects import postgresql
 
 from surehand.store import counters as counter_rows
 from surehand.store.driver import DriverStatement, common_binds, own_params
-from surehand.store.schema import counters, receipts, task_events, tasks
+from surehand.store.schema import counters, outbox, receipts, task_events, tasks
 
 # Columns that the receipt and the TASK (and, for two of them, the event) take from one common
 # parameter: with them bound once, the statement stays within psycopg's cache of converted
@@ -46,6 +48,7 @@ _COMMON = {
     "updated_at": "c_now",
 }
 _EVENT_COMMON = {"task_id": "c_task_id", "at": "c_now"}
+_OUTBOX_COMMON = {"task_id": "c_task_id", "created_at": "c_now"}
 
 
 def _columns(table: Table) -> list[str]:
@@ -65,8 +68,9 @@ def _values(table: Table, prefix: str, common: Mapping[str, str]) -> dict[str, A
 def _postgres_statement() -> DriverStatement:
     receipt = insert(receipts).values(_values(receipts, "r_", _COMMON)).cte("new_receipt")
     task = insert(tasks).values(_values(tasks, "t_", _COMMON)).cte("new_task")
+    queued = insert(outbox).values(_values(outbox, "o_", _OUTBOX_COMMON)).cte("new_outbox")
     event = insert(task_events).values(_values(task_events, "e_", _EVENT_COMMON))
-    return DriverStatement(event.add_cte(receipt, task))
+    return DriverStatement(event.add_cte(receipt, task, queued))
 
 
 def _insert(table: Table) -> DriverStatement:
@@ -77,6 +81,7 @@ def _insert(table: Table) -> DriverStatement:
 
 _POSTGRES = _postgres_statement()
 _RECEIPT, _TASK, _EVENT = _insert(receipts), _insert(tasks), _insert(task_events)
+_OUTBOX = _insert(outbox)
 
 
 def _common_params(task: Mapping[str, Any]) -> dict[str, Any]:
@@ -102,7 +107,8 @@ def insert_created(
     task: Mapping[str, Any],
     event: Mapping[str, Any],
 ) -> None:
-    """Insert the receipt (None on the legacy path), the TASK and its creation event.
+    """Insert the receipt (None on the legacy path), the TASK, its outbox row and its creation
+    event.
 
     Raises DuplicateKey (through the store's transaction or one-write context) if the
     submission or the task id exists already; then nothing was written.
@@ -114,6 +120,7 @@ def insert_created(
     if receipt is not None:
         _RECEIPT.rowcount(connection, receipt)
     _TASK.rowcount(connection, task)
+    _OUTBOX.rowcount(connection, {"task_id": task["task_id"], "created_at": task["created_at"]})
     _EVENT.rowcount(connection, event)
 
 

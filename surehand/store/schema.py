@@ -218,6 +218,19 @@ task_events = Table(
 )
 Index("ix_task_events_task", task_events.c.task_id, task_events.c.id)
 
+# The transactional outbox: one row per TASK whose run_session message is still to be
+# published, written in the creating transaction. A publisher deletes rows as it claims them
+# (each row by one publisher); the dispatcher sweep covers a publisher that died after its claim.
+outbox = Table(
+    "outbox",
+    metadata,
+    Column(
+        "id", BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True
+    ),
+    Column("task_id", String(32), ForeignKey("tasks.task_id"), nullable=False),
+    _ts("created_at"),
+)
+
 reports = Table(
     "reports",
     metadata,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -284,9 +284,32 @@ def update_returning(
 def set_published(connection: Connection, task_id: str, now: datetime) -> None:
     """Record that a dispatch message was published (not a lifecycle change: no revision bump);
     clears a dispatch error recorded before."""
+    set_published_many(connection, [task_id], now)
+
+
+def waiting_to_publish(connection: Connection, task_ids: Sequence[str]) -> list[Task]:
+    """Of ``task_ids``, the TASKs still unpublished in ``inbox`` and not held, in that order."""
+    if not task_ids:
+        return []
+    rows = connection.execute(
+        select(*TASK_COLUMNS).where(
+            tasks.c.task_id.in_(list(task_ids)),
+            tasks.c.bucket == Bucket.INBOX.value,
+            tasks.c.published.is_(False),
+            tasks.c.hold_case_id.is_(None),
+        )
+    ).all()
+    found = {row.task_id: from_row(row) for row in rows}
+    return [found[task_id] for task_id in task_ids if task_id in found]
+
+
+def set_published_many(connection: Connection, task_ids: Sequence[str], now: datetime) -> None:
+    """:func:`set_published` for several TASKs in one statement."""
+    if not task_ids:
+        return
     connection.execute(
         update(tasks)
-        .where(tasks.c.task_id == task_id)
+        .where(tasks.c.task_id.in_(list(task_ids)))
         .values(
             published=True,
             published_at=now,
