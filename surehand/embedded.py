@@ -2,7 +2,9 @@
 
 The embedded default needs no services: a SQLite file under ``SUREHAND_HOME``, Celery's
 in-process ``memory://`` transport (a queue that exists only inside this process, which is the
-point: nothing else can consume it), a thread-pool worker, and fakeredis for leases. TASKs
+point: nothing else can consume it; ``queue.inprocess`` wakes the worker on every publish and
+ack instead of kombu's one-second polling sleep), a thread-pool worker, and fakeredis for
+leases. TASKs
 submitted by other processes (``surehand submit``) have no broker to publish to; the sweep
 publishes them here within about a second. With ``SUREHAND_BROKER_URL`` and
 ``SUREHAND_REDIS_URL`` set, the same process is a worker of a real deployment instead.

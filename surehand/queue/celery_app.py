@@ -20,7 +20,7 @@ from kombu.exceptions import KombuError
 from surehand.config import Settings
 from surehand.errors import ConfigError, PublishFailed
 from surehand.model import Priority
-from surehand.queue import transport
+from surehand.queue import inprocess, transport
 from surehand.roles import role_problem
 
 SESSION_TASK_NAME = "surehand.run_session"
@@ -74,6 +74,8 @@ def make_celery(settings: Settings) -> Celery:
     if _is_redis_url(broker):
         app.conf.broker_transport_options = dict(REDIS_TRANSPORT_OPTIONS)
         transport.install()  # kombu's Redis transport, one redis-py client per channel
+    elif urlsplit(broker).scheme == "memory":
+        inprocess.install()  # kombu's memory transport, woken by a publish (no polling sleep)
     return app
 
 

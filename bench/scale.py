@@ -1,0 +1,460 @@
+"""Start latency of ``surehand up`` (before and after), and many long sessions in one worker.
+
+    python bench/scale.py [--quick] [--probes N] [--rate R] [--window S] [--sessions 100,1000]
+                          [--hold S] [--admin-url URL]
+
+Side by side in one run, each in its own child process running ``surehand up``'s runtime
+(``surehand.embedded.Embedded``: SQLite, the in-process broker, fakeredis, a thread pool of
+8, no HTTP) with the agents of ``bench/scale_agents.py``:
+
+* ``doorbell``: the in-process transport as shipped (``surehand.queue.inprocess``: the worker
+  waits on a condition that every publish and ack rings);
+* ``kombu``: kombu's own ``memory://`` transport (the worker sleeps its one-second polling
+  interval whenever its queues are empty or its prefetch window is full): what ``up`` was.
+
+Each child measures (wall clock ``time.time()``, the agent stamps in the same process):
+(a) idle: ``--probes`` TASKs one after another to the ``probe`` agent: submit -> agent
+    running, submit -> first effect recorded (its operation's intent and outcome committed);
+(b) steady load: no-op TASKs offered at ``--rate`` a second for ``--window`` seconds while
+    probes run every 0.25 s: the same two latencies, and the no-op sessions completed a second.
+
+(c) concurrent long sessions: for each of ``--sessions`` (100 and 1,000), one
+    ``surehand worker --pool threads --concurrency N`` on Postgres (its own database
+    ``surehand_bench_scale``) and a private ``redis-server`` holds N sleeping Python sessions
+    (``--hold`` seconds each, the default lease TTL 30 s and heartbeat 10 s): sessions running
+    at once, leases lost (attempts that did not succeed), worker RSS and threads per session
+    over the idle worker, Redis commands and CPU a second, Postgres connections, and the
+    reconciler's pass time with all of them running.
+
+Results are printed as rich tables and saved to ``bench/results/scale-<UTC>.json`` with a
+top-level ``summary``. Not measured here (left null in the summary, named in ``not_measured``):
+a sleeping command agent, heartbeat jitter, other pools, Postgres start latency and Celery's
+publish -> start beside it, recovery under scale; ``http_create_vs_bare`` is measured by
+``bench/http_api.py``.
+This is a benchmark, not a test: it asserts nothing about time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from procs import exit_on_sigterm, machine
+from rich.console import Console
+from rich.table import Table
+
+BENCH = Path(__file__).resolve().parent
+RESULTS = BENCH / "results"
+VARIANTS = ("doorbell", "kombu")
+console = Console()
+
+
+def percentile(values: list[float], q: float) -> float | None:
+    """The ``q`` quantile (0..1) of ``values`` by nearest rank; None if empty."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+def latency(values: list[float]) -> dict[str, Any]:
+    """Count, p50 and p99 of latencies in seconds, as milliseconds."""
+    p50, p99 = percentile(values, 0.5), percentile(values, 0.99)
+    return {
+        "n": len(values),
+        "p50_ms": None if p50 is None else round(p50 * 1000, 2),
+        "p99_ms": None if p99 is None else round(p99 * 1000, 2),
+    }
+
+
+class Stamps:
+    """The stamps file the agents append to, read incrementally."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.seen: dict[tuple[str, str], float] = {}
+        self._offset = 0
+
+    def read(self) -> dict[tuple[str, str], float]:
+        if self.path.exists():
+            with self.path.open("rb") as handle:
+                handle.seek(self._offset)
+                chunk = handle.read()
+            complete = chunk[: chunk.rfind(b"\n") + 1]
+            self._offset += len(complete)
+            for line in complete.splitlines():
+                stamp = json.loads(line)
+                self.seen[(stamp["task"], stamp["what"])] = float(stamp["at"])
+        return self.seen
+
+    def wait(self, task: str, what: str, timeout: float = 30.0) -> float | None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            found = self.read().get((task, what))
+            if found is not None:
+                return found
+            time.sleep(0.0005)
+        return None
+
+    def count(self, what: str) -> int:
+        return sum(1 for _, kind in self.read() if kind == what)
+
+
+def probe_once(runtime: Any, stamps: Stamps, into: dict[str, list[float]]) -> None:
+    """Submit one probe TASK; add its submit -> running and submit -> effect latencies."""
+    submitted = time.time()
+    task_id = str(runtime.sh.write_task(sender="PM", recipient="QA", subject="probe").task_id)
+    for what in ("running", "effect"):
+        at = stamps.wait(task_id, what)
+        if at is not None:
+            into[what].append(at - submitted)
+
+
+def offer_load(runtime: Any, rate: float, window: float, stop: threading.Event) -> int:
+    """Submit no-op TASKs at ``rate`` a second for ``window`` seconds; how many."""
+    started, offered = time.monotonic(), 0
+    while not stop.is_set() and time.monotonic() - started < window:
+        due = started + offered / rate
+        if due > time.monotonic():
+            time.sleep(due - time.monotonic())
+        runtime.sh.write_task(sender="PM", recipient="NOP", subject=f"noop {offered}")
+        offered += 1
+    return offered
+
+
+def steady(runtime: Any, stamps: Stamps, rate: float, window: float) -> dict[str, Any]:
+    """Probes every 0.25 s while no-op TASKs are offered at ``rate``; latencies and rate."""
+    probes: dict[str, list[float]] = {"running": [], "effect": []}
+    stop, offered = threading.Event(), [0]
+
+    def load() -> None:
+        offered[0] = offer_load(runtime, rate, window, stop)
+
+    before = stamps.count("noop")
+    loader = threading.Thread(target=load, daemon=True)
+    started = time.monotonic()
+    loader.start()
+    while loader.is_alive():
+        probe_once(runtime, stamps, probes)
+        time.sleep(0.25)
+    elapsed = time.monotonic() - started
+    done = stamps.count("noop") - before
+    return {
+        "offered_per_second": round(offered[0] / elapsed, 1),
+        "completed_per_second": round(done / elapsed, 1),
+        "running": latency(probes["running"]),
+        "effect": latency(probes["effect"]),
+    }
+
+
+def child(variant: str, probes: int, rate: float, window: float) -> dict[str, Any]:
+    """One ``surehand up`` runtime in this process with ``variant``'s transport; measures."""
+    from surehand.config import Settings
+    from surehand.embedded import Embedded
+    from surehand.queue import inprocess
+
+    if variant == "kombu":  # what `up` ran before: kombu's polling memory transport
+        inprocess.install = lambda: None
+    home = Path(tempfile.mkdtemp(prefix="surehand-scale-"))
+    stamps = Stamps(home / "stamps.jsonl")
+    os.environ["BENCH_SCALE_STAMPS"] = str(stamps.path)
+    settings = Settings.model_validate(
+        {"home": home, "redis_url": "", "broker_url": "", "agents": AGENTS}
+    )
+    runtime = Embedded(settings, with_api=False, concurrency=8)
+    runtime.start()
+    try:
+        idle: dict[str, list[float]] = {"running": [], "effect": []}
+        for _ in range(probes):
+            probe_once(runtime, stamps, idle)
+            time.sleep(0.05)
+        loaded = steady(runtime, stamps, rate, window)
+    finally:
+        runtime.stop()
+    return {
+        "variant": variant,
+        "idle": {"running": latency(idle["running"]), "effect": latency(idle["effect"])},
+        "steady": loaded,
+    }
+
+
+AGENTS = "QA=scale_agents:probe,NOP=scale_agents:noop"
+SCALE_DATABASE = "surehand_bench_scale"
+WORKER_ARGV = (sys.executable, "-m", "surehand", "worker", "--roles", "DEV", "--concurrency")
+
+
+def proc_status(pid: int) -> dict[str, int]:
+    """VmRSS (KiB) and Threads of a process, from /proc."""
+    fields = dict(
+        line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines()
+    )
+    return {"rss_kib": int(fields["VmRSS"].split()[0]), "threads": int(fields["Threads"])}
+
+
+def count_attempts(sh: Any) -> dict[str, int]:
+    from sqlalchemy import func, select
+
+    from surehand.store.schema import attempts
+
+    query = select(attempts.c.state, func.count()).group_by(attempts.c.state)
+    with sh.store.engine.connect() as connection:
+        return {str(state): int(n) for state, n in connection.execute(query)}
+
+
+def postgres_connections(admin_url: str) -> int:
+    from sqlalchemy import create_engine, text
+
+    engine = create_engine(admin_url)
+    with engine.connect() as connection:
+        found = connection.execute(
+            text("SELECT count(*) FROM pg_stat_activity WHERE datname = :db"),
+            {"db": SCALE_DATABASE},
+        ).scalar_one()
+    engine.dispose()
+    return int(found)
+
+
+def start_worker(tmp: Path, env: dict[str, str], concurrency: int) -> subprocess.Popen[bytes]:
+    log = tmp / f"worker-{concurrency}.log"
+    with log.open("wb") as handle:
+        process = subprocess.Popen(
+            [*WORKER_ARGV, str(concurrency)],
+            env={**os.environ, **env},
+            stdout=handle,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    deadline = time.monotonic() + 120
+    while "ready." not in log.read_text(errors="replace"):
+        if process.poll() is not None or time.monotonic() > deadline:
+            raise SystemExit(f"worker did not start:\n{log.read_text()[-3000:]}")
+        time.sleep(0.2)
+    return process
+
+
+def concurrent(sessions: int, hold: float, admin_url: str) -> dict[str, Any]:
+    """``sessions`` sleeping Python sessions at once in one ``surehand worker`` (threads pool,
+    concurrency = sessions) on Postgres and a private Redis: cost per session, leases lost."""
+    from databases import fresh_database
+    from private_redis import RedisServer
+    from procs import stop_group
+
+    from surehand.config import Settings
+    from surehand.facade import Surehand
+    from surehand.store import Store
+
+    tmp = Path(tempfile.mkdtemp(prefix="surehand-scale-"))
+    server = RedisServer(tmp)
+    url = fresh_database(admin_url, SCALE_DATABASE).render_as_string(hide_password=False)
+    store = Store(url, auto_upgrade=True)
+    store.upgrade()
+    store.dispose()
+    env = {
+        "SUREHAND_DATABASE_URL": url,
+        "SUREHAND_BROKER_URL": server.url(0),
+        "SUREHAND_REDIS_URL": server.url(1),
+        "SUREHAND_AGENTS": "DEV=scale_agents:sleeping",
+        "SUREHAND_HOME": str(tmp / "home"),
+        "SUREHAND_WORK_DIR": str(tmp / "sessions"),
+        "PYTHONPATH": f"{BENCH}{os.pathsep}{BENCH.parent}",
+    }
+    settings = Settings.model_validate(
+        {"database_url": url, "redis_url": server.url(1), "broker_url": server.url(0)}
+    )
+    sh = Surehand(settings=settings)
+    worker = start_worker(tmp, env, sessions)
+    try:
+        idle = proc_status(worker.pid)
+        for n in range(sessions):
+            sh.write_task(sender="PM", recipient="DEV", subject=f"wait {n}", body=str(hold))
+        deadline = time.monotonic() + hold
+        while count_attempts(sh).get("running", 0) < sessions and time.monotonic() < deadline:
+            time.sleep(0.5)
+        running = count_attempts(sh).get("running", 0)
+        commands, cpu = sum(server.commandstats().values()), server.cpu_seconds()
+        window = 10.0
+        time.sleep(window)
+        commands = sum(server.commandstats().values()) - commands
+        cpu = server.cpu_seconds() - cpu
+        held = proc_status(worker.pid)  # after the first renewals: heartbeat threads started
+        connections = postgres_connections(admin_url)
+        passes = []
+        for _ in range(3):
+            started = time.perf_counter()
+            sh.reconciler.run_once()
+            passes.append((time.perf_counter() - started) * 1000)
+        while count_attempts(sh).get("running", 0) and time.monotonic() < deadline + 120:
+            time.sleep(1.0)
+        states = count_attempts(sh)
+    finally:
+        stop_group(worker)
+        sh.close()
+        server.stop()
+    return {
+        "sessions": sessions,
+        "hold_seconds": hold,
+        "pool": "threads",
+        "workers": 1,
+        "running_at_once": running,
+        "attempt_states": states,
+        "leases_lost": sum(n for state, n in states.items() if state != "succeeded"),
+        "worker_rss_mib_idle": round(idle["rss_kib"] / 1024, 1),
+        "worker_rss_mib_held": round(held["rss_kib"] / 1024, 1),
+        "rss_mib_per_session": round((held["rss_kib"] - idle["rss_kib"]) / 1024 / running, 3)
+        if running
+        else None,
+        "threads_idle": idle["threads"],
+        "threads_held": held["threads"],
+        "threads_per_session": round((held["threads"] - idle["threads"]) / running, 2)
+        if running
+        else None,
+        "redis_commands_per_second": round(commands / window, 1),
+        "redis_cpu_percent": round(cpu / window * 100, 2),
+        "postgres_connections": connections,
+        "reconciler_pass_ms": round(min(passes), 2),
+    }
+
+
+def run_child(variant: str, options: argparse.Namespace) -> dict[str, Any]:
+    argv = [sys.executable, str(Path(__file__).resolve()), "--child", variant]
+    argv += ["--probes", str(options.probes), "--rate", str(options.rate)]
+    argv += ["--window", str(options.window)]
+    env = {**os.environ, "PYTHONPATH": f"{BENCH}{os.pathsep}{BENCH.parent}"}
+    done = subprocess.run(argv, env=env, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise SystemExit(f"{variant} failed:\n{done.stderr[-3000:]}")
+    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return result
+
+
+def table(results: list[dict[str, Any]]) -> Table:
+    out = Table(title="surehand up: submit -> agent running / first effect recorded (ms)")
+    for column in ("transport", "load", "running p50", "p99", "effect p50", "p99", "done/s"):
+        out.add_column(column, justify="right")
+    for result in results:
+        for load in ("idle", "steady"):
+            part = result[load]
+            rate = "" if load == "idle" else f"{part['completed_per_second']}"
+            shown = load if load == "idle" else f"{part['offered_per_second']}/s offered"
+            out.add_row(
+                result["variant"],
+                shown,
+                str(part["running"]["p50_ms"]),
+                str(part["running"]["p99_ms"]),
+                str(part["effect"]["p50_ms"]),
+                str(part["effect"]["p99_ms"]),
+                rate,
+            )
+    return out
+
+
+def held_table(held: list[dict[str, Any]]) -> Table:
+    out = Table(title="concurrent sleeping sessions in one worker (threads pool, Postgres)")
+    columns = (
+        "sessions",
+        "running_at_once",
+        "leases_lost",
+        "rss_mib_per_session",
+        "threads_per_session",
+        "redis_commands_per_second",
+        "redis_cpu_percent",
+        "postgres_connections",
+        "reconciler_pass_ms",
+    )
+    for column in columns:
+        out.add_column(column.replace("_", " "), justify="right")
+    for row in held:
+        out.add_row(*(str(row[column]) for column in columns))
+    return out
+
+
+def summary(results: dict[str, dict[str, Any]], held: list[dict[str, Any]]) -> dict[str, Any]:
+    new, old = results["doorbell"], results["kombu"]
+    most = max(held, key=lambda row: row["running_at_once"]) if held else None
+    p50, old_p50 = new["steady"]["running"]["p50_ms"], old["steady"]["running"]["p50_ms"]
+    return {
+        "concurrent_sessions": most["running_at_once"] if most else None,
+        "leases_lost": sum(row["leases_lost"] for row in held),
+        "rss_mib_per_session": most["rss_mib_per_session"] if most else None,
+        "start_p50_ms": None,
+        "start_p99_ms": None,
+        "embedded_start_p50_ms": p50,
+        "embedded_start_p99_ms": new["steady"]["running"]["p99_ms"],
+        "embedded_idle_start_p50_ms": new["idle"]["running"]["p50_ms"],
+        "embedded_sessions_per_second": new["steady"]["completed_per_second"],
+        "embedded_offered_per_second": new["steady"]["offered_per_second"],
+        "embedded_kombu_polling_start_p50_ms": old_p50,
+        "embedded_kombu_polling_sessions_per_second": old["steady"]["completed_per_second"],
+        "embedded_start_p50_vs_kombu_polling": round(old_p50 / p50, 1) if p50 else None,
+        "http_create_vs_bare": None,
+        "not_measured": [
+            "a sleeping command agent beside the Python one; heartbeat jitter; pool compared",
+            "Postgres start latency idle/steady and Celery publish -> start beside it",
+            "recovery latency under scale",
+            "http_create_vs_bare: bench/http_api.py measures it",
+        ],
+    }
+
+
+def parse_options() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="smoke: few probes, short window")
+    parser.add_argument("--probes", type=int, default=40, help="idle probes per variant")
+    parser.add_argument("--rate", type=float, default=100.0, help="no-op TASKs a second")
+    parser.add_argument("--window", type=float, default=20.0, help="seconds of steady load")
+    parser.add_argument("--sessions", default="100,1000", help="concurrent sessions, comma list")
+    parser.add_argument("--hold", type=float, default=40.0, help="seconds each session waits")
+    parser.add_argument(
+        "--admin-url",
+        default=os.environ.get(
+            "SUREHAND_BENCH_DATABASE_URL", "postgresql+psycopg://postgres@127.0.0.1/test"
+        ),
+    )
+    parser.add_argument("--child", choices=VARIANTS, help=argparse.SUPPRESS)
+    options = parser.parse_args()
+    if options.quick:
+        options.probes, options.window, options.sessions, options.hold = 8, 3.0, "20", 15.0
+    return options
+
+
+def main() -> int:
+    exit_on_sigterm()
+    options = parse_options()
+    if options.child:
+        print(json.dumps(child(options.child, options.probes, options.rate, options.window)))
+        return 0
+    results = {variant: run_child(variant, options) for variant in VARIANTS}
+    console.print(table(list(results.values())))
+    held = [
+        concurrent(int(n), options.hold, options.admin_url) for n in options.sessions.split(",")
+    ]
+    console.print(held_table(held))
+    document = {
+        "bench": "scale",
+        "at": datetime.now(UTC).isoformat(),
+        "machine": machine(),
+        "options": {k: v for k, v in vars(options).items() if k != "child"},
+        "summary": summary(results, held),
+        "embedded": results,
+        "concurrent": held,
+    }
+    console.print_json(data=document["summary"])
+    RESULTS.mkdir(exist_ok=True)
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    path = RESULTS / f"scale-{stamp}.json"
+    path.write_text(json.dumps(document, indent=2) + "\n", encoding="utf-8")
+    console.print(f"saved {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
