@@ -172,9 +172,12 @@ class Settings(BaseSettings):
     )
     agent_workspace: str = Field(
         "",
-        description="A repository directory every command agent session works in: bound "
-        "read-write into the sandbox; the claude preset gets it with --add-dir, codex with -C "
-        "(README: Claude Code and Codex doing real work).",
+        description="Where command agent sessions work: a comma list of [ROLE=]SPEC, a role's "
+        "entry overriding the one without. SPEC: a directory (shared, bound read-write into the "
+        "sandbox) or worktree:/path/to/repo (a fresh git worktree per TASK on the branch "
+        "surehand/<task id>; its successors find it). The claude preset gets it with --add-dir, "
+        "codex with -C, programs in SUREHAND_WORKSPACE (README: Claude Code and Codex doing "
+        "real work).",
     )
     claude_tools: str = Field(
         "",

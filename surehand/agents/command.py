@@ -59,8 +59,9 @@ from surehand.agents.presets import (
     mcp_configs,
     program_for,
 )
-from surehand.agents.sandbox import BWRAP, workspace_path
+from surehand.agents.sandbox import BWRAP
 from surehand.agents.session_door import AgentGrant, SessionDoor, SessionDoorFactory
+from surehand.agents.workspaces import Workspace, Workspaces, prepare
 from surehand.config import Settings
 from surehand.errors import AgentError, ConfigError
 from surehand.fcop.render import render_recovery, render_task
@@ -131,7 +132,7 @@ class CommandAgent:
         session server's port (it starts listening here: a port range with no free port stops
         the worker at start, not its first session)."""
         _ = self.confinement
-        workspace_path(self.settings)
+        _ = self.workspaces
         if self.program.preset is not None:
             self._require_preset()
         if self.mcp is not None:
@@ -171,6 +172,15 @@ class CommandAgent:
                 "SUREHAND_WORK_DIR elsewhere (or run in the bwrap sandbox)",
                 setting="SUREHAND_WORK_DIR",
             )
+
+    @functools.cached_property
+    def workspaces(self) -> Workspaces:
+        """Where sessions work, per role (``SUREHAND_AGENT_WORKSPACE``; ConfigError)."""
+        return Workspaces.parse(self.settings.agent_workspace)
+
+    def _workspace(self, ctx: SessionContext) -> Workspace | None:
+        spec = self.workspaces.for_role(ctx.task.fields.recipient)
+        return None if spec is None else prepare(spec, ctx.task.task_id, self.work_dir)
 
     @functools.cached_property
     def mcp(self) -> SessionDoor | None:
@@ -230,7 +240,7 @@ class CommandAgent:
         stderr: IO[bytes],
     ) -> int:
         """Run the program's process group to its end; its exit code."""
-        launch = self._launch(ctx, work_dir, grant)
+        launch = self._launch(ctx, work_dir, grant, self._workspace(ctx))
         group = self._start(ctx, work_dir, launch, stdout, stderr)
         try:
             code = self._wait(group, ctx)
@@ -241,23 +251,35 @@ class CommandAgent:
             raise AgentError("a later attempt of this TASK started here; this command was killed")
         return code
 
-    def _launch(self, ctx: SessionContext, work_dir: Path, grant: AgentGrant | None) -> Launch:
+    def _launch(
+        self,
+        ctx: SessionContext,
+        work_dir: Path,
+        grant: AgentGrant | None,
+        workspace: Workspace | None,
+    ) -> Launch:
         door = self.mcp.door() if grant is not None and self.mcp is not None else None
-        session = self._invocation(work_dir, grant)
+        session = self._invocation(work_dir, grant, workspace)
+        env = self._session_env(ctx, work_dir, grant)
+        if workspace is not None:
+            env["SUREHAND_WORKSPACE"] = str(workspace.path)
         return self.confinement.launch(
             self.program.argv(session),
             name=ctx.attempt.attempt_id,
             session_dir=work_dir,
-            session_env=self._session_env(ctx, work_dir, grant),
+            session_env=env,
             mcp=door,
             program_env=self.program.env(session),
+            writable=workspace.binds if workspace is not None else (),
         )
 
-    def _invocation(self, work_dir: Path, grant: AgentGrant | None) -> Invocation:
+    def _invocation(
+        self, work_dir: Path, grant: AgentGrant | None, workspace: Workspace | None = None
+    ) -> Invocation:
         return Invocation(
             session_dir=work_dir,
             mcp_url=grant.url if grant else None,
-            workspace=workspace_path(self.settings),
+            workspace=workspace.path if workspace is not None else None,
             sandboxed=self.confinement.sandbox.mode == BWRAP,
         )
 

@@ -71,7 +71,7 @@ class Confinement:
             rlimits=_rlimits(settings, owner, cgroup=no_cgroup is None),
             owner=owner,
             hidden=tuple(sandbox.hidden_paths(settings)),
-            binds=tuple(sandbox.bound_paths(settings)) + _workspace_bind(settings),
+            binds=tuple(sandbox.bound_paths(settings)),
             env_setting=settings.agent_env,
             no_cgroup=no_cgroup,
             passed=environment.received_names(settings.agent_env),
@@ -104,10 +104,12 @@ class Confinement:
         session_env: Mapping[str, str],
         mcp: tuple[int, Path] | None = None,
         program_env: Mapping[str, str] | None = None,
+        writable: Sequence[Path] = (),
     ) -> Launch:
         """Confine ``program`` for the session ``name`` (its attempt id) in ``session_dir``;
         ``mcp``: the session server's port and Unix socket, when the network is cut;
-        ``program_env``: what a preset's CLI needs in its environment."""
+        ``program_env``: what a preset's CLI needs in its environment; ``writable``: the
+        session's workspace, bound read-write."""
         env = environment.agent_environment(
             session_env, home=session_dir / "home", setting=self.env_setting, program=program_env
         )
@@ -120,7 +122,7 @@ class Confinement:
             program,
             session_dir=session_dir,
             hidden=self.hidden,
-            binds=[*self.binds, *self._portal_bind(mcp)],
+            binds=[*self.binds, *((path, True) for path in writable), *self._portal_bind(mcp)],
             portal=self._portal(mcp),
         )
         return Launch(argv, self._trampoline(), env, cgroup)
@@ -142,11 +144,6 @@ class Confinement:
         if mcp is None or self.sandbox.network != "none":
             return []
         return [(mcp[1], False)]
-
-
-def _workspace_bind(settings: Settings) -> tuple[tuple[Path, bool], ...]:
-    workspace = sandbox.workspace_path(settings)
-    return () if workspace is None else ((workspace, True),)
 
 
 def _rlimits(

@@ -177,20 +177,6 @@ def bound_paths(settings: Settings) -> list[tuple[Path, bool]]:
     return binds
 
 
-def workspace_path(settings: Settings) -> Path | None:
-    """``SUREHAND_AGENT_WORKSPACE``: the directory sessions work in (bound read-write)."""
-    if not settings.agent_workspace.strip():
-        return None
-    path = Path(settings.agent_workspace.strip())
-    if not path.is_absolute() or not path.is_dir():
-        raise ConfigError(
-            f"SUREHAND_AGENT_WORKSPACE={settings.agent_workspace!r}: name an absolute path to a "
-            "directory that exists (the repository the agents work in)",
-            setting="SUREHAND_AGENT_WORKSPACE",
-        )
-    return path.resolve()
-
-
 def _items(setting: str) -> list[str]:
     return [part.strip() for part in setting.split(",") if part.strip()]
 
