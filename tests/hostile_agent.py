@@ -115,6 +115,8 @@ async def _begin_status(url: str, token: str) -> str:
         Client(streamable_http_client(url, http_client=http)) as client,
     ):
         result = await client.call_tool("effect_begin", {"name": "steal", "args": {}})
+        if not result.is_error:  # ended, or the victim returns with it open and is held
+            await _end(client, (result.structured_content or {})["operation_id"])
     return "refused" if result.is_error else "accepted"
 
 
@@ -216,7 +218,14 @@ async def _tool_codes() -> dict[str, Any]:
             result = await client.call_tool("effect_begin", arguments)
             data = result.structured_content or {}
             codes[label] = data.get("error", {}).get("code") if result.is_error else data["status"]
+            if not result.is_error:  # end what it began: a return with an intent open is held
+                await _end(client, data["operation_id"])
     return codes
+
+
+async def _end(client: Client, operation_id: int) -> None:
+    ending = {"operation_id": operation_id, "outcome": "succeeded", "receipt": "probe"}
+    await client.call_tool("effect_end", ending)
 
 
 def _raw_call(params: dict[str, Any]) -> Any:
