@@ -1,7 +1,8 @@
 """Start latency of ``surehand up`` (before and after), and many long sessions in one worker.
 
     python bench/scale.py [--quick] [--probes N] [--rate R] [--window S] [--sessions 100,1000]
-                          [--hold S] [--admin-url URL]
+                          [--hold S] [--latency-probes N] [--recovery 1000:100]
+                          [--recovery-timing short,default] [--admin-url URL]
 
 Side by side in one run, each in its own child process running ``surehand up``'s runtime
 (``surehand.embedded.Embedded``: SQLite, the in-process broker, fakeredis, a thread pool of
@@ -26,11 +27,19 @@ Each child measures (wall clock ``time.time()``, the agent stamps in the same pr
     over the idle worker, Redis commands and CPU a second, Postgres connections, and the
     reconciler's pass time with all of them running.
 
+(d) Postgres start latency, idle (``bench/scale_latency.py``): ``--latency-probes`` probes
+    alternating between a ``surehand worker`` on Postgres with a private ``redis-server`` broker
+    (write_task -> agent running, -> first effect recorded) and a bare Celery task on the same
+    ``redis-server`` (send_task -> task running).
+(e) Recovery under scale: for each ``--recovery`` SESSIONS:KILLED and each ``--recovery-timing``
+    (``short``: lease TTL 3 s, heartbeat 1 s, reconcile 1 s, grace 2 s; ``default``: 30, 10, 5,
+    15), two workers hold the sleeping sessions, the one holding KILLED of them is SIGKILLed:
+    kill -> SESSION_LOST and kill -> successor started, p50/p99.
+
 Results are printed as rich tables and saved to ``bench/results/scale-<UTC>.json`` with a
-top-level ``summary``. Not measured here (left null in the summary, named in ``not_measured``):
-a sleeping command agent, heartbeat jitter, other pools, Postgres start latency and Celery's
-publish -> start beside it, recovery under scale; ``http_create_vs_bare`` is measured by
-``bench/http_api.py``.
+top-level ``summary``. Not measured here (named in ``not_measured``): a sleeping command agent,
+heartbeat jitter, other pools, Postgres start latency under steady load; ``http_create_vs_bare``
+is measured by ``bench/http_api.py``.
 This is a benchmark, not a test: it asserts nothing about time.
 """
 
@@ -48,6 +57,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import scale_latency
 from procs import exit_on_sigterm, machine
 from rich.console import Console
 from rich.table import Table
@@ -56,6 +66,7 @@ from scale_probes import Stamps, latency, probe_once
 BENCH = Path(__file__).resolve().parent
 RESULTS = BENCH / "results"
 VARIANTS = ("doorbell", "kombu")
+TIMINGS = {"short": scale_latency.SHORT, "default": scale_latency.DEFAULT}
 console = Console()
 
 
@@ -325,8 +336,6 @@ def summary(results: dict[str, dict[str, Any]], held: list[dict[str, Any]]) -> d
         "concurrent_sessions": most["running_at_once"] if most else None,
         "leases_lost": sum(row["leases_lost"] for row in held),
         "rss_mib_per_session": most["rss_mib_per_session"] if most else None,
-        "start_p50_ms": None,
-        "start_p99_ms": None,
         "embedded_start_p50_ms": p50,
         "embedded_start_p99_ms": new["steady"]["running"]["p99_ms"],
         "embedded_idle_start_p50_ms": new["idle"]["running"]["p50_ms"],
@@ -338,8 +347,7 @@ def summary(results: dict[str, dict[str, Any]], held: list[dict[str, Any]]) -> d
         "http_create_vs_bare": None,
         "not_measured": [
             "a sleeping command agent beside the Python one; heartbeat jitter; pool compared",
-            "Postgres start latency idle/steady and Celery publish -> start beside it",
-            "recovery latency under scale",
+            "Postgres start latency under steady load (idle is measured)",
             "http_create_vs_bare: bench/http_api.py measures it",
         ],
     }
@@ -359,10 +367,14 @@ def parse_options() -> argparse.Namespace:
             "SUREHAND_BENCH_DATABASE_URL", "postgresql+psycopg://postgres@127.0.0.1/test"
         ),
     )
+    parser.add_argument("--latency-probes", type=int, default=100, help="Postgres idle probes")
+    parser.add_argument("--recovery", default="1000:100", help="SESSIONS:KILLED, comma list")
+    parser.add_argument("--recovery-timing", default="short,default", help="short and/or default")
     parser.add_argument("--child", choices=VARIANTS, help=argparse.SUPPRESS)
     options = parser.parse_args()
     if options.quick:
         options.probes, options.window, options.sessions, options.hold = 8, 3.0, "20", 15.0
+        options.latency_probes, options.recovery = 30, "200:100"
     return options
 
 
@@ -378,14 +390,24 @@ def main() -> int:
         concurrent(int(n), options.hold, options.admin_url) for n in options.sessions.split(",")
     ]
     console.print(held_table(held))
+    start = scale_latency.start_latency(options.latency_probes, options.admin_url)
+    console.print(scale_latency.start_table(start))
+    recovered = [
+        scale_latency.recovery(int(total), int(killed), timing, options.admin_url)
+        for timing in (TIMINGS[name] for name in options.recovery_timing.split(","))
+        for total, killed in (pair.split(":") for pair in options.recovery.split(","))
+    ]
+    console.print(scale_latency.recovery_table(recovered))
     document = {
         "bench": "scale",
         "at": datetime.now(UTC).isoformat(),
         "machine": machine(),
         "options": {k: v for k, v in vars(options).items() if k != "child"},
-        "summary": summary(results, held),
+        "summary": {**summary(results, held), **scale_latency.summary(start, recovered)},
         "embedded": results,
         "concurrent": held,
+        "postgres_start": start,
+        "recovery": recovered,
     }
     console.print_json(data=document["summary"])
     RESULTS.mkdir(exist_ok=True)

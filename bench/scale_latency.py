@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rich.table import Table
 from scale_probes import Stamps, latency, probe_once
 
 BENCH = Path(__file__).resolve().parent
@@ -254,15 +255,60 @@ def wait_recovered(
     return lost, started
 
 
-def table_rows(result: dict[str, Any]) -> list[str]:
-    lost, started = result["killed_to_session_lost"], result["killed_to_successor_started"]
-    settings = result["settings"]
-    return [
-        f"{result['victims']} of {result['sessions']}",
-        f"TTL {settings['lease_ttl_seconds']} s, heartbeat {settings['heartbeat_seconds']} s, "
-        f"reconcile {settings['reconcile_interval_seconds']} s, "
-        f"grace {settings['lost_grace_seconds']} s",
-        f"{lost['p50_ms']} / {lost['p99_ms']}",
-        f"{started['p50_ms']} / {started['p99_ms']}",
-        f"{result['recovered']}",
-    ]
+def start_table(result: dict[str, Any]) -> Table:
+    out = Table(title="Postgres, idle: submit -> start, beside Celery publish -> start (ms)")
+    for column in ("measure", "n", "p50", "p99"):
+        out.add_column(column, justify="right")
+    for key, label in (
+        ("running", "write_task -> agent running"),
+        ("effect", "write_task -> first effect recorded"),
+        ("celery", "bare Celery send_task -> task running"),
+    ):
+        row = result[key]
+        out.add_row(label, str(row["n"]), str(row["p50_ms"]), str(row["p99_ms"]))
+    return out
+
+
+def recovery_table(results: list[dict[str, Any]]) -> Table:
+    out = Table(title="SIGKILL a worker: kill -> SESSION_LOST / -> successor started (ms)")
+    for column in ("killed", "settings", "lost p50 / p99", "successor p50 / p99", "recovered"):
+        out.add_column(column, justify="right")
+    for result in results:
+        lost, started = result["killed_to_session_lost"], result["killed_to_successor_started"]
+        timing = result["settings"]
+        out.add_row(
+            f"{result['victims']} of {result['sessions']}",
+            f"TTL {timing['lease_ttl_seconds']} s, heartbeat {timing['heartbeat_seconds']} s, "
+            f"reconcile {timing['reconcile_interval_seconds']} s, "
+            f"grace {timing['lost_grace_seconds']} s",
+            f"{lost['p50_ms']} / {lost['p99_ms']}",
+            f"{started['p50_ms']} / {started['p99_ms']}",
+            str(result["recovered"]),
+        )
+    return out
+
+
+def summary(start: dict[str, Any], recovered: list[dict[str, Any]]) -> dict[str, Any]:
+    """The summary fields of these two measurements."""
+    return {
+        "start_p50_ms": start["running"]["p50_ms"],
+        "start_p99_ms": start["running"]["p99_ms"],
+        "start_effect_p50_ms": start["effect"]["p50_ms"],
+        "start_effect_p99_ms": start["effect"]["p99_ms"],
+        "celery_publish_start_p50_ms": start["celery"]["p50_ms"],
+        "celery_publish_start_p99_ms": start["celery"]["p99_ms"],
+        "start_p50_over_celery_p50": start["running_p50_over_celery_p50"],
+        "recovery": [
+            {
+                "sessions": result["sessions"],
+                "killed": result["victims"],
+                "recovered": result["recovered"],
+                "settings": result["settings"],
+                "session_lost_p50_ms": result["killed_to_session_lost"]["p50_ms"],
+                "session_lost_p99_ms": result["killed_to_session_lost"]["p99_ms"],
+                "successor_started_p50_ms": result["killed_to_successor_started"]["p50_ms"],
+                "successor_started_p99_ms": result["killed_to_successor_started"]["p99_ms"],
+            }
+            for result in recovered
+        ],
+    }
