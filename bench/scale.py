@@ -140,7 +140,6 @@ def child(variant: str, probes: int, rate: float, window: float) -> dict[str, An
 
 AGENTS = "QA=scale_agents:probe,NOP=scale_agents:noop"
 SCALE_DATABASE = "surehand_bench_scale"
-WORKER_ARGV = (sys.executable, "-m", "surehand", "worker", "--roles", "DEV", "--concurrency")
 
 
 def proc_status(pid: int) -> dict[str, int]:
@@ -174,82 +173,42 @@ def postgres_connections(admin_url: str) -> int:
     return int(found)
 
 
-def start_worker(tmp: Path, env: dict[str, str], concurrency: int) -> subprocess.Popen[bytes]:
-    log = tmp / f"worker-{concurrency}.log"
-    with log.open("wb") as handle:
-        process = subprocess.Popen(
-            [*WORKER_ARGV, str(concurrency)],
-            env={**os.environ, **env},
-            stdout=handle,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    deadline = time.monotonic() + 120
-    while "ready." not in log.read_text(errors="replace"):
-        if process.poll() is not None or time.monotonic() > deadline:
-            raise SystemExit(f"worker did not start:\n{log.read_text()[-3000:]}")
-        time.sleep(0.2)
-    return process
-
-
 def concurrent(sessions: int, hold: float, admin_url: str) -> dict[str, Any]:
     """``sessions`` sleeping Python sessions at once in one ``surehand worker`` (threads pool,
     concurrency = sessions) on Postgres and a private Redis: cost per session, leases lost."""
-    from databases import fresh_database
-    from private_redis import RedisServer
     from procs import stop_group
 
-    from surehand.config import Settings
-    from surehand.facade import Surehand
-    from surehand.store import Store
-
-    tmp = Path(tempfile.mkdtemp(prefix="surehand-scale-"))
-    server = RedisServer(tmp)
-    url = fresh_database(admin_url, SCALE_DATABASE).render_as_string(hide_password=False)
-    store = Store(url, auto_upgrade=True)
-    store.upgrade()
-    store.dispose()
-    env = {
-        "SUREHAND_DATABASE_URL": url,
-        "SUREHAND_BROKER_URL": server.url(0),
-        "SUREHAND_REDIS_URL": server.url(1),
-        "SUREHAND_AGENTS": "DEV=scale_agents:sleeping",
-        "SUREHAND_HOME": str(tmp / "home"),
-        "SUREHAND_WORK_DIR": str(tmp / "sessions"),
-        "PYTHONPATH": f"{BENCH}{os.pathsep}{BENCH.parent}",
-    }
-    settings = Settings.model_validate(
-        {"database_url": url, "redis_url": server.url(1), "broker_url": server.url(0)}
-    )
-    sh = Surehand(settings=settings)
-    worker = start_worker(tmp, env, sessions)
-    try:
-        idle = proc_status(worker.pid)
-        for n in range(sessions):
-            sh.write_task(sender="PM", recipient="DEV", subject=f"wait {n}", body=str(hold))
-        deadline = time.monotonic() + hold
-        while count_attempts(sh).get("running", 0) < sessions and time.monotonic() < deadline:
-            time.sleep(0.5)
-        running = count_attempts(sh).get("running", 0)
-        commands, cpu = sum(server.commandstats().values()), server.cpu_seconds()
-        window = 10.0
-        time.sleep(window)
-        commands = sum(server.commandstats().values()) - commands
-        cpu = server.cpu_seconds() - cpu
-        held = proc_status(worker.pid)  # after the first renewals: heartbeat threads started
-        connections = postgres_connections(admin_url)
-        passes = []
-        for _ in range(3):
-            started = time.perf_counter()
-            sh.reconciler.run_once()
-            passes.append((time.perf_counter() - started) * 1000)
-        while count_attempts(sh).get("running", 0) and time.monotonic() < deadline + 120:
-            time.sleep(1.0)
-        states = count_attempts(sh)
-    finally:
-        stop_group(worker)
-        sh.close()
-        server.stop()
+    agents = "DEV=scale_agents:sleeping"
+    with scale_latency.deployment(admin_url, agents, database=SCALE_DATABASE) as here:
+        sh, server = here.sh, here.server
+        worker = scale_latency.surehand_worker(
+            here.tmp, here.env, f"held-{sessions}", sessions, "DEV"
+        )
+        try:
+            idle = proc_status(worker.pid)
+            for n in range(sessions):
+                sh.write_task(sender="PM", recipient="DEV", subject=f"wait {n}", body=str(hold))
+            deadline = time.monotonic() + hold
+            while count_attempts(sh).get("running", 0) < sessions and time.monotonic() < deadline:
+                time.sleep(0.5)
+            running = count_attempts(sh).get("running", 0)
+            commands, cpu = sum(server.commandstats().values()), server.cpu_seconds()
+            window = 10.0
+            time.sleep(window)
+            commands = sum(server.commandstats().values()) - commands
+            cpu = server.cpu_seconds() - cpu
+            held = proc_status(worker.pid)  # after the first renewals: heartbeat threads started
+            connections = postgres_connections(admin_url)
+            passes = []
+            for _ in range(3):
+                started = time.perf_counter()
+                sh.reconciler.run_once()
+                passes.append((time.perf_counter() - started) * 1000)
+            while count_attempts(sh).get("running", 0) and time.monotonic() < deadline + 120:
+                time.sleep(1.0)
+            states = count_attempts(sh)
+        finally:
+            stop_group(worker)
     return {
         "sessions": sessions,
         "hold_seconds": hold,

@@ -91,7 +91,9 @@ def surehand_worker(
 
 
 @contextmanager
-def deployment(admin_url: str, agents: str, timing: Timing | None = None) -> Iterator[Any]:
+def deployment(
+    admin_url: str, agents: str, timing: Timing | None = None, database: str = LATENCY_DATABASE
+) -> Iterator[Any]:
     """A fresh Postgres database, a private Redis and a facade on them; yields a namespace."""
     from databases import fresh_database
     from private_redis import RedisServer
@@ -102,7 +104,7 @@ def deployment(admin_url: str, agents: str, timing: Timing | None = None) -> Ite
 
     tmp = Path(tempfile.mkdtemp(prefix="surehand-scale-latency-"))
     server = RedisServer(tmp)
-    url = fresh_database(admin_url, LATENCY_DATABASE).render_as_string(hide_password=False)
+    url = fresh_database(admin_url, database).render_as_string(hide_password=False)
     store = Store(url, auto_upgrade=True)
     store.upgrade()
     store.dispose()
