@@ -57,6 +57,16 @@ class Timing:
         return {f"SUREHAND_{k.upper()}": str(v) for k, v in self.settings().items()}
 
 
+@dataclass(frozen=True)
+class Deployment:
+    """What ``deployment`` starts: its scratch folder, the env of its workers, a facade on it."""
+
+    tmp: Path
+    env: dict[str, str]
+    sh: Any
+    server: Any
+
+
 # The victim worker alone serves VIC (Celery would prefetch later TASKs into a full worker);
 # the survivor serves VIC (the victims' successors) and DEV (the other sessions).
 AGENTS = "VIC=scale_agents:sleeping,DEV=scale_agents:sleeping"
@@ -93,7 +103,7 @@ def surehand_worker(
 @contextmanager
 def deployment(
     admin_url: str, agents: str, timing: Timing | None = None, database: str = LATENCY_DATABASE
-) -> Iterator[Any]:
+) -> Iterator[Deployment]:
     """A fresh Postgres database, a private Redis and a facade on them; yields a namespace."""
     from databases import fresh_database
     from private_redis import RedisServer
@@ -124,7 +134,7 @@ def deployment(
     )
     sh = Surehand(settings=settings)
     try:
-        yield type("Deployment", (), {"tmp": tmp, "env": env, "sh": sh, "server": server})
+        yield Deployment(tmp=tmp, env=env, sh=sh, server=server)
     finally:
         sh.close()
         server.stop()
