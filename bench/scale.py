@@ -1,7 +1,8 @@
 """Start latency of ``surehand up`` (before and after), and many long sessions in one worker.
 
     python bench/scale.py [--quick] [--probes N] [--rate R] [--window S] [--sessions 100,1000]
-                          [--hold S] [--admin-url URL]
+                          [--hold S] [--latency-probes N] [--recovery 1000:100]
+                          [--recovery-timing short,default] [--admin-url URL]
 
 Side by side in one run, each in its own child process running ``surehand up``'s runtime
 (``surehand.embedded.Embedded``: SQLite, the in-process broker, fakeredis, a thread pool of
@@ -26,11 +27,19 @@ Each child measures (wall clock ``time.time()``, the agent stamps in the same pr
     over the idle worker, Redis commands and CPU a second, Postgres connections, and the
     reconciler's pass time with all of them running.
 
+(d) Postgres start latency, idle (``bench/scale_latency.py``): ``--latency-probes`` probes
+    alternating between a ``surehand worker`` on Postgres with a private ``redis-server`` broker
+    (write_task -> agent running, -> first effect recorded) and a bare Celery task on the same
+    ``redis-server`` (send_task -> task running).
+(e) Recovery under scale: for each ``--recovery`` SESSIONS:KILLED and each ``--recovery-timing``
+    (``short``: lease TTL 3 s, heartbeat 1 s, reconcile 1 s, grace 2 s; ``default``: 30, 10, 5,
+    15), two workers hold the sleeping sessions, the one holding KILLED of them is SIGKILLed:
+    kill -> SESSION_LOST and kill -> successor started, p50/p99.
+
 Results are printed as rich tables and saved to ``bench/results/scale-<UTC>.json`` with a
-top-level ``summary``. Not measured here (left null in the summary, named in ``not_measured``):
-a sleeping command agent, heartbeat jitter, other pools, Postgres start latency and Celery's
-publish -> start beside it, recovery under scale; ``http_create_vs_bare`` is measured by
-``bench/http_api.py``.
+top-level ``summary``. Not measured here (named in ``not_measured``): a sleeping command agent,
+heartbeat jitter, other pools, Postgres start latency under steady load; ``http_create_vs_bare``
+is measured by ``bench/http_api.py``.
 This is a benchmark, not a test: it asserts nothing about time.
 """
 
@@ -48,75 +57,17 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import scale_latency
 from procs import exit_on_sigterm, machine
 from rich.console import Console
 from rich.table import Table
+from scale_probes import Stamps, latency, probe_once
 
 BENCH = Path(__file__).resolve().parent
 RESULTS = BENCH / "results"
 VARIANTS = ("doorbell", "kombu")
+TIMINGS = {"short": scale_latency.SHORT, "default": scale_latency.DEFAULT}
 console = Console()
-
-
-def percentile(values: list[float], q: float) -> float | None:
-    """The ``q`` quantile (0..1) of ``values`` by nearest rank; None if empty."""
-    if not values:
-        return None
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
-
-
-def latency(values: list[float]) -> dict[str, Any]:
-    """Count, p50 and p99 of latencies in seconds, as milliseconds."""
-    p50, p99 = percentile(values, 0.5), percentile(values, 0.99)
-    return {
-        "n": len(values),
-        "p50_ms": None if p50 is None else round(p50 * 1000, 2),
-        "p99_ms": None if p99 is None else round(p99 * 1000, 2),
-    }
-
-
-class Stamps:
-    """The stamps file the agents append to, read incrementally."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self.seen: dict[tuple[str, str], float] = {}
-        self._offset = 0
-
-    def read(self) -> dict[tuple[str, str], float]:
-        if self.path.exists():
-            with self.path.open("rb") as handle:
-                handle.seek(self._offset)
-                chunk = handle.read()
-            complete = chunk[: chunk.rfind(b"\n") + 1]
-            self._offset += len(complete)
-            for line in complete.splitlines():
-                stamp = json.loads(line)
-                self.seen[(stamp["task"], stamp["what"])] = float(stamp["at"])
-        return self.seen
-
-    def wait(self, task: str, what: str, timeout: float = 30.0) -> float | None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            found = self.read().get((task, what))
-            if found is not None:
-                return found
-            time.sleep(0.0005)
-        return None
-
-    def count(self, what: str) -> int:
-        return sum(1 for _, kind in self.read() if kind == what)
-
-
-def probe_once(runtime: Any, stamps: Stamps, into: dict[str, list[float]]) -> None:
-    """Submit one probe TASK; add its submit -> running and submit -> effect latencies."""
-    submitted = time.time()
-    task_id = str(runtime.sh.write_task(sender="PM", recipient="QA", subject="probe").task_id)
-    for what in ("running", "effect"):
-        at = stamps.wait(task_id, what)
-        if at is not None:
-            into[what].append(at - submitted)
 
 
 def offer_load(runtime: Any, rate: float, window: float, stop: threading.Event) -> int:
@@ -189,7 +140,6 @@ def child(variant: str, probes: int, rate: float, window: float) -> dict[str, An
 
 AGENTS = "QA=scale_agents:probe,NOP=scale_agents:noop"
 SCALE_DATABASE = "surehand_bench_scale"
-WORKER_ARGV = (sys.executable, "-m", "surehand", "worker", "--roles", "DEV", "--concurrency")
 
 
 def proc_status(pid: int) -> dict[str, int]:
@@ -223,82 +173,42 @@ def postgres_connections(admin_url: str) -> int:
     return int(found)
 
 
-def start_worker(tmp: Path, env: dict[str, str], concurrency: int) -> subprocess.Popen[bytes]:
-    log = tmp / f"worker-{concurrency}.log"
-    with log.open("wb") as handle:
-        process = subprocess.Popen(
-            [*WORKER_ARGV, str(concurrency)],
-            env={**os.environ, **env},
-            stdout=handle,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    deadline = time.monotonic() + 120
-    while "ready." not in log.read_text(errors="replace"):
-        if process.poll() is not None or time.monotonic() > deadline:
-            raise SystemExit(f"worker did not start:\n{log.read_text()[-3000:]}")
-        time.sleep(0.2)
-    return process
-
-
 def concurrent(sessions: int, hold: float, admin_url: str) -> dict[str, Any]:
     """``sessions`` sleeping Python sessions at once in one ``surehand worker`` (threads pool,
     concurrency = sessions) on Postgres and a private Redis: cost per session, leases lost."""
-    from databases import fresh_database
-    from private_redis import RedisServer
     from procs import stop_group
 
-    from surehand.config import Settings
-    from surehand.facade import Surehand
-    from surehand.store import Store
-
-    tmp = Path(tempfile.mkdtemp(prefix="surehand-scale-"))
-    server = RedisServer(tmp)
-    url = fresh_database(admin_url, SCALE_DATABASE).render_as_string(hide_password=False)
-    store = Store(url, auto_upgrade=True)
-    store.upgrade()
-    store.dispose()
-    env = {
-        "SUREHAND_DATABASE_URL": url,
-        "SUREHAND_BROKER_URL": server.url(0),
-        "SUREHAND_REDIS_URL": server.url(1),
-        "SUREHAND_AGENTS": "DEV=scale_agents:sleeping",
-        "SUREHAND_HOME": str(tmp / "home"),
-        "SUREHAND_WORK_DIR": str(tmp / "sessions"),
-        "PYTHONPATH": f"{BENCH}{os.pathsep}{BENCH.parent}",
-    }
-    settings = Settings.model_validate(
-        {"database_url": url, "redis_url": server.url(1), "broker_url": server.url(0)}
-    )
-    sh = Surehand(settings=settings)
-    worker = start_worker(tmp, env, sessions)
-    try:
-        idle = proc_status(worker.pid)
-        for n in range(sessions):
-            sh.write_task(sender="PM", recipient="DEV", subject=f"wait {n}", body=str(hold))
-        deadline = time.monotonic() + hold
-        while count_attempts(sh).get("running", 0) < sessions and time.monotonic() < deadline:
-            time.sleep(0.5)
-        running = count_attempts(sh).get("running", 0)
-        commands, cpu = sum(server.commandstats().values()), server.cpu_seconds()
-        window = 10.0
-        time.sleep(window)
-        commands = sum(server.commandstats().values()) - commands
-        cpu = server.cpu_seconds() - cpu
-        held = proc_status(worker.pid)  # after the first renewals: heartbeat threads started
-        connections = postgres_connections(admin_url)
-        passes = []
-        for _ in range(3):
-            started = time.perf_counter()
-            sh.reconciler.run_once()
-            passes.append((time.perf_counter() - started) * 1000)
-        while count_attempts(sh).get("running", 0) and time.monotonic() < deadline + 120:
-            time.sleep(1.0)
-        states = count_attempts(sh)
-    finally:
-        stop_group(worker)
-        sh.close()
-        server.stop()
+    agents = "DEV=scale_agents:sleeping"
+    with scale_latency.deployment(admin_url, agents, database=SCALE_DATABASE) as here:
+        sh, server = here.sh, here.server
+        worker = scale_latency.surehand_worker(
+            here.tmp, here.env, f"held-{sessions}", sessions, "DEV"
+        )
+        try:
+            idle = proc_status(worker.pid)
+            for n in range(sessions):
+                sh.write_task(sender="PM", recipient="DEV", subject=f"wait {n}", body=str(hold))
+            deadline = time.monotonic() + hold
+            while count_attempts(sh).get("running", 0) < sessions and time.monotonic() < deadline:
+                time.sleep(0.5)
+            running = count_attempts(sh).get("running", 0)
+            commands, cpu = sum(server.commandstats().values()), server.cpu_seconds()
+            window = 10.0
+            time.sleep(window)
+            commands = sum(server.commandstats().values()) - commands
+            cpu = server.cpu_seconds() - cpu
+            held = proc_status(worker.pid)  # after the first renewals: heartbeat threads started
+            connections = postgres_connections(admin_url)
+            passes = []
+            for _ in range(3):
+                started = time.perf_counter()
+                sh.reconciler.run_once()
+                passes.append((time.perf_counter() - started) * 1000)
+            while count_attempts(sh).get("running", 0) and time.monotonic() < deadline + 120:
+                time.sleep(1.0)
+            states = count_attempts(sh)
+        finally:
+            stop_group(worker)
     return {
         "sessions": sessions,
         "hold_seconds": hold,
@@ -385,8 +295,6 @@ def summary(results: dict[str, dict[str, Any]], held: list[dict[str, Any]]) -> d
         "concurrent_sessions": most["running_at_once"] if most else None,
         "leases_lost": sum(row["leases_lost"] for row in held),
         "rss_mib_per_session": most["rss_mib_per_session"] if most else None,
-        "start_p50_ms": None,
-        "start_p99_ms": None,
         "embedded_start_p50_ms": p50,
         "embedded_start_p99_ms": new["steady"]["running"]["p99_ms"],
         "embedded_idle_start_p50_ms": new["idle"]["running"]["p50_ms"],
@@ -398,8 +306,7 @@ def summary(results: dict[str, dict[str, Any]], held: list[dict[str, Any]]) -> d
         "http_create_vs_bare": None,
         "not_measured": [
             "a sleeping command agent beside the Python one; heartbeat jitter; pool compared",
-            "Postgres start latency idle/steady and Celery publish -> start beside it",
-            "recovery latency under scale",
+            "Postgres start latency under steady load (idle is measured)",
             "http_create_vs_bare: bench/http_api.py measures it",
         ],
     }
@@ -419,10 +326,14 @@ def parse_options() -> argparse.Namespace:
             "SUREHAND_BENCH_DATABASE_URL", "postgresql+psycopg://postgres@127.0.0.1/test"
         ),
     )
+    parser.add_argument("--latency-probes", type=int, default=100, help="Postgres idle probes")
+    parser.add_argument("--recovery", default="1000:100", help="SESSIONS:KILLED, comma list")
+    parser.add_argument("--recovery-timing", default="short,default", help="short and/or default")
     parser.add_argument("--child", choices=VARIANTS, help=argparse.SUPPRESS)
     options = parser.parse_args()
     if options.quick:
         options.probes, options.window, options.sessions, options.hold = 8, 3.0, "20", 15.0
+        options.latency_probes, options.recovery = 30, "200:100"
     return options
 
 
@@ -438,14 +349,24 @@ def main() -> int:
         concurrent(int(n), options.hold, options.admin_url) for n in options.sessions.split(",")
     ]
     console.print(held_table(held))
+    start = scale_latency.start_latency(options.latency_probes, options.admin_url)
+    console.print(scale_latency.start_table(start))
+    recovered = [
+        scale_latency.recovery(int(total), int(killed), timing, options.admin_url)
+        for timing in (TIMINGS[name] for name in options.recovery_timing.split(","))
+        for total, killed in (pair.split(":") for pair in options.recovery.split(","))
+    ]
+    console.print(scale_latency.recovery_table(recovered))
     document = {
         "bench": "scale",
         "at": datetime.now(UTC).isoformat(),
         "machine": machine(),
         "options": {k: v for k, v in vars(options).items() if k != "child"},
-        "summary": summary(results, held),
+        "summary": {**summary(results, held), **scale_latency.summary(start, recovered)},
         "embedded": results,
         "concurrent": held,
+        "postgres_start": start,
+        "recovery": recovered,
     }
     console.print_json(data=document["summary"])
     RESULTS.mkdir(exist_ok=True)

@@ -1,0 +1,326 @@
+"""Postgres start latency beside Celery's, and recovery latency under scale (``bench/scale.py``).
+
+* ``start_latency``: one ``surehand worker`` (threads pool, 4) on Postgres and a private
+  ``redis-server`` broker, and beside it a bare Celery worker (Celery's defaults, threads pool,
+  4) on the same ``redis-server``. Idle probes alternate between the two: ``write_task`` ->
+  agent running and -> first effect recorded (the ``probe`` agent of ``scale_agents``), and
+  Celery's ``send_task`` -> task body running (``scale_celery.stamp``). Wall clock
+  ``time.time()`` on both sides of one machine.
+* ``recovery``: ``victims`` sleeping sessions in worker A, then ``sessions - victims`` more in
+  worker B (concurrency ``sessions``: room for the successors); A is SIGKILLed; a reconciler
+  loop in this process (what ``surehand beat`` or a ``surehand reconcile`` cron runs) makes
+  passes every ``reconcile`` seconds. Per victim TASK: kill -> attempt ``SESSION_LOST``
+  (its ``ended_at``) and kill -> successor attempt started (its ``started_at``), from the store.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rich.table import Table
+from scale_probes import Stamps, latency, probe_once
+
+BENCH = Path(__file__).resolve().parent
+LATENCY_DATABASE = "surehand_bench_scale_latency"
+PYTHONPATH = f"{BENCH}{os.pathsep}{BENCH.parent}"
+
+
+@dataclass(frozen=True)
+class Timing:
+    """Lease and reconciler settings of one recovery run."""
+
+    lease_ttl: float
+    heartbeat: float
+    reconcile: float
+    grace: float
+
+    def settings(self) -> dict[str, float]:
+        return {
+            "lease_ttl_seconds": self.lease_ttl,
+            "heartbeat_seconds": self.heartbeat,
+            "reconcile_interval_seconds": self.reconcile,
+            "lost_grace_seconds": self.grace,
+        }
+
+    def env(self) -> dict[str, str]:
+        return {f"SUREHAND_{k.upper()}": str(v) for k, v in self.settings().items()}
+
+
+@dataclass(frozen=True)
+class Deployment:
+    """What ``deployment`` starts: its scratch folder, the env of its workers, a facade on it."""
+
+    tmp: Path
+    env: dict[str, str]
+    sh: Any
+    server: Any
+
+
+# The victim worker alone serves VIC (Celery would prefetch later TASKs into a full worker);
+# the survivor serves VIC (the victims' successors) and DEV (the other sessions).
+AGENTS = "VIC=scale_agents:sleeping,DEV=scale_agents:sleeping"
+SHORT = Timing(lease_ttl=3.0, heartbeat=1.0, reconcile=1.0, grace=2.0)
+DEFAULT = Timing(lease_ttl=30.0, heartbeat=10.0, reconcile=5.0, grace=15.0)
+
+
+def launch(argv: list[str], env: dict[str, str], log: Path, ready: str) -> subprocess.Popen[bytes]:
+    """Start ``argv`` in its own process group; wait until its log says ``ready``."""
+    with log.open("wb") as handle:
+        process = subprocess.Popen(
+            argv,
+            env={**os.environ, "PYTHONPATH": PYTHONPATH, **env},
+            stdout=handle,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    deadline = time.monotonic() + 120
+    while ready not in log.read_text(errors="replace"):
+        if process.poll() is not None or time.monotonic() > deadline:
+            raise SystemExit(f"{argv[:4]} did not start:\n{log.read_text()[-3000:]}")
+        time.sleep(0.2)
+    return process
+
+
+def surehand_worker(
+    tmp: Path, env: dict[str, str], name: str, concurrency: int, roles: str
+) -> subprocess.Popen[bytes]:
+    argv = [sys.executable, "-m", "surehand", "worker", "--roles", roles]
+    argv += ["--concurrency", str(concurrency), "--hostname", f"{name}@%h"]
+    return launch(argv, env, tmp / f"{name}.log", "ready.")
+
+
+@contextmanager
+def deployment(
+    admin_url: str, agents: str, timing: Timing | None = None, database: str = LATENCY_DATABASE
+) -> Iterator[Deployment]:
+    """A fresh Postgres database, a private Redis and a facade on them; yields a namespace."""
+    from databases import fresh_database
+    from private_redis import RedisServer
+
+    from surehand.config import Settings
+    from surehand.facade import Surehand
+    from surehand.store import Store
+
+    tmp = Path(tempfile.mkdtemp(prefix="surehand-scale-latency-"))
+    server = RedisServer(tmp)
+    url = fresh_database(admin_url, database).render_as_string(hide_password=False)
+    store = Store(url, auto_upgrade=True)
+    store.upgrade()
+    store.dispose()
+    extra = timing.settings() if timing else {}
+    env = {
+        "SUREHAND_DATABASE_URL": url,
+        "SUREHAND_BROKER_URL": server.url(0),
+        "SUREHAND_REDIS_URL": server.url(1),
+        "SUREHAND_AGENTS": agents,
+        "SUREHAND_HOME": str(tmp / "home"),
+        "SUREHAND_WORK_DIR": str(tmp / "sessions"),
+        "BENCH_SCALE_STAMPS": str(tmp / "stamps.jsonl"),
+        **(timing.env() if timing else {}),
+    }
+    settings = Settings.model_validate(
+        {"database_url": url, "redis_url": server.url(1), "broker_url": server.url(0), **extra}
+    )
+    sh = Surehand(settings=settings)
+    try:
+        yield Deployment(tmp=tmp, env=env, sh=sh, server=server)
+    finally:
+        sh.close()
+        server.stop()
+
+
+def start_latency(probes: int, admin_url: str) -> dict[str, Any]:
+    """Idle start latency on Postgres beside Celery's publish -> start on the same broker."""
+    from procs import stop_group
+
+    with deployment(admin_url, "QA=scale_agents:probe") as here:
+        stamps = Stamps(Path(here.env["BENCH_SCALE_STAMPS"]))
+        worker = surehand_worker(here.tmp, here.env, "surehand-latency", 4, "QA")
+        celery_env = {**here.env, "BENCH_BROKER_URL": here.server.url(2)}
+        argv = [sys.executable, "-m", "celery", "-A", "scale_celery", "worker"]
+        argv += ["--pool", "threads", "--concurrency", "4", "-Q", "bench.stamp", "-n", "peer@%h"]
+        argv += ["--loglevel", "info", "--without-mingle", "--without-gossip"]
+        peer = launch(argv, celery_env, here.tmp / "celery.log", "ready.")
+        os.environ["BENCH_BROKER_URL"] = celery_env["BENCH_BROKER_URL"]
+        import scale_celery
+
+        try:
+            seen: dict[str, list[float]] = {"running": [], "effect": [], "celery": []}
+            for n in range(probes):
+                probe_once(here, stamps, seen)
+                time.sleep(0.05)
+                submitted = time.time()
+                scale_celery.app.send_task(scale_celery.STAMP, args=[f"c{n}"], queue="bench.stamp")
+                at = stamps.wait(f"c{n}", "celery")
+                if at is not None:
+                    seen["celery"].append(at - submitted)
+                time.sleep(0.05)
+        finally:
+            stop_group(worker)
+            stop_group(peer)
+    result = {what: latency(values) for what, values in seen.items()}
+    ratio = None
+    if result["running"]["p50_ms"] and result["celery"]["p50_ms"]:
+        ratio = round(result["running"]["p50_ms"] / result["celery"]["p50_ms"], 2)
+    return {"probes": probes, **result, "running_p50_over_celery_p50": ratio}
+
+
+def attempt_times(sh: Any, task_ids: set[str]) -> list[dict[str, Any]]:
+    from sqlalchemy import select
+
+    from surehand.store.schema import attempts
+
+    query = select(
+        attempts.c.task_id, attempts.c.number, attempts.c.state, attempts.c.worker,
+        attempts.c.started_at, attempts.c.ended_at,
+    )  # fmt: skip
+    with sh.store.engine.connect() as connection:
+        rows = [dict(row._mapping) for row in connection.execute(query)]
+    return [row for row in rows if row["task_id"] in task_ids] if task_ids else rows
+
+
+def reconcile_every(sh: Any, interval: float, stop: threading.Event) -> None:
+    while not stop.wait(interval):
+        sh.reconciler.run_once()
+
+
+def recovery(sessions: int, victims: int, timing: Timing, admin_url: str) -> dict[str, Any]:
+    """SIGKILL the worker holding ``victims`` of ``sessions``: kill -> lost, -> successor."""
+    from procs import stop_group
+
+    with deployment(admin_url, AGENTS, timing) as here:
+        workers = []
+        stop = threading.Event()
+        try:
+            workers.append(surehand_worker(here.tmp, here.env, "victim", victims, "VIC"))
+            ids = submit_and_wait(here.sh, "VIC", victims, 600.0)
+            survivor = surehand_worker(here.tmp, here.env, "survivor", sessions, "VIC,DEV")
+            workers.append(survivor)
+            submit_and_wait(here.sh, "DEV", sessions - victims, 600.0)
+            time.sleep(timing.heartbeat * 2)  # every session has renewed its lease once
+            loop = threading.Thread(
+                target=reconcile_every, args=(here.sh, timing.reconcile, stop), daemon=True
+            )
+            loop.start()
+            victim_ids = {
+                r["task_id"]
+                for r in attempt_times(here.sh, ids)
+                if r["state"] == "running" and f":{workers[0].pid}:" in r["worker"]
+            }
+            killed = time.time()
+            os.killpg(workers[0].pid, signal.SIGKILL)
+            lost, started = wait_recovered(here.sh, victim_ids, killed, timing)
+            running = sum(1 for r in attempt_times(here.sh, set()) if r["state"] == "running")
+        finally:
+            stop.set()
+            for worker in workers:
+                stop_group(worker)
+    return {
+        "sessions": sessions,
+        "victims": len(victim_ids),
+        "settings": timing.settings(),
+        "killed_to_session_lost": latency(lost),
+        "killed_to_successor_started": latency(started),
+        "recovered": len(started),
+        "running_after": running,
+    }
+
+
+def submit_and_wait(sh: Any, role: str, count: int, timeout: float) -> set[str]:
+    """Submit ``count`` sleeping TASKs to ``role``; wait until all are running; their ids."""
+    ids = {
+        str(sh.write_task(sender="PM", recipient=role, subject=f"wait {n}", body="3600").task_id)
+        for n in range(count)
+    }
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        rows = attempt_times(sh, ids)
+        if sum(1 for row in rows if row["state"] == "running") >= count:
+            return ids
+        time.sleep(0.5)
+    raise SystemExit(f"only some of {count} sessions started in {timeout} s")
+
+
+def wait_recovered(
+    sh: Any, victims: set[str], killed: float, timing: Timing
+) -> tuple[list[float], list[float]]:
+    """Seconds from the kill to each victim's SESSION_LOST and to its successor's start."""
+    deadline = time.monotonic() + timing.lease_ttl + timing.grace + 120
+    while time.monotonic() < deadline:
+        rows = attempt_times(sh, victims)
+        lost = [r["ended_at"].timestamp() - killed for r in rows if r["state"] == "SESSION_LOST"]
+        started = [r["started_at"].timestamp() - killed for r in rows if r["number"] > 1]
+        if len(lost) >= len(victims) and len(started) >= len(victims):
+            return lost, started
+        time.sleep(0.2)
+    return lost, started
+
+
+def start_table(result: dict[str, Any]) -> Table:
+    out = Table(title="Postgres, idle: submit -> start, beside Celery publish -> start (ms)")
+    for column in ("measure", "n", "p50", "p99"):
+        out.add_column(column, justify="right")
+    for key, label in (
+        ("running", "write_task -> agent running"),
+        ("effect", "write_task -> first effect recorded"),
+        ("celery", "bare Celery send_task -> task running"),
+    ):
+        row = result[key]
+        out.add_row(label, str(row["n"]), str(row["p50_ms"]), str(row["p99_ms"]))
+    return out
+
+
+def recovery_table(results: list[dict[str, Any]]) -> Table:
+    out = Table(title="SIGKILL a worker: kill -> SESSION_LOST / -> successor started (ms)")
+    for column in ("killed", "settings", "lost p50 / p99", "successor p50 / p99", "recovered"):
+        out.add_column(column, justify="right")
+    for result in results:
+        lost, started = result["killed_to_session_lost"], result["killed_to_successor_started"]
+        timing = result["settings"]
+        out.add_row(
+            f"{result['victims']} of {result['sessions']}",
+            f"TTL {timing['lease_ttl_seconds']} s, heartbeat {timing['heartbeat_seconds']} s, "
+            f"reconcile {timing['reconcile_interval_seconds']} s, "
+            f"grace {timing['lost_grace_seconds']} s",
+            f"{lost['p50_ms']} / {lost['p99_ms']}",
+            f"{started['p50_ms']} / {started['p99_ms']}",
+            str(result["recovered"]),
+        )
+    return out
+
+
+def summary(start: dict[str, Any], recovered: list[dict[str, Any]]) -> dict[str, Any]:
+    """The summary fields of these two measurements."""
+    return {
+        "start_p50_ms": start["running"]["p50_ms"],
+        "start_p99_ms": start["running"]["p99_ms"],
+        "start_effect_p50_ms": start["effect"]["p50_ms"],
+        "start_effect_p99_ms": start["effect"]["p99_ms"],
+        "celery_publish_start_p50_ms": start["celery"]["p50_ms"],
+        "celery_publish_start_p99_ms": start["celery"]["p99_ms"],
+        "start_p50_over_celery_p50": start["running_p50_over_celery_p50"],
+        "recovery": [
+            {
+                "sessions": result["sessions"],
+                "killed": result["victims"],
+                "recovered": result["recovered"],
+                "settings": result["settings"],
+                "session_lost_p50_ms": result["killed_to_session_lost"]["p50_ms"],
+                "session_lost_p99_ms": result["killed_to_session_lost"]["p99_ms"],
+                "successor_started_p50_ms": result["killed_to_successor_started"]["p50_ms"],
+                "successor_started_p99_ms": result["killed_to_successor_started"]["p99_ms"],
+            }
+            for result in recovered
+        ],
+    }
