@@ -23,6 +23,7 @@ from surehand.dispatcher.context import Services
 from surehand.store import Store
 from surehand.store.schema import metadata
 from surehand.testing import ManualClock
+from tests.procs import TERMINATIONS
 from tests.skips import IN_CI, missing, skip_reason, unexplained
 
 # The developer's shell must not leak into tests.
@@ -116,9 +117,16 @@ def truncate(store: Store, *, renewed: bool = False) -> None:
             raise
         # An earlier test killed this database's backends (pg_terminate_backend): every pool
         # on its URL holds dead connections. Replace them all, not only the one that noticed.
-        for engine in (store.engine, store.one_statement_engine, store._async_commit_engine):
-            engine.dispose()
+        _renew_pools(store)
         truncate(store, renewed=True)
+
+
+_terminations_seen = [0]
+
+
+def _renew_pools(store: Store) -> None:
+    for engine in (store.engine, store.one_statement_engine, store._async_commit_engine):
+        engine.dispose()
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
@@ -131,6 +139,9 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
         sqlite_store.dispose()
         return
     pg_store: Store = request.getfixturevalue("_pg_store")
+    if _terminations_seen[0] != TERMINATIONS[0]:  # an earlier test killed every backend
+        _terminations_seen[0] = TERMINATIONS[0]
+        _renew_pools(pg_store)
     truncate(pg_store)
     yield pg_store
 

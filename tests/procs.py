@@ -167,10 +167,17 @@ def running(proc: Proc) -> Iterator[Proc]:
         proc.kill()
 
 
+# How many times this process terminated a database's backends: the store fixture replaces
+# its pools after one (tests/conftest.py), as a pooled connection killed then fails whichever
+# later test checks it out.
+TERMINATIONS = [0]
+
+
 def terminate_backends(database_url: str) -> int:
     """``pg_terminate_backend`` every other connection to the database of ``database_url``
     (what a failover or an operator's kill does to the pools of every process); returns how
     many were terminated."""
+    TERMINATIONS[0] += 1
     admin = create_engine(database_url, poolclass=NullPool)
     try:
         with admin.connect() as connection:

@@ -6,14 +6,14 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
-from sqlalchemy import bindparam, create_engine, insert, select
-from sqlalchemy.pool import NullPool
+from sqlalchemy import bindparam, insert, select
 
 from surehand.dispatcher.context import Services
 from surehand.errors import DuplicateKey, StoreUnavailable
 from surehand.store import Store
 from surehand.store.driver import DriverStatement
 from surehand.store.schema import attempts, task_events, tasks
+from tests.procs import terminate_backends
 from tests.session_helpers import committed_task
 from tests.skips import not_applicable
 
@@ -121,13 +121,7 @@ def test_a_connection_the_database_dropped_is_discarded_with_the_pool(
     query = DriverStatement(select(tasks.c.task_id).limit(1), [tasks.c.task_id])
     with store.single_read() as connection:
         query.rows(connection, {})  # at least one pooled connection exists
-    admin = create_engine(store.engine.url, poolclass=NullPool)
-    with admin.connect() as connection:
-        connection.exec_driver_sql(
-            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-            "WHERE datname = current_database() AND pid <> pg_backend_pid()"
-        )
-    admin.dispose()
+    terminate_backends(store.url)
 
     try:
         with pytest.raises(StoreUnavailable), store.single_read() as connection:
