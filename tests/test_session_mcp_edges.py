@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import socket
 import threading
-from collections.abc import Iterator
 from typing import Any, cast
 
 import anyio
@@ -41,6 +40,7 @@ from tests.session_helpers import (  # noqa: F401  (harness fixtures)
     read_task,
     reports_of,
 )
+from tests.test_session_mcp import mcp, sh  # noqa: F401  (the handle and its session server)
 
 TICKET = {"project": "OPS", "title": "Rotate the API keys"}
 BEGIN = {"name": "ticket.create", "args": TICKET}
@@ -77,19 +77,6 @@ def _flat(error: BaseException) -> list[BaseException]:
 def data(result: Any) -> dict[str, Any]:
     assert isinstance(result.structured_content, dict), result
     return cast(dict[str, Any], result.structured_content)
-
-
-@pytest.fixture
-def sh(harness: Harness, monkeypatch: pytest.MonkeyPatch) -> Surehand:
-    monkeypatch.setattr("surehand.dispatcher.sessions.STORE_RETRY_DELAYS", ())
-    return harness.surehand()
-
-
-@pytest.fixture
-def mcp(sh: Surehand) -> Iterator[SessionMcp]:
-    server = SessionMcp(sh.services)
-    yield server
-    server.stop()
 
 
 def granted(mcp: SessionMcp, session: Session) -> tuple[Grant, SessionContext]:
