@@ -16,13 +16,14 @@ With ``AGENT_TICKET_KEY`` set, the effect is declared with that idempotency key 
 - ``forget_end``: begin, create, and return without ending the effect;
 - ``keep_calling``: a hostile agent: saves its URL and token (``grant.json``), marks ``ready``,
   waits for the file ``go``, then calls ``effect_begin`` again and again whatever it is told
-  (each answer appended to ``answers.txt``), and never returns on its own.
+  (each answer appended to ``answers.txt``), ignores SIGTERM, and never returns on its own.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -79,6 +80,9 @@ def hang(step: str) -> None:
 
 
 async def keep_calling(client: Client) -> None:
+    # Hostile to the end: deaf to the worker's SIGTERM, so it is stopped only by the SIGKILL
+    # after the grace, and never before it has written the answer it got.
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     files = Path(os.environ["AGENT_TEST_DIR"])
     grant = {"url": os.environ["SUREHAND_MCP_URL"], "token": os.environ["SUREHAND_MCP_TOKEN"]}
     (files / "grant.json").write_text(json.dumps(grant), encoding="utf-8")
