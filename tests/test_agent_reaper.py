@@ -10,6 +10,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+from surehand.agents import reaper
 from surehand.agents.groups import REAPER
 from tests.agent_procs import group_of, live_members, require_proc
 from tests.procs import wait_until
@@ -80,3 +83,77 @@ def test_the_whole_group_dies_when_the_process_that_started_it_is_killed(tmp_pat
 
     # Bounded, not timed: how fast the group goes is a measurement, not a pass condition.
     wait_until(lambda: not live_members(group), timeout=30, what=f"group {group} to be gone")
+
+
+# A program whose command outlives its main thread: a thread starts the command in a session of
+# its own (as Claude Code's Bash tool does), then the main thread ends. The process shows ``Z``
+# in /proc while its other thread and its child live on, as an agent CLI does while SIGKILL
+# takes its threads down one by one.
+ZOMBIE_LEADER = """
+import ctypes, os, subprocess, sys, threading, time
+def start() -> None:
+    command = subprocess.Popen(["sleep", "300"], start_new_session=True)
+    with open(sys.argv[1] + ".tmp", "w") as out:
+        out.write(f"{os.getpid()} {command.pid}")
+    os.rename(sys.argv[1] + ".tmp", sys.argv[1])
+    time.sleep(300)
+threading.Thread(target=start).start()
+time.sleep(0.2)
+ctypes.CDLL(None).pthread_exit(None)
+"""
+
+SUBREAPER_WORKER = WORKER.replace('"--",', '"--subreaper", "--",')
+
+
+def test_a_command_in_its_own_session_under_a_program_whose_main_thread_ended_dies_too(
+    tmp_path: Path,
+) -> None:
+    require_proc()
+    pids = tmp_path / "pids"
+    worker = subprocess.Popen(
+        [sys.executable, "-c", SUBREAPER_WORKER, sys.executable, "-c", ZOMBIE_LEADER, str(pids)]
+    )
+    try:
+        wait_until(pids.exists, timeout=30, what="the command to start")
+        program, command = (int(pid) for pid in pids.read_text().split())
+        wait_until(lambda: state_of(program) == "Z", timeout=30, what="the main thread to end")
+        assert state_of(command) == "S"
+    finally:
+        worker.kill()
+        worker.wait()
+
+    wait_until(lambda: state_of(command) is None, timeout=30, what="the command to die")
+
+
+def state_of(pid: int) -> str | None:
+    """The /proc state letter of ``pid``; None once it is gone (or reaped)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return None
+
+
+def test_a_second_death_signal_during_the_kill_waits_for_the_first_to_finish(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A multithreaded worker's death signals the trampoline once per ending thread: the second
+    # signal's handler runs inside the first's kill. Were it to kill the group itself, the
+    # trampoline would die before the first had killed every descendant.
+    steps: list[str] = []
+
+    def kill_tree(root: int) -> bool:
+        steps.append("tree begun")
+        if steps.count("tree begun") == 1:
+            reaper._kill_group(reaper.DEATH_SIGNAL, None)  # the second signal, arriving now
+        steps.append("tree done")
+        return True
+
+    monkeypatch.setattr(reaper, "_options", reaper.Options())
+    monkeypatch.setattr(reaper, "_killing", False, raising=False)
+    monkeypatch.setattr(reaper._options, "subreaper", True)
+    monkeypatch.setattr(reaper, "kill_tree", kill_tree)
+    monkeypatch.setattr(os, "killpg", lambda group, sig: steps.append("group killed"))
+
+    reaper._kill_group(reaper.DEATH_SIGNAL, None)
+
+    assert steps == ["tree begun", "tree done", "group killed"]

@@ -79,6 +79,7 @@ class Options:
 
 
 _options = Options()
+_killing = False  # set by the first _kill_group: the group is being killed
 
 
 def main(argv: Sequence[str]) -> int:
@@ -219,7 +220,15 @@ def _forward(signum: int, _frame: object) -> None:
 
 def _kill_group(_signum: object = None, _frame: object = None) -> None:
     """SIGKILL PROGRAM's descendants (with ``--subreaper``) and this process group: PROGRAM,
-    what it started, and this process last of all."""
+    what it started, and this process last of all.
+
+    Once only: a multithreaded worker's death signals this process once per thread that ends
+    (the parent-death signal follows the re-parenting to a sibling thread), and a second call
+    run inside the first would kill this process before the first has killed everything."""
+    global _killing
+    if _killing:
+        return
+    _killing = True
     if _options.subreaper:
         kill_tree(os.getpid())
     os.killpg(os.getpgrp(), signal.SIGKILL)
@@ -251,20 +260,24 @@ def _reap_adopted() -> None:
 def descendants(root: int, *, depth: int | None = None, below: int = 0) -> list[int]:
     """The processes below ``root`` (children first), by the parent links in ``/proc``, down
     to ``depth`` levels and from level ``below + 1`` on; zombies only at ``depth`` 1 (its
-    children, which it may reap)."""
-    children: dict[int, list[int]] = {}
+    children, which it may reap).
+
+    The walk goes *through* zombies: a multithreaded process whose main thread has ended (one
+    being SIGKILLed, thread by thread) shows ``Z`` while its other threads and its children
+    still live, and those children are still its own until its last thread is gone."""
+    children: dict[int, list[tuple[int, bool]]] = {}
     for name in os.listdir("/proc"):
         if name.isdigit() and (entry := _stat(int(name))) is not None:
             state, ppid = entry
-            if depth == 1 or state not in "ZX":
-                children.setdefault(ppid, []).append(int(name))
+            children.setdefault(ppid, []).append((int(name), state in "ZX"))
     found: list[int] = []
     level, frontier = 0, [root]
     while frontier and (depth is None or level < depth):
-        frontier = [child for pid in frontier for child in children.get(pid, ())]
+        below_frontier = [child for pid in frontier for child in children.get(pid, ())]
+        frontier = [pid for pid, _ in below_frontier]
         level += 1
         if level > below:
-            found += frontier
+            found += [pid for pid, dead in below_frontier if depth == 1 or not dead]
     return found
 
 
