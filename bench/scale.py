@@ -82,32 +82,46 @@ def offer_load(runtime: Any, rate: float, window: float, stop: threading.Event) 
     return offered
 
 
-def steady(runtime: Any, stamps: Stamps, rate: float, window: float) -> dict[str, Any]:
-    """Probes every 0.25 s while no-op TASKs are offered at ``rate``; latencies and rate."""
+def steady(
+    runtime: Any, stamps: Stamps, rate: float, window: float, submitters: int
+) -> dict[str, Any]:
+    """Probes every 0.25 s while no-op TASKs are offered at ``rate`` (by ``submitters``
+    threads, each at its share: one thread's write_task alone tops out near 100/s here)."""
     probes: dict[str, list[float]] = {"running": [], "effect": []}
-    stop, offered = threading.Event(), [0]
+    stop, offered = threading.Event(), [0] * submitters
 
-    def load() -> None:
-        offered[0] = offer_load(runtime, rate, window, stop)
+    def load(index: int) -> None:
+        offered[index] = offer_load(runtime, rate / submitters, window, stop)
 
-    before = stamps.count("noop")
-    loader = threading.Thread(target=load, daemon=True)
+    before, cpu = stamps.count("noop"), time.process_time()
+    loaders = [threading.Thread(target=load, args=(n,), daemon=True) for n in range(submitters)]
     started = time.monotonic()
-    loader.start()
-    while loader.is_alive():
+    for loader in loaders:
+        loader.start()
+    while any(loader.is_alive() for loader in loaders):
         probe_once(runtime, stamps, probes)
         time.sleep(0.25)
     elapsed = time.monotonic() - started
-    done = stamps.count("noop") - before
+    # The sessions still running at the window's end finish within a second or two; those
+    # count, as the window's own throughput, only once they are done.
+    drained = time.monotonic() + 10.0
+    while stamps.count("noop") - before < sum(offered) and time.monotonic() < drained:
+        time.sleep(0.05)
+    done, cpu = stamps.count("noop") - before, time.process_time() - cpu
     return {
-        "offered_per_second": round(offered[0] / elapsed, 1),
-        "completed_per_second": round(done / elapsed, 1),
+        "submitters": submitters,
+        # The whole process's CPU (submitters, probes and sessions alike) per no-op session:
+        # one process under one GIL can do at most 1000 / this many a second.
+        "process_cpu_ms_per_session": round(cpu * 1000 / done, 2) if done else None,
+        "offered_per_second": round(sum(offered) / elapsed, 1),
+        "completed_per_second": round(done / (time.monotonic() - started), 1),
+        "completed_all": done >= sum(offered),
         "running": latency(probes["running"]),
         "effect": latency(probes["effect"]),
     }
 
 
-def child(variant: str, probes: int, rate: float, window: float) -> dict[str, Any]:
+def child(variant: str, probes: int, rate: float, window: float, submitters: int) -> dict[str, Any]:
     """One ``surehand up`` runtime in this process with ``variant``'s transport; measures."""
     from surehand.config import Settings
     from surehand.embedded import Embedded
@@ -128,7 +142,7 @@ def child(variant: str, probes: int, rate: float, window: float) -> dict[str, An
         for _ in range(probes):
             probe_once(runtime, stamps, idle)
             time.sleep(0.05)
-        loaded = steady(runtime, stamps, rate, window)
+        loaded = steady(runtime, stamps, rate, window, submitters)
     finally:
         runtime.stop()
     return {
@@ -237,7 +251,7 @@ def concurrent(sessions: int, hold: float, admin_url: str) -> dict[str, Any]:
 def run_child(variant: str, options: argparse.Namespace) -> dict[str, Any]:
     argv = [sys.executable, str(Path(__file__).resolve()), "--child", variant]
     argv += ["--probes", str(options.probes), "--rate", str(options.rate)]
-    argv += ["--window", str(options.window)]
+    argv += ["--window", str(options.window), "--submitters", str(options.submitters)]
     env = {**os.environ, "PYTHONPATH": f"{BENCH}{os.pathsep}{BENCH.parent}"}
     done = subprocess.run(argv, env=env, capture_output=True, text=True, check=False)
     if done.returncode != 0:
@@ -318,6 +332,7 @@ def parse_options() -> argparse.Namespace:
     parser.add_argument("--probes", type=int, default=40, help="idle probes per variant")
     parser.add_argument("--rate", type=float, default=100.0, help="no-op TASKs a second")
     parser.add_argument("--window", type=float, default=20.0, help="seconds of steady load")
+    parser.add_argument("--submitters", type=int, default=2, help="threads offering the load")
     parser.add_argument("--sessions", default="100,1000", help="concurrent sessions, comma list")
     parser.add_argument("--hold", type=float, default=40.0, help="seconds each session waits")
     parser.add_argument(
@@ -327,6 +342,9 @@ def parse_options() -> argparse.Namespace:
         ),
     )
     parser.add_argument("--latency-probes", type=int, default=100, help="Postgres idle probes")
+    parser.add_argument(
+        "--latency-load", type=float, default=20.0, help="no-op TASKs/s while probing loaded"
+    )
     parser.add_argument("--recovery", default="1000:100", help="SESSIONS:KILLED, comma list")
     parser.add_argument("--recovery-timing", default="short,default", help="short and/or default")
     parser.add_argument("--child", choices=VARIANTS, help=argparse.SUPPRESS)
@@ -341,7 +359,13 @@ def main() -> int:
     exit_on_sigterm()
     options = parse_options()
     if options.child:
-        print(json.dumps(child(options.child, options.probes, options.rate, options.window)))
+        print(
+            json.dumps(
+                child(
+                    options.child, options.probes, options.rate, options.window, options.submitters
+                )
+            )
+        )
         return 0
     results = {variant: run_child(variant, options) for variant in VARIANTS}
     console.print(table(list(results.values())))
@@ -349,7 +373,9 @@ def main() -> int:
         concurrent(int(n), options.hold, options.admin_url) for n in options.sessions.split(",")
     ]
     console.print(held_table(held))
-    start = scale_latency.start_latency(options.latency_probes, options.admin_url)
+    start = scale_latency.start_latency(
+        options.latency_probes, options.admin_url, options.latency_load
+    )
     console.print(scale_latency.start_table(start))
     recovered = [
         scale_latency.recovery(int(total), int(killed), timing, options.admin_url)

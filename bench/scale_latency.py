@@ -5,7 +5,9 @@
   4) on the same ``redis-server``. Idle probes alternate between the two: ``write_task`` ->
   agent running and -> first effect recorded (the ``probe`` agent of ``scale_agents``), and
   Celery's ``send_task`` -> task body running (``scale_celery.stamp``). Wall clock
-  ``time.time()`` on both sides of one machine.
+  ``time.time()`` on both sides of one machine. One warm-up pair first (not counted). Then
+  the same under a steady load: no-op TASKs (the ``noop`` agent, same worker) and as many
+  bare Celery tasks offered at ``load_rate`` a second while half as many probe pairs run.
 * ``recovery``: ``victims`` sleeping sessions in worker A, then ``sessions - victims`` more in
   worker B (concurrency ``sessions``: room for the successors); A is SIGKILLed; a reconciler
   loop in this process (what ``surehand beat`` or a ``surehand reconcile`` cron runs) makes
@@ -140,40 +142,93 @@ def deployment(
         server.stop()
 
 
-def start_latency(probes: int, admin_url: str) -> dict[str, Any]:
-    """Idle start latency on Postgres beside Celery's publish -> start on the same broker."""
+def start_latency(probes: int, admin_url: str, load_rate: float = 20.0) -> dict[str, Any]:
+    """Start latency on Postgres beside Celery's publish -> start on the same broker: idle,
+    then with no-op TASKs (and as many bare Celery tasks) offered at ``load_rate`` a second."""
     from procs import stop_group
 
-    with deployment(admin_url, "QA=scale_agents:probe") as here:
+    with deployment(admin_url, "QA=scale_agents:probe,NOP=scale_agents:noop") as here:
         stamps = Stamps(Path(here.env["BENCH_SCALE_STAMPS"]))
-        worker = surehand_worker(here.tmp, here.env, "surehand-latency", 4, "QA")
+        worker = surehand_worker(here.tmp, here.env, "surehand-latency", 4, "QA,NOP")
         celery_env = {**here.env, "BENCH_BROKER_URL": here.server.url(2)}
         argv = [sys.executable, "-m", "celery", "-A", "scale_celery", "worker"]
         argv += ["--pool", "threads", "--concurrency", "4", "-Q", "bench.stamp", "-n", "peer@%h"]
         argv += ["--loglevel", "info", "--without-mingle", "--without-gossip"]
         peer = launch(argv, celery_env, here.tmp / "celery.log", "ready.")
         os.environ["BENCH_BROKER_URL"] = celery_env["BENCH_BROKER_URL"]
-        import scale_celery
-
         try:
-            seen: dict[str, list[float]] = {"running": [], "effect": [], "celery": []}
-            for n in range(probes):
-                probe_once(here, stamps, seen)
-                time.sleep(0.05)
-                submitted = time.time()
-                scale_celery.app.send_task(scale_celery.STAMP, args=[f"c{n}"], queue="bench.stamp")
-                at = stamps.wait(f"c{n}", "celery")
-                if at is not None:
-                    seen["celery"].append(at - submitted)
-                time.sleep(0.05)
+            probe_pair(here, stamps, {"running": [], "effect": [], "celery": []}, "warm")
+            idle = probe_rounds(here, stamps, probes, "i")
+            loaded = under_load(here, stamps, max(probes // 2, 1), load_rate)
         finally:
             stop_group(worker)
             stop_group(peer)
+    return {"probes": probes, **idle, "loaded": loaded}
+
+
+def probe_pair(here: Deployment, stamps: Stamps, seen: dict[str, list[float]], key: str) -> None:
+    """One surehand probe TASK, then one bare Celery task: their start latencies."""
+    import scale_celery
+
+    probe_once(here, stamps, seen)
+    time.sleep(0.05)
+    submitted = time.time()
+    scale_celery.app.send_task(scale_celery.STAMP, args=[key], queue="bench.stamp")
+    at = stamps.wait(key, "celery")
+    if at is not None:
+        seen["celery"].append(at - submitted)
+    time.sleep(0.05)
+
+
+def probe_rounds(here: Deployment, stamps: Stamps, probes: int, prefix: str) -> dict[str, Any]:
+    """``probes`` probe pairs (after one warm-up pair, not counted): latencies and the ratio."""
+    seen: dict[str, list[float]] = {"running": [], "effect": [], "celery": []}
+    for n in range(probes):
+        probe_pair(here, stamps, seen, f"{prefix}{n}")
     result = {what: latency(values) for what, values in seen.items()}
     ratio = None
     if result["running"]["p50_ms"] and result["celery"]["p50_ms"]:
         ratio = round(result["running"]["p50_ms"] / result["celery"]["p50_ms"], 2)
-    return {"probes": probes, **result, "running_p50_over_celery_p50": ratio}
+    return {**result, "running_p50_over_celery_p50": ratio}
+
+
+def under_load(here: Deployment, stamps: Stamps, probes: int, rate: float) -> dict[str, Any]:
+    """Probe pairs while no-op TASKs and bare Celery tasks are each offered at ``rate``."""
+    stop, offered = threading.Event(), [0]
+    before = stamps.count("noop")
+
+    def offer() -> None:
+        offered[0] = offer_both(here, rate, stop)
+
+    loader = threading.Thread(target=offer, daemon=True)
+    started = time.monotonic()
+    loader.start()
+    try:
+        result = probe_rounds(here, stamps, probes, "l")
+    finally:
+        stop.set()
+        loader.join()
+    elapsed = time.monotonic() - started
+    return {
+        **result,
+        "offered_per_second": round(offered[0] / elapsed, 1),
+        "noop_sessions_per_second": round((stamps.count("noop") - before) / elapsed, 1),
+    }
+
+
+def offer_both(here: Deployment, rate: float, stop: threading.Event) -> int:
+    """A no-op TASK and a bare Celery task every 1/``rate`` s until ``stop``; how many."""
+    import scale_celery
+
+    started, offered = time.monotonic(), 0
+    while not stop.is_set():
+        due = started + offered / rate
+        if due > time.monotonic():
+            stop.wait(due - time.monotonic())
+        here.sh.write_task(sender="PM", recipient="NOP", subject=f"noop {offered}")
+        scale_celery.app.send_task(scale_celery.STAMP, args=[f"n{offered}"], queue="bench.stamp")
+        offered += 1
+    return offered
 
 
 def attempt_times(sh: Any, task_ids: set[str]) -> list[dict[str, Any]]:
@@ -268,16 +323,25 @@ def wait_recovered(
 
 
 def start_table(result: dict[str, Any]) -> Table:
-    out = Table(title="Postgres, idle: submit -> start, beside Celery publish -> start (ms)")
-    for column in ("measure", "n", "p50", "p99"):
+    loaded = result["loaded"]
+    out = Table(title="Postgres: submit -> start, beside Celery publish -> start (ms)")
+    for column in ("measure", "n", "idle p50", "p99", "loaded p50", "p99"):
         out.add_column(column, justify="right")
     for key, label in (
         ("running", "write_task -> agent running"),
         ("effect", "write_task -> first effect recorded"),
         ("celery", "bare Celery send_task -> task running"),
     ):
-        row = result[key]
-        out.add_row(label, str(row["n"]), str(row["p50_ms"]), str(row["p99_ms"]))
+        idle, busy = result[key], loaded[key]
+        out.add_row(
+            label,
+            f"{idle['n']} / {busy['n']}",
+            *(str(row[q]) for row in (idle, busy) for q in ("p50_ms", "p99_ms")),
+        )
+    out.caption = (
+        f"loaded: {loaded['offered_per_second']}/s no-op TASKs and as many Celery tasks "
+        f"offered; {loaded['noop_sessions_per_second']} no-op sessions/s completed"
+    )
     return out
 
 
@@ -310,6 +374,12 @@ def summary(start: dict[str, Any], recovered: list[dict[str, Any]]) -> dict[str,
         "celery_publish_start_p50_ms": start["celery"]["p50_ms"],
         "celery_publish_start_p99_ms": start["celery"]["p99_ms"],
         "start_p50_over_celery_p50": start["running_p50_over_celery_p50"],
+        "loaded_offered_per_second": start["loaded"]["offered_per_second"],
+        "loaded_start_p50_ms": start["loaded"]["running"]["p50_ms"],
+        "loaded_start_p99_ms": start["loaded"]["running"]["p99_ms"],
+        "loaded_start_effect_p50_ms": start["loaded"]["effect"]["p50_ms"],
+        "loaded_celery_publish_start_p50_ms": start["loaded"]["celery"]["p50_ms"],
+        "loaded_celery_publish_start_p99_ms": start["loaded"]["celery"]["p99_ms"],
         "recovery": [
             {
                 "sessions": result["sessions"],
