@@ -64,7 +64,7 @@ def unique_role() -> str:
     return f"BATCH{uuid.uuid4().hex[:8].upper()}"
 
 
-def normalized(raw: bytes) -> tuple[str, dict[str, Any]]:
+def normalized(raw: bytes | str) -> tuple[str, dict[str, Any]]:
     """(TASK id, the message with its per-message ids removed)."""
     message = json.loads(raw)
     body = json.loads(base64.b64decode(message.pop("body")))
@@ -74,7 +74,7 @@ def normalized(raw: bytes) -> tuple[str, dict[str, Any]]:
     return body[0][0], {**message, "body_rest": body[1:]}
 
 
-def queued(client: redis.Redis, role: str) -> dict[str, tuple[bytes, dict[str, Any]]]:
+def queued(client: redis.Redis, role: str) -> dict[str, tuple[Any, dict[str, Any]]]:
     """Every message waiting for ``role``: TASK id -> (priority list, normalized message)."""
     found = {}
     for key in client.keys(f"surehand.{role}*"):
@@ -144,7 +144,7 @@ def test_a_batch_goes_to_redis_in_one_pipeline(
     def counting_command(self: redis.Redis, *args: Any, **kwargs: Any) -> Any:
         if not isinstance(self, Pipeline):
             commands.append(str(args[0]))
-        return command(self, *args, **kwargs)
+        return command(self, *args, **kwargs)  # type: ignore[no-untyped-call]
 
     monkeypatch.setattr(Pipeline, "execute", counting_execute)
     monkeypatch.setattr(redis.Redis, "execute_command", counting_command)
@@ -159,7 +159,7 @@ def test_a_real_worker_runs_a_batch_as_it_runs_one_by_one(broker: RedisServer) -
     received: dict[str, dict[str, Any]] = {}
     lock = threading.Lock()
 
-    @app.task(name=SESSION_TASK_NAME, bind=True)  # type: ignore[untyped-decorator]
+    @app.task(name=SESSION_TASK_NAME, bind=True)
     def run_session(self: Any, task_id: str) -> None:
         request = self.request
         seen = {
