@@ -23,7 +23,7 @@ import redis
 
 from surehand.dispatcher import dispatch
 from surehand.dispatcher.context import Services
-from surehand.dispatcher.outbox_publisher import OutboxPublisher
+from surehand.dispatcher.outbox_publisher import OutboxPublisher, pause_before_drain
 from surehand.dispatcher.submissions import write_task
 from surehand.errors import PublishFailed
 from surehand.model import Disposition, Task
@@ -199,6 +199,32 @@ def test_the_background_publisher_publishes_a_create_woken_by_its_commit(
         publisher.stop()
     assert published(services.store, task_id)
     assert publisher.wake() is False  # stopped: creates publish on their own path again
+
+
+def test_drains_start_at_most_every_spacing_and_at_once_when_idle() -> None:
+    assert pause_before_drain(float("-inf"), 100.0, 0.01) == 0.0  # the first drain
+    assert pause_before_drain(50.0, 100.0, 0.01) == 0.0  # idle: the last drain long ago
+    assert pause_before_drain(100.0, 100.004, 0.01) == pytest.approx(0.006)  # under load
+
+
+def test_creates_committed_during_the_spacing_are_published_in_one_batch(
+    services: Services,
+) -> None:
+    """The drain after a first one waits for the spacing, so the creates committed meanwhile
+    are one batch (a long spacing here, so that the three creates surely fall within it)."""
+    batches = RecordingBatches()
+    publishing = replace(services, publisher=Recording(), publish_batch=batches)
+    publisher = OutboxPublisher(publishing, idle_seconds=3600, spacing_seconds=5.0)
+    woken = replace(publishing, wake_publisher=publisher.wake)
+    publisher.start()
+    try:
+        first = create(woken, "outbox-spaced-0")
+        wait_until(lambda: batches.batches == [[first]], timeout=30, what="the first drain")
+        rest = [create(woken, f"outbox-spaced-{n}") for n in range(1, 4)]
+        wait_until(lambda: len(batches.batches) == 2, timeout=30, what="the spaced drain")
+    finally:
+        publisher.stop()
+    assert sorted(batches.batches[1]) == sorted(rest)
 
 
 def _session_messages(client: redis.Redis) -> int:

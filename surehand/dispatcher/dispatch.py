@@ -248,6 +248,8 @@ def _publish_together(services: Services, waiting: list[Task]) -> tuple[list[str
             sendable.append(task)
         else:
             _mark(services, task, "invalid_role", _invalid_role(task, problem))
+    if not sendable:
+        return [], False
     try:
         services.publish_batch(sendable)
     except PublishFailed:  # some may have gone out: none is recorded, the sweep resends all
