@@ -21,6 +21,7 @@ import asyncio
 import json
 import os
 import signal
+import subprocess
 import sys
 import tempfile
 import time
@@ -177,6 +178,17 @@ def report(profile: Dump, creates: float, top: int) -> dict[str, Any]:
     return {"threads_ms_per_create": groups, "steps_ms_per_create": named, "top": tops}
 
 
+def tree() -> str:
+    """The profiled tree and its commit (the server imports this tree's surehand)."""
+    head = subprocess.run(
+        ["git", "-C", str(BENCH.parent), "rev-parse", "--short", "HEAD"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    return f"{BENCH.parent} at {head.stdout.strip() or 'unknown'}"
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--requests", type=int, default=1600)
@@ -194,6 +206,7 @@ def main() -> int:
     document = {
         "benchmark": "http-profile",
         "at": stamp,
+        "tree": tree(),
         "machine": machine(),
         "load_average": {"start": started, "end": os.getloadavg()},
         "options": {k: v for k, v in vars(options).items() if k != "admin"},
