@@ -110,16 +110,27 @@ def measure(options: argparse.Namespace, tmp: Path) -> tuple[Dump, float]:
     store.ensure_schema()
     store.dispose()
     out = tmp / "profile.json"
-    server = start_server(
-        "surehand",
-        [sys.executable, str(BENCH / "profiled_api.py"), str(out), "api", "--loglevel", "warning"],
-        {
-            "SUREHAND_DATABASE_URL": url,
-            "SUREHAND_BROKER_URL": redis_server.url(0),
-            "SUREHAND_REDIS_URL": redis_server.url(1),
-        },
-        tmp,
-    )
+    try:
+        server = start_server(
+            "surehand",
+            [
+                sys.executable,
+                str(BENCH / "profiled_api.py"),
+                str(out),
+                "api",
+                "--loglevel",
+                "warning",
+            ],
+            {
+                "SUREHAND_DATABASE_URL": url,
+                "SUREHAND_BROKER_URL": redis_server.url(0),
+                "SUREHAND_REDIS_URL": redis_server.url(1),
+            },
+            tmp,
+        )
+    except BaseException:
+        redis_server.stop()  # start_server stops nothing when the server never answers
+        raise
     try:
         base = server.url()
         asyncio.run(run_batch(base, "create", options.clients, 200, []))  # warm-up
