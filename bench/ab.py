@@ -54,7 +54,20 @@ def ratios_of(document: dict[str, Any]) -> dict[str, float]:
     return found
 
 
-def run_once(bench: str, tree: Path) -> dict[str, float]:
+def run_once(bench: str, tree: Path, tries: int = 3) -> dict[str, float]:
+    """One run of ``bench`` on ``tree``; a run that fails (on a shared machine: Postgres out
+    of connections, a server too slow to start) is run again, up to ``tries`` times."""
+    for attempt in range(1, tries + 1):
+        try:
+            return _run(bench, tree)
+        except subprocess.CalledProcessError:
+            print(f"{bench} on {tree} failed (try {attempt} of {tries})", file=sys.stderr)
+            if attempt == tries:
+                raise
+    raise AssertionError("unreachable")
+
+
+def _run(bench: str, tree: Path) -> dict[str, float]:
     results = tree / "bench" / "results"
     before = set(results.glob("*.json"))
     env = {**os.environ, "PYTHONPATH": str(tree)}

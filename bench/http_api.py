@@ -4,7 +4,8 @@
 
 Two real server processes on loopback, each uvicorn in one process the way ``surehand api``
 serves (``surehand.doors.serving``: access log off), on one Postgres database of the bench's own
-(``surehand_bench_http``, created empty; admin URL from ``SUREHAND_BENCH_DATABASE_URL``):
+(``surehand_bench_http``, or ``SUREHAND_BENCH_HTTP_DATABASE`` so that two runs on one server
+do not share it; created empty; admin URL from ``SUREHAND_BENCH_DATABASE_URL``):
 
 * ``surehand api`` (no tokens: loopback callers are local admins; its broker and leases on a
   private ``redis-server``), ``POST /v1/tasks`` with
@@ -63,7 +64,7 @@ from surehand.store.schema import tasks  # noqa: E402
 RESULTS = BENCH / "results"
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 DEFAULT_ADMIN_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
-BENCH_DATABASE = "surehand_bench_http"
+BENCH_DATABASE = os.environ.get("SUREHAND_BENCH_HTTP_DATABASE", "surehand_bench_http")
 REUSE_IDS = 64
 VARIANTS = ("bare", "create", "reuse")
 EXPECTED = {"bare": 201, "create": 201, "reuse": 200}

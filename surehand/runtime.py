@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import threading
 import weakref
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
@@ -59,6 +59,8 @@ class Runtime:
             publisher=publisher or (self.publish if with_broker else None),
             notify_hold=self.notify_hold if with_broker else None,
             wake_publisher=self._outbox.wake,
+            # Only beside our own publisher: a publisher passed in must see every TASK.
+            publish_batch=self.publish_batch if with_broker and publisher is None else None,
         )
         # What close() releases; a runtime dropped without close() is released by the
         # finalizer, which must not refer to the runtime (or it would never be collected).
@@ -195,6 +197,14 @@ class Runtime:
         from surehand.queue.celery_app import publish_session
 
         publish_session(self.celery, task.task_id, task.fields.recipient, task.fields.priority)
+
+    def publish_batch(self, batch: Sequence[Task]) -> None:
+        """Publish ``run_session`` for TASKs together: one pipeline on a Redis broker (raises
+        PublishFailed when the broker cannot take the batch)."""
+        from surehand.queue.celery_app import SessionMessage, publish_sessions
+
+        messages = [SessionMessage(t.task_id, t.fields.recipient, t.fields.priority) for t in batch]
+        publish_sessions(self.celery, messages)
 
     def notify_hold(self, held: Iterable[Mapping[str, Any]]) -> None:
         """Send a hold notice per held TASK, so Flower shows them (a Celery task each)."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -264,15 +264,22 @@ def test_a_reconciler_pass_completes_next_to_an_undispatchable_task(
 
 @pytest.fixture
 def served(store: Store, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
-    """The API on the memory broker; TASKs whose subject is "boom" fail to publish."""
-    real = Runtime.publish
+    """The API on the memory broker; TASKs whose subject is "boom" fail to publish, alone or
+    in the outbox publisher's batch (which then publishes its TASKs one by one)."""
+    real, real_batch = Runtime.publish, Runtime.publish_batch
 
     def publish(self: Runtime, task: Task) -> None:
         if task.fields.subject == "boom":
             raise RuntimeError("broker bug")
         real(self, task)
 
+    def publish_batch(self: Runtime, batch: Sequence[Task]) -> None:
+        if any(task.fields.subject == "boom" for task in batch):
+            raise RuntimeError("broker bug")
+        real_batch(self, batch)
+
     monkeypatch.setattr(Runtime, "publish", publish)
+    monkeypatch.setattr(Runtime, "publish_batch", publish_batch)
     settings = Settings.model_validate(
         {"database_url": store.url, "broker_url": "memory://", "api_tokens": "tok=al:PM:acme"}
     )

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
@@ -22,8 +23,9 @@ import redis
 
 from surehand.dispatcher import dispatch
 from surehand.dispatcher.context import Services
-from surehand.dispatcher.outbox_publisher import OutboxPublisher
+from surehand.dispatcher.outbox_publisher import OutboxPublisher, pause_before_drain
 from surehand.dispatcher.submissions import write_task
+from surehand.errors import PublishFailed
 from surehand.model import Disposition, Task
 from surehand.store import Store, outbox, tasks
 from surehand.testing import ManualClock
@@ -134,6 +136,55 @@ def test_eight_concurrent_drains_publish_each_of_forty_tasks_once(services: Serv
     assert pending(services.store) == 0
 
 
+class RecordingBatches:
+    """A batch publisher that records each batch it was given, or raises ``error``."""
+
+    def __init__(self, error: Exception | None = None) -> None:
+        self.batches: list[list[str]] = []
+        self.error = error
+
+    def __call__(self, batch: Sequence[Task]) -> None:
+        if self.error is not None:
+            raise self.error
+        self.batches.append([task.task_id for task in batch])
+
+
+def test_a_drain_publishes_its_claimed_batch_together_when_it_can(services: Services) -> None:
+    created = [create(services, f"outbox-batch-{n}") for n in range(7)]
+    single, batches = Recording(), RecordingBatches()
+    publishing = replace(services, publisher=single, publish_batch=batches)
+    assert dispatch.drain_outbox(publishing, limit=5) == 7
+    assert single.ids == []
+    assert sorted(task for batch in batches.batches for task in batch) == sorted(created)
+    assert [len(batch) for batch in batches.batches] == [5, 2]
+    assert all(published(services.store, task_id) for task_id in created)
+
+
+def test_a_batch_the_broker_refused_is_left_to_the_sweep(
+    services: Services, clock: ManualClock
+) -> None:
+    created = [create(services, f"outbox-refused-{n}") for n in range(3)]
+    refusing = replace(
+        services, publisher=Recording(), publish_batch=RecordingBatches(PublishFailed("down"))
+    )
+    assert dispatch.drain_outbox(refusing) == 0
+    assert not any(published(services.store, task_id) for task_id in created)
+    assert pending(services.store) == 0  # claimed: the sweep is now what publishes them
+    recording = Recording()
+    clock.advance(5)
+    assert dispatch.sweep(replace(services, publisher=recording)) == 3
+    assert sorted(recording.ids) == sorted(created)
+
+
+def test_a_batch_that_raises_otherwise_is_published_one_by_one(services: Services) -> None:
+    created = [create(services, f"outbox-odd-{n}") for n in range(3)]
+    single = Recording()
+    odd = replace(services, publisher=single, publish_batch=RecordingBatches(ValueError("odd")))
+    assert dispatch.drain_outbox(odd) == 3
+    assert sorted(single.ids) == sorted(created)
+    assert all(published(services.store, task_id) for task_id in created)
+
+
 def test_the_background_publisher_publishes_a_create_woken_by_its_commit(
     services: Services,
 ) -> None:
@@ -148,6 +199,32 @@ def test_the_background_publisher_publishes_a_create_woken_by_its_commit(
         publisher.stop()
     assert published(services.store, task_id)
     assert publisher.wake() is False  # stopped: creates publish on their own path again
+
+
+def test_drains_start_at_most_every_spacing_and_at_once_when_idle() -> None:
+    assert pause_before_drain(float("-inf"), 100.0, 0.01) == 0.0  # the first drain
+    assert pause_before_drain(50.0, 100.0, 0.01) == 0.0  # idle: the last drain long ago
+    assert pause_before_drain(100.0, 100.004, 0.01) == pytest.approx(0.006)  # under load
+
+
+def test_creates_committed_during_the_spacing_are_published_in_one_batch(
+    services: Services,
+) -> None:
+    """The drain after a first one waits for the spacing, so the creates committed meanwhile
+    are one batch (a long spacing here, so that the three creates surely fall within it)."""
+    batches = RecordingBatches()
+    publishing = replace(services, publisher=Recording(), publish_batch=batches)
+    publisher = OutboxPublisher(publishing, idle_seconds=3600, spacing_seconds=5.0)
+    woken = replace(publishing, wake_publisher=publisher.wake)
+    publisher.start()
+    try:
+        first = create(woken, "outbox-spaced-0")
+        wait_until(lambda: batches.batches == [[first]], timeout=30, what="the first drain")
+        rest = [create(woken, f"outbox-spaced-{n}") for n in range(1, 4)]
+        wait_until(lambda: len(batches.batches) == 2, timeout=30, what="the spaced drain")
+    finally:
+        publisher.stop()
+    assert sorted(batches.batches[1]) == sorted(rest)
 
 
 def _session_messages(client: redis.Redis) -> int:

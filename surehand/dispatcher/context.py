@@ -3,7 +3,7 @@ session messages and hold notices (the after-commit effects)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -14,6 +14,10 @@ from surehand.store import Store
 
 Publisher = Callable[[Task], None]
 """Publishes a ``run_session`` message for a committed TASK; raises PublishFailed."""
+
+BatchPublisher = Callable[[Sequence[Task]], None]
+"""Publishes ``run_session`` messages for committed TASKs together (one round trip to the
+broker where it can); raises PublishFailed when the broker took none or only some of them."""
 
 PublisherWake = Callable[[], bool]
 """Wakes a background outbox publisher after a creating commit; False when none runs here
@@ -33,3 +37,6 @@ class Services:
     publisher: Publisher | None = None
     notify_hold: HoldNotifier | None = None
     wake_publisher: PublisherWake | None = None
+    # Set with ``publisher`` when both send the same messages (the runtime's Celery app); a
+    # drain of the outbox then publishes its batch at once instead of one TASK at a time.
+    publish_batch: BatchPublisher | None = None

@@ -61,7 +61,7 @@ def _try_publish(services: Services, task: Task) -> tuple[str, str] | None:
     would repeat. ``PublishFailed`` (broker unreachable: retryable) propagates."""
     problem = role_problem(task.fields.recipient)
     if problem is not None:
-        return "invalid_role", f"invalid role code {task.fields.recipient!r}: {problem}"
+        return "invalid_role", _invalid_role(task, problem)
     assert services.publisher is not None
     try:
         services.publisher(task)
@@ -74,6 +74,10 @@ def _try_publish(services: Services, task: Task) -> tuple[str, str] | None:
         text = _CREDENTIALS.sub("://***@", f"{type(exc).__name__}: {exc}")
         return "publish_error", f"publishing failed: {text}"[:MAX_ERROR]
     return None
+
+
+def _invalid_role(task: Task, problem: str) -> str:
+    return f"invalid role code {task.fields.recipient!r}: {problem}"
 
 
 def _mark(services: Services, task: Task, reason: str, error: str) -> None:
@@ -205,24 +209,57 @@ def drain_outbox(services: Services, limit: int = OUTBOX_BATCH) -> int:
 
 def _publish_batch(services: Services, waiting: list[Task]) -> tuple[int, bool]:
     """Publish ``waiting``; (how many were published, whether the broker refused)."""
+    if services.publish_batch is None:
+        done, refused = _publish_each(services, waiting)
+    else:
+        done, refused = _publish_together(services, waiting)
+    if done:
+        with services.store.one_write() as connection:
+            tasks.set_published_many(connection, done, services.clock.now())
+    return len(done), refused
+
+
+def _publish_each(services: Services, waiting: list[Task]) -> tuple[list[str], bool]:
+    """Publish ``waiting`` one by one; (ids published, whether the broker refused)."""
     done: list[str] = []
-    refused = False
     for task in waiting:
         try:
             failure = _try_publish(services, task)
         except PublishFailed:  # broker unreachable: the sweep publishes the rest
             metrics.observe_dispatch_failure("publish_failed")
             log.warning("publishing %s failed; the next sweep retries", task.task_id)
-            refused = True
-            break
+            return done, True
         if failure is not None:
             _mark(services, task, *failure)
         else:
             done.append(task.task_id)
-    if done:
-        with services.store.one_write() as connection:
-            tasks.set_published_many(connection, done, services.clock.now())
-    return len(done), refused
+    return done, False
+
+
+def _publish_together(services: Services, waiting: list[Task]) -> tuple[list[str], bool]:
+    """Publish ``waiting`` in one batch (one broker round trip on Redis); TASKs whose role
+    has no queue are marked. Any other error falls back to one by one, where it is contained
+    per TASK as before."""
+    assert services.publish_batch is not None
+    sendable: list[Task] = []
+    for task in waiting:
+        problem = role_problem(task.fields.recipient)
+        if problem is None:
+            sendable.append(task)
+        else:
+            _mark(services, task, "invalid_role", _invalid_role(task, problem))
+    if not sendable:
+        return [], False
+    try:
+        services.publish_batch(sendable)
+    except PublishFailed:  # some may have gone out: none is recorded, the sweep resends all
+        metrics.observe_dispatch_failure("publish_failed")
+        log.warning("publishing %d TASKs failed; the next sweep retries", len(sendable))
+        return [], True
+    except Exception:
+        log.debug("publishing a batch raised; publishing one by one", exc_info=True)
+        return _publish_each(services, sendable)
+    return [task.task_id for task in sendable], False
 
 
 def publish_successor(services: Services, task_id: str) -> bool:

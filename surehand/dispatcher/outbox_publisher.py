@@ -7,25 +7,44 @@ it publishes one batch goes into the next. It also drains when it starts (rows a
 process left behind) and every ``sweep_interval_seconds`` when nothing woke it (rows queued by
 processes without a broker). A drain that fails (store unavailable) is logged and retried at
 the next wake or interval; the dispatcher sweep remains the safety net for a process that dies.
+
+Drains start at most every ``spacing_seconds`` (10 ms): a wake that comes sooner after the last
+drain began waits for the rest of it, so that the creates committed meanwhile are published in
+one batch. Without it, a publisher faster than the creates (one Redis pipeline per batch)
+drains nearly every create alone, and each drain's fixed store work (its claim, its read of the
+TASKs, its ``published`` write: three statements) is paid per create instead of per batch. An
+idle publisher (its last drain longer ago than that) drains at once, so a create's start
+latency on a quiet server is unchanged.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 
 from surehand.dispatcher.context import Services
 from surehand.dispatcher.dispatch import drain_outbox
 
 log = logging.getLogger(__name__)
 
+SPACING_SECONDS = 0.01
+
+
+def pause_before_drain(last_start: float, now: float, spacing: float) -> float:
+    """Seconds to wait before a drain so that drains start at least ``spacing`` apart."""
+    return max(0.0, last_start + spacing - now)
+
 
 class OutboxPublisher:
     """One thread draining the outbox when woken, at start, and every ``idle_seconds``."""
 
-    def __init__(self, services: Services, *, idle_seconds: float) -> None:
+    def __init__(
+        self, services: Services, *, idle_seconds: float, spacing_seconds: float = SPACING_SECONDS
+    ) -> None:
         self.services = services
         self.idle_seconds = idle_seconds
+        self.spacing_seconds = spacing_seconds
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -56,8 +75,13 @@ class OutboxPublisher:
             thread.join(timeout)
 
     def _run(self) -> None:
+        last_start = float("-inf")
         while not self._stop.is_set():
             self._wake.wait(self.idle_seconds)
+            pause = pause_before_drain(last_start, time.monotonic(), self.spacing_seconds)
+            if pause > 0:
+                self._stop.wait(pause)  # creates committed meanwhile join this drain
+            last_start = time.monotonic()
             # Cleared before draining: a commit that wakes us during the drain is committed
             # already, so either this drain or the next one (woken at once) publishes it.
             self._wake.clear()

@@ -9,6 +9,7 @@ the broker redelivering the message (see DESIGN.md sections 5 and 6).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -129,6 +130,15 @@ def configure_worker_queues(app: Celery, roles: Sequence[str]) -> list[Queue]:
     return queues
 
 
+@dataclass(frozen=True)
+class SessionMessage:
+    """One ``run_session(task_id)`` message: the TASK, its recipient role and its priority."""
+
+    task_id: str
+    role: str
+    priority: Priority
+
+
 def publish_session(
     app: Celery,
     task_id: str,
@@ -143,18 +153,75 @@ def publish_session(
     """
     queue = queue_for_role(role)
     try:
-        result = app.send_task(
-            SESSION_TASK_NAME,
-            args=[task_id],
-            queue=queue,
-            routing_key=queue,
-            priority=celery_priority(priority),
-            headers=dict(headers or {}),
-        )
+        return _send(app, SessionMessage(task_id, role, priority), headers)
     except (KombuError, redis.RedisError, OSError) as exc:
         raise PublishFailed(
             f"could not publish the session of {task_id} to {queue}: {type(exc).__name__}",
             task_id=task_id,
             queue=queue,
         ) from exc
+
+
+def publish_sessions(app: Celery, messages: Sequence[SessionMessage]) -> list[str]:
+    """Send ``run_session`` for each of ``messages``, in order; returns their message ids.
+
+    Each message is built, routed and announced (its ``task-sent`` event) by Celery's own
+    ``send_task``, exactly as :func:`publish_session` sends it. On a Redis broker kombu's
+    ``Producer.batch`` defers the commands and sends them in one pipeline: one round trip
+    for the batch instead of two per message (its ``LPUSH`` and the event's ``PUBLISH``).
+    Brokers without batches (``memory://``, AMQP) get each message at once, as kombu does.
+
+    Raises ``PublishFailed`` (retryable) when the broker cannot take the batch. Any of its
+    messages may have been delivered (a pipeline is not atomic): the caller records none as
+    published and the sweep sends them again; the worker's claim makes a duplicate harmless.
+    """
+    if not messages:
+        return []
+    try:
+        with app.producer_or_acquire() as producer, producer.batch():
+            return _send_all(app, messages, producer)
+    except (KombuError, redis.RedisError, OSError) as exc:
+        first = messages[0].task_id
+        raise PublishFailed(
+            f"could not publish {len(messages)} sessions ({first}, ...): {type(exc).__name__}",
+            task_id=first,
+            count=len(messages),
+        ) from exc
+
+
+def _send_all(app: Celery, messages: Sequence[SessionMessage], producer: Any) -> list[str]:
+    """``send_task`` of each message through ``producer``. Celery declares a message's queue
+    on every send, which kombu's cache skips on a connection that declared it already: here
+    only the first message of each queue asks (a quarter of a send's CPU, measured)."""
+    ids: list[str] = []
+    declared: set[str] = set()
+    for message in messages:
+        queue = queue_for_role(message.role)
+        ids.append(_send(app, message, producer=producer, declare=queue not in declared))
+        declared.add(queue)
+    return ids
+
+
+def _send(
+    app: Celery,
+    message: SessionMessage,
+    headers: Mapping[str, Any] | None = None,
+    producer: Any = None,
+    *,
+    declare: bool = True,
+) -> str:
+    """``send_task`` of one session message (through ``producer`` when given); without
+    ``declare``, its queue is not declared again (``declare=[]``: Celery's default is None)."""
+    queue = queue_for_role(message.role)
+    options: dict[str, Any] = {} if declare else {"declare": []}
+    result = app.send_task(
+        SESSION_TASK_NAME,
+        args=[message.task_id],
+        queue=queue,
+        routing_key=queue,
+        priority=celery_priority(message.priority),
+        headers=dict(headers or {}),
+        producer=producer,
+        **options,
+    )
     return str(result.id)
