@@ -159,7 +159,10 @@ def test_a_real_worker_runs_a_batch_as_it_runs_one_by_one(broker: RedisServer) -
     received: dict[str, dict[str, Any]] = {}
     lock = threading.Lock()
 
-    @app.task(name=SESSION_TASK_NAME, bind=True)
+    # shared=False: Celery's default would add this stand-in to every app this process
+    # finalizes later, where the real run_session then clashes with it (a later test's
+    # publish failed with DuplicateTaskNameWarning).
+    @app.task(name=SESSION_TASK_NAME, bind=True, shared=False)
     def run_session(self: Any, task_id: str) -> None:
         request = self.request
         seen = {
