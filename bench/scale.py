@@ -1,8 +1,13 @@
 """Start latency of ``surehand up`` (before and after), and many long sessions in one worker.
 
-    python bench/scale.py [--quick] [--probes N] [--rate R] [--window S] [--sessions 100,1000]
-                          [--hold S] [--latency-probes N] [--recovery 1000:100]
-                          [--recovery-timing short,default] [--admin-url URL]
+    python bench/scale.py [--quick]
+                          [--parts embedded,held,command,pools,max,latency,recovery,http]
+                          [--probes N] [--rate R] [--window S] [--sessions 100,1000] [--hold S]
+                          [--command-sessions 100,1000] [--sandboxed-sessions 100]
+                          [--command-hold S] [--pools prefork:100,gevent:100]
+                          [--max-sessions 2000,3000] [--max-hold S] [--latency-probes N]
+                          [--recovery 1000:100] [--recovery-timing short,default]
+                          [--latency-load R] [--http-rounds N] [--submitters N] [--admin-url URL]
 
 Side by side in one run, each in its own child process running ``surehand up``'s runtime
 (``surehand.embedded.Embedded``: SQLite, the in-process broker, fakeredis, a thread pool of
@@ -16,30 +21,37 @@ Side by side in one run, each in its own child process running ``surehand up``'s
 Each child measures (wall clock ``time.time()``, the agent stamps in the same process):
 (a) idle: ``--probes`` TASKs one after another to the ``probe`` agent: submit -> agent
     running, submit -> first effect recorded (its operation's intent and outcome committed);
-(b) steady load: no-op TASKs offered at ``--rate`` a second for ``--window`` seconds while
-    probes run every 0.25 s: the same two latencies, and the no-op sessions completed a second.
+(b) steady load: no-op TASKs offered at ``--rate`` a second (by ``--submitters`` threads) for
+    ``--window`` seconds while probes run every 0.25 s: the same two latencies, the no-op
+    sessions completed a second, and the process's CPU per no-op session.
 
-(c) concurrent long sessions: for each of ``--sessions`` (100 and 1,000), one
-    ``surehand worker --pool threads --concurrency N`` on Postgres (its own database
-    ``surehand_bench_scale``) and a private ``redis-server`` holds N sleeping Python sessions
-    (``--hold`` seconds each, the default lease TTL 30 s and heartbeat 10 s): sessions running
-    at once, leases lost (attempts that did not succeed), worker RSS and threads per session
-    over the idle worker, Redis commands and CPU a second, Postgres connections, and the
-    reconciler's pass time with all of them running.
+(c) concurrent long sessions (``bench/scale_held.py``): one ``surehand worker`` on Postgres
+    (its own database ``surehand_bench_scale``) and a private ``redis-server`` holds N sleeping
+    sessions (the default lease TTL 30 s and heartbeat 10 s): sessions running at once, leases
+    lost, memory and threads of the worker process and (separately) of its descendants, Redis
+    commands and CPU a second, Postgres connections, the reconciler's pass time, and heartbeat
+    jitter (the lateness of lease renewals, from the lease keys' PTTL sampled every second).
+    ``held``: ``--sessions`` Python agents (threads pool, ``--hold`` s); ``command``:
+    ``--command-sessions`` command agents (``sh -c 'sleep S'``, ``SUREHAND_AGENT_SANDBOX=none``)
+    and ``--sandboxed-sessions`` under the default sandbox (``auto``), ``--command-hold`` s;
+    ``pools``: ``--pools`` POOL:N Python agents in other pools (``gevent-patched``: gevent with
+    ``monkey.patch_all()`` run before surehand's CLI, as Celery's own CLI does for -P gevent);
+    ``max``: ``--max-sessions`` Python agents, threads pool, beyond 1,000 (``--max-hold`` s).
 
-(d) Postgres start latency, idle (``bench/scale_latency.py``): ``--latency-probes`` probes
+(d) Postgres start latency (``bench/scale_latency.py``): ``--latency-probes`` probes
     alternating between a ``surehand worker`` on Postgres with a private ``redis-server`` broker
     (write_task -> agent running, -> first effect recorded) and a bare Celery task on the same
-    ``redis-server`` (send_task -> task running).
+    ``redis-server`` (send_task -> task running), idle, then half as many while no-op TASKs and
+    as many bare Celery tasks are offered at ``--latency-load`` a second.
 (e) Recovery under scale: for each ``--recovery`` SESSIONS:KILLED and each ``--recovery-timing``
     (``short``: lease TTL 3 s, heartbeat 1 s, reconcile 1 s, grace 2 s; ``default``: 30, 10, 5,
     15), two workers hold the sleeping sessions, the one holding KILLED of them is SIGKILLed:
     kill -> SESSION_LOST and kill -> successor started, p50/p99.
 
 Results are printed as rich tables and saved to ``bench/results/scale-<UTC>.json`` with a
-top-level ``summary``. Not measured here (named in ``not_measured``): a sleeping command agent,
-heartbeat jitter, other pools, Postgres start latency under steady load; ``http_create_vs_bare``
-is measured by ``bench/http_api.py``.
+top-level ``summary``; ``--parts`` runs some parts only (the others are named in
+``not_measured``). ``http``: ``http_create_vs_bare`` from a run of ``bench/http_api.py`` at 8
+clients (``--http-rounds``; ``bench/scale_http.py``), its own results file named.
 This is a benchmark, not a test: it asserts nothing about time.
 """
 
@@ -57,17 +69,20 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import scale_http
 import scale_latency
+import scale_report
 from procs import exit_on_sigterm, machine
 from rich.console import Console
 from rich.table import Table
+from scale_held import Spec, held
 from scale_probes import Stamps, latency, probe_once
 
 BENCH = Path(__file__).resolve().parent
 RESULTS = BENCH / "results"
 VARIANTS = ("doorbell", "kombu")
 TIMINGS = {"short": scale_latency.SHORT, "default": scale_latency.DEFAULT}
-console = Console()
+console = Console(width=220)  # the held tables are wide; a log is not a terminal
 
 
 def offer_load(runtime: Any, rate: float, window: float, stop: threading.Event) -> int:
@@ -153,99 +168,6 @@ def child(variant: str, probes: int, rate: float, window: float, submitters: int
 
 
 AGENTS = "QA=scale_agents:probe,NOP=scale_agents:noop"
-SCALE_DATABASE = "surehand_bench_scale"
-
-
-def proc_status(pid: int) -> dict[str, int]:
-    """VmRSS (KiB) and Threads of a process, from /proc."""
-    fields = dict(
-        line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines()
-    )
-    return {"rss_kib": int(fields["VmRSS"].split()[0]), "threads": int(fields["Threads"])}
-
-
-def count_attempts(sh: Any) -> dict[str, int]:
-    from sqlalchemy import func, select
-
-    from surehand.store.schema import attempts
-
-    query = select(attempts.c.state, func.count()).group_by(attempts.c.state)
-    with sh.store.engine.connect() as connection:
-        return {str(state): int(n) for state, n in connection.execute(query)}
-
-
-def postgres_connections(admin_url: str) -> int:
-    from sqlalchemy import create_engine, text
-
-    engine = create_engine(admin_url)
-    with engine.connect() as connection:
-        found = connection.execute(
-            text("SELECT count(*) FROM pg_stat_activity WHERE datname = :db"),
-            {"db": SCALE_DATABASE},
-        ).scalar_one()
-    engine.dispose()
-    return int(found)
-
-
-def concurrent(sessions: int, hold: float, admin_url: str) -> dict[str, Any]:
-    """``sessions`` sleeping Python sessions at once in one ``surehand worker`` (threads pool,
-    concurrency = sessions) on Postgres and a private Redis: cost per session, leases lost."""
-    from procs import stop_group
-
-    agents = "DEV=scale_agents:sleeping"
-    with scale_latency.deployment(admin_url, agents, database=SCALE_DATABASE) as here:
-        sh, server = here.sh, here.server
-        worker = scale_latency.surehand_worker(
-            here.tmp, here.env, f"held-{sessions}", sessions, "DEV"
-        )
-        try:
-            idle = proc_status(worker.pid)
-            for n in range(sessions):
-                sh.write_task(sender="PM", recipient="DEV", subject=f"wait {n}", body=str(hold))
-            deadline = time.monotonic() + hold
-            while count_attempts(sh).get("running", 0) < sessions and time.monotonic() < deadline:
-                time.sleep(0.5)
-            running = count_attempts(sh).get("running", 0)
-            commands, cpu = sum(server.commandstats().values()), server.cpu_seconds()
-            window = 10.0
-            time.sleep(window)
-            commands = sum(server.commandstats().values()) - commands
-            cpu = server.cpu_seconds() - cpu
-            held = proc_status(worker.pid)  # after the first renewals: heartbeat threads started
-            connections = postgres_connections(admin_url)
-            passes = []
-            for _ in range(3):
-                started = time.perf_counter()
-                sh.reconciler.run_once()
-                passes.append((time.perf_counter() - started) * 1000)
-            while count_attempts(sh).get("running", 0) and time.monotonic() < deadline + 120:
-                time.sleep(1.0)
-            states = count_attempts(sh)
-        finally:
-            stop_group(worker)
-    return {
-        "sessions": sessions,
-        "hold_seconds": hold,
-        "pool": "threads",
-        "workers": 1,
-        "running_at_once": running,
-        "attempt_states": states,
-        "leases_lost": sum(n for state, n in states.items() if state != "succeeded"),
-        "worker_rss_mib_idle": round(idle["rss_kib"] / 1024, 1),
-        "worker_rss_mib_held": round(held["rss_kib"] / 1024, 1),
-        "rss_mib_per_session": round((held["rss_kib"] - idle["rss_kib"]) / 1024 / running, 3)
-        if running
-        else None,
-        "threads_idle": idle["threads"],
-        "threads_held": held["threads"],
-        "threads_per_session": round((held["threads"] - idle["threads"]) / running, 2)
-        if running
-        else None,
-        "redis_commands_per_second": round(commands / window, 1),
-        "redis_cpu_percent": round(cpu / window * 100, 2),
-        "postgres_connections": connections,
-        "reconciler_pass_ms": round(min(passes), 2),
-    }
 
 
 def run_child(variant: str, options: argparse.Namespace) -> dict[str, Any]:
@@ -281,60 +203,83 @@ def table(results: list[dict[str, Any]]) -> Table:
     return out
 
 
-def held_table(held: list[dict[str, Any]]) -> Table:
-    out = Table(title="concurrent sleeping sessions in one worker (threads pool, Postgres)")
-    columns = (
-        "sessions",
-        "running_at_once",
-        "leases_lost",
-        "rss_mib_per_session",
-        "threads_per_session",
-        "redis_commands_per_second",
-        "redis_cpu_percent",
-        "postgres_connections",
-        "reconciler_pass_ms",
-    )
-    for column in columns:
-        out.add_column(column.replace("_", " "), justify="right")
-    for row in held:
-        out.add_row(*(str(row[column]) for column in columns))
-    return out
-
-
 def summary(results: dict[str, dict[str, Any]], held: list[dict[str, Any]]) -> dict[str, Any]:
-    new, old = results["doorbell"], results["kombu"]
-    most = max(held, key=lambda row: row["running_at_once"]) if held else None
-    p50, old_p50 = new["steady"]["running"]["p50_ms"], old["steady"]["running"]["p50_ms"]
-    return {
-        "concurrent_sessions": most["running_at_once"] if most else None,
-        "leases_lost": sum(row["leases_lost"] for row in held),
-        "rss_mib_per_session": most["rss_mib_per_session"] if most else None,
-        "embedded_start_p50_ms": p50,
-        "embedded_start_p99_ms": new["steady"]["running"]["p99_ms"],
-        "embedded_idle_start_p50_ms": new["idle"]["running"]["p50_ms"],
-        "embedded_sessions_per_second": new["steady"]["completed_per_second"],
-        "embedded_offered_per_second": new["steady"]["offered_per_second"],
-        "embedded_kombu_polling_start_p50_ms": old_p50,
-        "embedded_kombu_polling_sessions_per_second": old["steady"]["completed_per_second"],
-        "embedded_start_p50_vs_kombu_polling": round(old_p50 / p50, 1) if p50 else None,
-        "http_create_vs_bare": None,
-        "not_measured": [
-            "a sleeping command agent beside the Python one; heartbeat jitter; pool compared",
-            "Postgres start latency under steady load (idle is measured)",
-            "http_create_vs_bare: bench/http_api.py measures it",
-        ],
-    }
+    """The summary fields of the embedded runs and the held Python sessions."""
+    fields: dict[str, Any] = {}
+    kept = [row for row in held if "error" not in row]
+    if kept:
+        most = max(kept, key=lambda row: row["running_at_once"])
+        fields |= {
+            "concurrent_sessions": most["running_at_once"],
+            "leases_lost": sum(row["leases_lost"] for row in kept),
+            "rss_mib_per_session": most["rss_mib_per_session"],
+        }
+    if results:
+        new, old = results["doorbell"], results["kombu"]
+        p50, old_p50 = new["steady"]["running"]["p50_ms"], old["steady"]["running"]["p50_ms"]
+        fields |= {
+            "embedded_start_p50_ms": p50,
+            "embedded_start_p99_ms": new["steady"]["running"]["p99_ms"],
+            "embedded_idle_start_p50_ms": new["idle"]["running"]["p50_ms"],
+            "embedded_sessions_per_second": new["steady"]["completed_per_second"],
+            "embedded_offered_per_second": new["steady"]["offered_per_second"],
+            "embedded_kombu_polling_start_p50_ms": old_p50,
+            "embedded_kombu_polling_sessions_per_second": old["steady"]["completed_per_second"],
+            "embedded_start_p50_vs_kombu_polling": round(old_p50 / p50, 1) if p50 else None,
+        }
+    return fields
+
+
+def held_summary(parts: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+    """``command_agent``, ``heartbeat_jitter``, ``pools``, ``max_concurrent_sessions``."""
+    fields: dict[str, Any] = {}
+    if parts["command"]:
+        fields["command_agent"] = scale_report.command_summary(parts["command"])
+    jitter = scale_report.jitter_summary([row for rows in parts.values() for row in rows])
+    if jitter:
+        fields["heartbeat_jitter"] = jitter
+    if parts["pools"]:
+        threads = [row for row in parts["held"] if row["sessions"] in POOL_BASELINE]
+        fields["pools"] = scale_report.pool_summary(threads[:1] + parts["pools"])
+    if parts["max"]:
+        fields["max_concurrent_sessions"] = scale_report.max_summary(parts["held"] + parts["max"])
+    return fields
+
+
+POOL_BASELINE = (100, 50, 20)  # the threads run the pools are compared with
+MISSING = {
+    "embedded": "embedded (surehand up) start latency: not run (--parts)",
+    "held": "concurrent sleeping Python sessions: not run (--parts)",
+    "command": "a sleeping command agent at scale: not run (--parts)",
+    "pools": "other pools (prefork, gevent) compared: not run (--parts)",
+    "max": "beyond 1,000 sessions in one worker: not run (--parts)",
+    "latency": "Postgres start latency, idle and under a steady load: not run (--parts)",
+    "recovery": "recovery under scale: not run (--parts)",
+    "http": "http_create_vs_bare (bench/http_api.py at 8 clients): not run (--parts)",
+}
+
+
+def not_measured(parts: set[str]) -> list[str]:
+    """What this run did not measure."""
+    return [MISSING[part] for part in MISSING if part not in parts]
 
 
 def parse_options() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="smoke: few probes, short window")
+    parser.add_argument("--parts", default=",".join(MISSING), help="which parts to run")
     parser.add_argument("--probes", type=int, default=40, help="idle probes per variant")
     parser.add_argument("--rate", type=float, default=100.0, help="no-op TASKs a second")
     parser.add_argument("--window", type=float, default=20.0, help="seconds of steady load")
     parser.add_argument("--submitters", type=int, default=2, help="threads offering the load")
     parser.add_argument("--sessions", default="100,1000", help="concurrent sessions, comma list")
     parser.add_argument("--hold", type=float, default=40.0, help="seconds each session waits")
+    parser.add_argument("--command-sessions", default="100,1000", help="command agents held")
+    parser.add_argument("--command-hold", type=float, default=120.0, help="their wait (starts)")
+    parser.add_argument("--sandboxed-sessions", default="100", help="the same, default sandbox")
+    parser.add_argument("--pools", default="prefork:100,gevent:100", help="POOL:SESSIONS list")
+    parser.add_argument("--max-sessions", default="2000,3000", help="threads pool beyond 1,000")
+    parser.add_argument("--max-hold", type=float, default=120.0, help="their wait (submit time)")
     parser.add_argument(
         "--admin-url",
         default=os.environ.get(
@@ -345,6 +290,7 @@ def parse_options() -> argparse.Namespace:
     parser.add_argument(
         "--latency-load", type=float, default=20.0, help="no-op TASKs/s while probing loaded"
     )
+    parser.add_argument("--http-rounds", type=int, default=3, help="bench/http_api.py rounds")
     parser.add_argument("--recovery", default="1000:100", help="SESSIONS:KILLED, comma list")
     parser.add_argument("--recovery-timing", default="short,default", help="short and/or default")
     parser.add_argument("--child", choices=VARIANTS, help=argparse.SUPPRESS)
@@ -352,7 +298,40 @@ def parse_options() -> argparse.Namespace:
     if options.quick:
         options.probes, options.window, options.sessions, options.hold = 8, 3.0, "20", 15.0
         options.latency_probes, options.recovery = 30, "200:100"
+        options.command_sessions, options.sandboxed_sessions = "20", "10"
+        options.command_hold = 20.0
+        options.pools, options.max_sessions = "prefork:10,gevent:10", ""
     return options
+
+
+def numbers(listed: str) -> list[int]:
+    return [int(n) for n in listed.split(",") if n]
+
+
+def held_runs(options: argparse.Namespace, parts: set[str]) -> dict[str, list[dict[str, Any]]]:
+    """The held-session parts that ``parts`` names, each a list of ``scale_held`` results."""
+    hold, url, command_hold = options.hold, options.admin_url, options.command_hold
+    specs: dict[str, list[Spec]] = {
+        "held": [Spec(n, hold) for n in numbers(options.sessions)],
+        "command": [
+            Spec(n, command_hold, agent="command") for n in numbers(options.command_sessions)
+        ]
+        + [
+            Spec(n, command_hold, agent="command", sandbox="auto")
+            for n in numbers(options.sandboxed_sessions)
+        ],
+        "pools": [
+            Spec(int(n), hold, pool=pool)
+            for pool, n in (pair.split(":") for pair in options.pools.split(",") if pair)
+        ],
+        "max": [Spec(n, options.max_hold) for n in numbers(options.max_sessions)],
+    }
+    runs: dict[str, list[dict[str, Any]]] = {}
+    for part, listed in specs.items():
+        runs[part] = [held(spec, url) for spec in listed] if part in parts else []
+        if runs[part]:
+            console.print(scale_report.held_table(runs[part], f"held sessions: {part}"))
+    return runs
 
 
 def main() -> int:
@@ -367,30 +346,47 @@ def main() -> int:
             )
         )
         return 0
-    results = {variant: run_child(variant, options) for variant in VARIANTS}
-    console.print(table(list(results.values())))
-    held = [
-        concurrent(int(n), options.hold, options.admin_url) for n in options.sessions.split(",")
-    ]
-    console.print(held_table(held))
-    start = scale_latency.start_latency(
-        options.latency_probes, options.admin_url, options.latency_load
-    )
-    console.print(scale_latency.start_table(start))
-    recovered = [
-        scale_latency.recovery(int(total), int(killed), timing, options.admin_url)
-        for timing in (TIMINGS[name] for name in options.recovery_timing.split(","))
-        for total, killed in (pair.split(":") for pair in options.recovery.split(","))
-    ]
-    console.print(scale_latency.recovery_table(recovered))
+    parts = set(options.parts.split(","))
+    results = {}
+    if "embedded" in parts:
+        results = {variant: run_child(variant, options) for variant in VARIANTS}
+        console.print(table(list(results.values())))
+    runs = held_runs(options, parts)
+    start, recovered = None, []
+    if "latency" in parts:
+        start = scale_latency.start_latency(
+            options.latency_probes, options.admin_url, options.latency_load
+        )
+        console.print(scale_latency.start_table(start))
+    if "recovery" in parts:
+        recovered = [
+            scale_latency.recovery(int(total), int(killed), timing, options.admin_url)
+            for timing in (TIMINGS[name] for name in options.recovery_timing.split(","))
+            for total, killed in (pair.split(":") for pair in options.recovery.split(","))
+        ]
+        console.print(scale_latency.recovery_table(recovered))
+    http = {"median": None}
+    if "http" in parts:
+        http = scale_http.create_vs_bare(options.http_rounds, 320 if options.quick else 640)
+        console.print(f"HTTP create / bare FastAPI insert, 8 clients: {http}")
     document = {
         "bench": "scale",
         "at": datetime.now(UTC).isoformat(),
         "machine": machine(),
         "options": {k: v for k, v in vars(options).items() if k != "child"},
-        "summary": {**summary(results, held), **scale_latency.summary(start, recovered)},
+        "summary": {
+            **summary(results, runs["held"]),
+            **held_summary(runs),
+            **(scale_latency.summary(start, recovered) if start else {}),
+            "http_create_vs_bare": http["median"],
+            "not_measured": not_measured(parts),
+        },
+        "http_create_vs_bare": http,
         "embedded": results,
-        "concurrent": held,
+        "concurrent": runs["held"],
+        "command_agent": runs["command"],
+        "pools": runs["pools"],
+        "beyond_1000": runs["max"],
         "postgres_start": start,
         "recovery": recovered,
     }

@@ -157,3 +157,40 @@ def test_a_second_death_signal_during_the_kill_waits_for_the_first_to_finish(
     reaper._kill_group(reaper.DEATH_SIGNAL, None)
 
     assert steps == ["tree begun", "tree done", "group killed"]
+
+
+WATCH_ONCE = """
+import os, subprocess, sys
+sys.path.insert(0, sys.argv[1])
+import reaper
+
+program = subprocess.Popen(["sleep", "30"])
+orphan = os.fork()  # stands for a descendant the subreaper adopted once it ended
+if orphan == 0:
+    os._exit(0)
+reaper._options.subreaper, reaper._options.program_pid = True, program.pid
+while open(f"/proc/{orphan}/stat").read().rsplit(")", 1)[1].split()[0] != "Z":
+    pass
+scans = []
+listdir = os.listdir
+os.listdir = lambda path=".": scans.append(path) or listdir(path)
+reaper._reap_adopted()
+print(os.path.exists(f"/proc/{orphan}"), "/proc" in scans, program.poll())
+program.kill()
+"""
+
+
+def test_the_watch_reaps_an_adopted_orphan_without_reading_every_process_on_the_host() -> None:
+    # Every command session's trampoline runs this watch ten times a second. Walking /proc
+    # made each one read every process on the host each time: with 1,000 command sessions
+    # (3,000+ processes) the trampolines alone saturated the machine (bench/scale.py).
+    require_proc()
+    done = subprocess.run(
+        [sys.executable, "-c", WATCH_ONCE, str(REAPER.parent)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    # The orphan is reaped, PROGRAM is left for its own wait, and /proc was not walked.
+    assert done.stdout.split() == ["False", "False", "None"]
