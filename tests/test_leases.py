@@ -22,7 +22,7 @@ import redis
 from surehand.errors import ConfigError, LeaseUnavailable
 from surehand.queue.keys import generation_key, lease_key
 from surehand.queue.leases import LeaseStore
-from surehand.queue.redis_client import connect_redis, shared_fake_server
+from surehand.queue.redis_client import POOL_CONNECTIONS, connect_redis, shared_fake_server
 from tests.procs import private_redis
 from tests.redis_fixtures import (  # noqa: F401
     fake_lease_store,
@@ -317,3 +317,27 @@ def test_a_retried_acquire_after_a_redis_restart_takes_its_own_lease(
         assert store.holder(TASK) == "attempt-a"
         assert not store.acquire(TASK, "attempt-b", TTL_MS)
         client.close()
+
+
+def test_callers_beyond_the_pool_wait_for_a_connection_instead_of_failing(tmp_path: Path) -> None:
+    # A worker holding thousands of sessions renews that many leases on one client: at 3,000
+    # sessions redis-py's default pool refused renewals beyond its 100 connections
+    # (MaxConnectionsError) and sessions lost their leases (bench/scale.py).
+    callers = POOL_CONNECTIONS + 20
+    with private_redis(tmp_path) as server:
+        client = connect_redis(server.url)
+        barrier, errors = threading.Barrier(callers), []
+
+        def renew_at_once(n: int) -> None:
+            barrier.wait()
+            try:  # each holds its connection for 0.2 s: all of them at once overflow the pool
+                client.blpop([f"nothing-{n}"], timeout=0.2)
+            except redis.RedisError as error:
+                errors.append(error)
+
+        threads = [threading.Thread(target=renew_at_once, args=(n,)) for n in range(callers)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    assert errors == []

@@ -24,6 +24,7 @@ REAL_SCHEMES = frozenset({"redis", "rediss", "unix"})
 SOCKET_TIMEOUT_S = 5.0
 CONNECT_TIMEOUT_S = 5.0
 HEALTH_CHECK_INTERVAL_S = 30
+POOL_CONNECTIONS = 100  # per client; callers beyond them wait for one (see _real_client)
 
 _fake_server: fakeredis.FakeServer | None = None
 _fake_lock = threading.Lock()
@@ -62,10 +63,18 @@ def _fake_client() -> redis.Redis:
 
 
 def _real_client(url: str) -> redis.Redis:
-    return redis.Redis.from_url(
+    # A blocking pool: redis-py's default pool refuses a caller beyond its 100 connections
+    # (MaxConnectionsError) instead of letting it wait. A worker holding thousands of sessions
+    # renews that many leases on one client; each call takes a connection for well under a
+    # millisecond, so a renewal waits its turn (at most SOCKET_TIMEOUT_S, then it is a Redis
+    # error the heartbeat retries within the TTL) rather than failing.
+    pool = redis.BlockingConnectionPool.from_url(
         url,
+        max_connections=POOL_CONNECTIONS,
+        timeout=SOCKET_TIMEOUT_S,
         decode_responses=True,
         socket_timeout=SOCKET_TIMEOUT_S,
         socket_connect_timeout=CONNECT_TIMEOUT_S,
         health_check_interval=HEALTH_CHECK_INTERVAL_S,
     )
+    return redis.Redis(connection_pool=pool)
