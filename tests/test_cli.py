@@ -15,6 +15,7 @@ from typing import Any, cast
 import httpx
 import pytest
 import typer.main
+from typer.testing import CliRunner
 
 from surehand.agents.context import SessionContext, SessionPort
 from surehand.cli import app
@@ -347,3 +348,14 @@ def test_a_threaded_worker_keeps_a_database_connection_per_thread(tmp_path: Path
         assert sh.store.one_statement_engine.pool.size() == 24  # type: ignore[attr-defined]
     finally:
         sh.close()
+
+
+@pytest.mark.parametrize("pool", ["gevent", "eventlet"])
+def test_a_worker_refuses_a_pool_its_sessions_cannot_run_in(pool: str) -> None:
+    # Under --pool gevent the worker took every message and ran no session: gevent needs its
+    # monkey-patching before the store, Redis and Celery are imported (bench/scale.py).
+    result = CliRunner().invoke(app, ["worker", "--roles", "DEV", "--pool", pool])
+    assert result.exit_code != 0
+    assert f"--pool '{pool}' cannot run sessions here; use threads" in " ".join(
+        result.output.split()
+    )

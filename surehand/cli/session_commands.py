@@ -24,7 +24,7 @@ from surehand.cli.common import (
 )
 from surehand.cli.render import cases_table
 from surehand.config import Settings
-from surehand.errors import NoAgentForRole, OperationFailed
+from surehand.errors import ConfigError, NoAgentForRole, OperationFailed
 from surehand.facade import Surehand
 
 if TYPE_CHECKING:  # the rest is imported by the commands that use it (CLI start-up time)
@@ -102,6 +102,22 @@ def require_agents(sh: Surehand, roles: list[str]) -> None:
     )
 
 
+POOLS = ("threads", "prefork", "solo")
+
+
+def require_pool(pool: str) -> None:
+    """Refuse a Celery pool sessions cannot run in. gevent and eventlet would need their
+    monkey-patching before anything else is imported (Celery's own CLI does that for -P
+    gevent; this command has imported the store, Redis and Celery by then): the worker would
+    take messages whose sessions never run."""
+    if pool not in POOLS:
+        raise ConfigError(
+            f"--pool {pool!r} cannot run sessions here; use threads (the default, the pool for "
+            f"waiting sessions: one thread each, measured in the README), prefork or solo",
+            setting="SUREHAND_POOL",
+        )
+
+
 def with_pool_for(settings: Settings, concurrency: int) -> Settings:
     """``settings`` with a database pool of at least ``concurrency`` connections: a thread
     beyond the pool's size would open (and close) a connection for every session."""
@@ -140,6 +156,7 @@ def worker(
     Needs SUREHAND_BROKER_URL, SUREHAND_REDIS_URL and an agent for each role (SUREHAND_AGENTS);
     it refuses to start without them (--embedded: in-process stand-ins instead of the first two).
     """
+    require_pool(pool)
     threads = concurrency if pool == "threads" else 1  # prefork/solo: one per process
     sh = _open(
         database_url=database_url,
