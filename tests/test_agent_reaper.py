@@ -160,7 +160,7 @@ def test_a_second_death_signal_during_the_kill_waits_for_the_first_to_finish(
 
 
 WATCH_ONCE = """
-import os, subprocess, sys
+import os, subprocess, sys, time
 sys.path.insert(0, sys.argv[1])
 import reaper
 
@@ -170,7 +170,7 @@ if orphan == 0:
     os._exit(0)
 reaper._options.subreaper, reaper._options.program_pid = True, program.pid
 while open(f"/proc/{orphan}/stat").read().rsplit(")", 1)[1].split()[0] != "Z":
-    pass
+    time.sleep(0.005)  # until the orphan has ended (a zombie to reap)
 scans = []
 listdir = os.listdir
 os.listdir = lambda path=".": scans.append(path) or listdir(path)
