@@ -95,8 +95,18 @@ def started_agent(client: Surehand, tmp_path: Path, worker: Proc, mark: str) -> 
         return (tmp_path / "attempt1.started").exists()
 
     wait_until(started, timeout=60, what="the command agent to start")
-    assert len(marked(mark)) >= 2  # the program's sleep, the grandchild (and its sleep)
+    wait_for_processes(mark)
     return created.task_id
+
+
+def wait_for_processes(mark: str) -> None:
+    """Wait until the program's sleep and its grandchild run: the program marks itself started
+    before it forks and execs them, so under load the host may not see them yet."""
+    wait_until(
+        lambda: len(marked(mark)) >= 2,
+        timeout=30,
+        what="the agent's sleep and its grandchild (the processes the kill must end)",
+    )
 
 
 def gone(mark: str) -> bool:
@@ -176,7 +186,7 @@ def test_a_second_ctrl_c_of_surehand_up_kills_the_agents_processes(tmp_path: Pat
         wait_until(
             (files / "attempt1.started").exists, timeout=60, what="the command agent to start"
         )
-        assert len(marked(mark)) >= 2
+        wait_for_processes(mark)
 
         def ctrl_c() -> bool:  # once: stop after running sessions; twice: leave now
             os.kill(up.process.pid, signal.SIGINT)
