@@ -37,6 +37,7 @@ import logging
 import os
 import shutil
 import tempfile
+import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -347,19 +348,35 @@ class CommandAgent:
         return env
 
     def _wait(self, group: AgentGroup, ctx: SessionContext) -> int:
+        """The program's exit code, once it ends; stops it when the session is cancelled or the
+        timeout passes. Sleeps until one of them happens: the program's end and the session's
+        cancellation both set ``wake`` (see :mod:`surehand.agents.exits`); only where one of
+        them cannot does it look every ``_POLL`` seconds."""
         deadline = time.monotonic() + self.timeout
-        while (code := group.wait(_POLL)) is None:  # returns as soon as the program ends
-            if ctx.cancelled:
-                group.stop()
-                why = ctx.stopped[1] if ctx.stopped else "the session lost its lease"
-                raise AgentError(f"{why}; the command was stopped")
-            if time.monotonic() > deadline:
-                group.stop()
-                raise AgentError(f"command timed out after {self.timeout:g}s and was stopped")
+        wake = threading.Event()
+        with group.waking(wake) as on_end, ctx.waking(wake) as on_cancel:
+            nap = None if on_end and on_cancel else _POLL
+            while True:
+                wake.clear()  # before looking: whatever happens from here on sets it again
+                if (code := group.poll()) is not None:
+                    break
+                self._stop_if_over(group, ctx, deadline)
+                left = deadline - time.monotonic()
+                wake.wait(left if nap is None else min(nap, left))
         if group.interrupted:
             ctx.interrupt()  # an interruption, not the agent's failure: the attempt is not failed
             raise AgentError("the worker shut down; the command was stopped")
         return code
+
+    def _stop_if_over(self, group: AgentGroup, ctx: SessionContext, deadline: float) -> None:
+        """Stop the program (AgentError) if its session was cancelled or its time is up."""
+        if ctx.cancelled:
+            group.stop()
+            why = ctx.stopped[1] if ctx.stopped else "the session lost its lease"
+            raise AgentError(f"{why}; the command was stopped")
+        if time.monotonic() > deadline:
+            group.stop()
+            raise AgentError(f"command timed out after {self.timeout:g}s and was stopped")
 
     def _sweep(self) -> None:
         """Remove finished sessions' directories past their retention (at most once a minute);

@@ -6,9 +6,10 @@ so that if the session is lost a successor can tell whether the effect happened.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -41,6 +42,36 @@ class SessionPort(Protocol):
     def report(
         self, body: str, status: ReportStatus, submission_id: str | None
     ) -> WriteReportResult: ...
+
+
+class Cancellation(threading.Event):
+    """A session's cancellation: an event that also sets the events :meth:`waking` lends it,
+    so that one wait (a command agent's, on its program) ends on the program's end *or* this,
+    without polling either."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._wakers: set[threading.Event] = set()
+        self._wakers_lock = threading.Lock()
+
+    def set(self) -> None:
+        with self._wakers_lock:
+            super().set()
+            for event in self._wakers:
+                event.set()
+
+    @contextlib.contextmanager
+    def waking(self, event: threading.Event) -> Iterator[None]:
+        """While inside, setting this sets ``event`` too (at once if this is set)."""
+        with self._wakers_lock:
+            self._wakers.add(event)
+            if self.is_set():
+                event.set()
+        try:
+            yield
+        finally:
+            with self._wakers_lock:
+                self._wakers.discard(event)
 
 
 class SessionContext:
@@ -83,6 +114,16 @@ class SessionContext:
         command agent stops its program's process group at once."""
         self.stopped = (code, why)
         self._cancelled.set()
+
+    @contextlib.contextmanager
+    def waking(self, event: threading.Event) -> Iterator[bool]:
+        """While inside, a cancellation sets ``event`` too; yields whether it will (False for
+        a context built on a plain ``threading.Event``: then poll :attr:`cancelled`)."""
+        if not isinstance(self._cancelled, Cancellation):
+            yield False
+            return
+        with self._cancelled.waking(event):
+            yield True
 
     def wait_cancelled(self, timeout: float) -> bool:
         """Sleep up to ``timeout`` seconds, waking early (returning True) if cancelled."""

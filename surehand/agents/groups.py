@@ -17,10 +17,11 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import IO
 
+from surehand.agents import exits
 from surehand.agents.cgroups import SessionCgroup
 from surehand.agents.reaper import kill_tree
 
@@ -43,6 +44,11 @@ class AgentGroup:
         self.started = start_time(process.pid)
         self.cgroup = cgroup
         self.interrupted = False  # set when this process's shutdown stopped the group
+        self._wakers: set[threading.Event] = set()
+        self._ended = False
+        self._wakers_lock = threading.Lock()
+        # Before anything can reap the leader (a pid is only safe to watch until then).
+        self.watched = exits.watch(process.pid, self._on_exit)
 
     @classmethod
     def start(
@@ -83,12 +89,25 @@ class AgentGroup:
         """The program's exit code (negative: the signal that killed it), None while it runs."""
         return self.process.poll()
 
-    def wait(self, timeout: float) -> int | None:
-        """:meth:`poll`, waiting up to ``timeout`` seconds for the program to end."""
+    @contextlib.contextmanager
+    def waking(self, event: threading.Event) -> Iterator[bool]:
+        """While inside, the leader's end sets ``event`` (at once if it has ended); yields
+        whether it will (False without pidfds: then poll)."""
+        with self._wakers_lock:
+            self._wakers.add(event)
+            if self._ended:
+                event.set()
         try:
-            return self.process.wait(timeout)
-        except subprocess.TimeoutExpired:
-            return None
+            yield self.watched
+        finally:
+            with self._wakers_lock:
+                self._wakers.discard(event)
+
+    def _on_exit(self) -> None:
+        with self._wakers_lock:
+            self._ended = True
+            for event in self._wakers:
+                event.set()
 
     def running(self) -> bool:
         """True while the leader runs, or any member of the group or the cgroup is alive."""

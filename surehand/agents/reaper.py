@@ -44,7 +44,11 @@ import sys
 import time
 from collections.abc import Sequence
 
+# How often the trampoline looks whether its worker is still its parent: the watchdog where the
+# parent-death signal could not be armed, and a slower safety net where it was (1,000 sessions'
+# trampolines waking 10 times a second cost the host ~10,000 Python wakeups a second).
 WATCH_SECONDS = 0.1
+WATCH_ARMED_SECONDS = 1.0
 # The parent-death signal: a real-time one, which no program sends its group by habit (as some
 # do SIGHUP to reload), so that receiving it always means the worker's side is gone.
 DEATH_SIGNAL: int = signal.SIGRTMIN + 2 if hasattr(signal, "SIGRTMIN") else signal.SIGHUP
@@ -88,7 +92,7 @@ def main(argv: Sequence[str]) -> int:
     _options = _parse(argv)
     _join(_options.cgroups)  # first: whatever starts from here on is a member
     signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGCHLD])  # for _supervise's wait
-    _tie_to(_options.parent)
+    armed = _tie_to(_options.parent)
     if _options.subreaper:
         _prctl(_PR_SET_CHILD_SUBREAPER, 1)
     try:
@@ -96,7 +100,7 @@ def main(argv: Sequence[str]) -> int:
     except OSError as error:
         print(f"surehand: cannot run {_options.program[0]!r}: {error}", file=sys.stderr)
         return EXIT_CANNOT_RUN
-    status = _supervise(pid, _options.parent)
+    status = _supervise(pid, _options.parent, WATCH_ARMED_SECONDS if armed else WATCH_SECONDS)
     if _options.subreaper:
         kill_tree(os.getpid())  # what PROGRAM left behind, wherever it moved itself
     return _exit_as(status)
@@ -141,27 +145,30 @@ def _join(cgroups: Sequence[str]) -> None:
             file.write(str(os.getpid()))
 
 
-def _tie_to(parent: int) -> None:
+def _tie_to(parent: int) -> bool:
+    """Die with ``parent`` (killing the group); whether its death will signal this process."""
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, _forward)  # a handler, not SIG_IGN: PROGRAM must not inherit it
     signal.signal(DEATH_SIGNAL, _kill_group)
-    _set_parent_death_signal(DEATH_SIGNAL)
+    armed = _set_parent_death_signal(DEATH_SIGNAL)
     if os.getppid() != parent:  # the worker died before the death signal was armed
         _kill_group()
+    return armed
 
 
-def _set_parent_death_signal(sig: int) -> None:
-    _prctl(_PR_SET_PDEATHSIG, sig)
+def _set_parent_death_signal(sig: int) -> bool:
+    return _prctl(_PR_SET_PDEATHSIG, sig)
 
 
-def _prctl(option: int, value: int) -> None:
+def _prctl(option: int, value: int) -> bool:
+    """Whether the option was set."""
     if not sys.platform.startswith("linux"):
-        return  # the watchdog alone
+        return False  # the watchdog alone
     try:
         libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(option, value, 0, 0, 0)
+        return int(libc.prctl(option, value, 0, 0, 0)) == 0
     except (OSError, AttributeError):
-        pass  # no prctl here: the watchdog alone
+        return False  # no prctl here: the watchdog alone
 
 
 def _spawn(options: Options) -> int:
@@ -234,7 +241,7 @@ def _kill_group(_signum: object = None, _frame: object = None) -> None:
     os.killpg(os.getpgrp(), signal.SIGKILL)
 
 
-def _supervise(pid: int, parent: int) -> int:
+def _supervise(pid: int, parent: int, watch_seconds: float) -> int:
     while True:
         done, status = os.waitpid(pid, os.WNOHANG)
         if done:
@@ -243,8 +250,8 @@ def _supervise(pid: int, parent: int) -> int:
         if os.getppid() != parent:
             _kill_group()
         # Woken at once by a child's end (SIGCHLD is blocked, so it waits here), else after
-        # WATCH_SECONDS to look at the parent again.
-        signal.sigtimedwait([signal.SIGCHLD], WATCH_SECONDS)
+        # watch_seconds to look at the parent again.
+        signal.sigtimedwait([signal.SIGCHLD], watch_seconds)
 
 
 def _reap_adopted() -> None:

@@ -27,6 +27,7 @@ from typing import Any, TypeVar
 from sqlalchemy import Connection
 
 from surehand import metrics
+from surehand.agents.context import Cancellation
 from surehand.clock import utc_day
 from surehand.crashpoints import CrashPoint, crash_point
 from surehand.dispatcher import lifecycle
@@ -81,7 +82,7 @@ class Session:
     services: Services
     task: Task
     attempt: Attempt
-    cancelled: threading.Event = field(default_factory=threading.Event)
+    cancelled: threading.Event = field(default_factory=Cancellation)
     # Set when the runtime could not record this session's work past its retries: the session
     # ends interrupted even if the agent caught the error and went on (or returned).
     interruption: SessionInterrupted | None = None
