@@ -30,9 +30,18 @@ class Settings(BaseSettings):
         10,
         ge=1,
         le=1000,
-        description="Database connections each of the store's pools keeps per process (opened "
-        "as needed). Set it to the process's concurrency: a caller beyond it gets a connection "
-        "that is closed after use, and a new one is opened for the next.",
+        description="Postgres connections each of the store's three pools opens at most per "
+        "process (as needed, then kept), whatever the process's concurrency: a process holds "
+        "at most 3 x this many. A thread that finds every one in use waits for one (see "
+        "database_pool_timeout_seconds); sessions touch the database in short bursts, so a few "
+        "connections serve many sessions. SQLite keeps this many and opens more without waiting.",
+    )
+    database_pool_timeout_seconds: float = Field(
+        30.0,
+        gt=0,
+        description="How long a thread waits for one of its pool's Postgres connections when "
+        "all are in use; past it the call fails with StoreUnavailable (retryable), saying the "
+        "pool was exhausted: raise database_pool_size (and Postgres' max_connections) then.",
     )
     redis_url: str = Field("", description="Redis for leases; empty means in-process fakeredis.")
     redis_namespace: str = Field(

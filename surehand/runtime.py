@@ -46,7 +46,7 @@ class Runtime:
         self, settings: Settings, *, clock: Clock | None = None, publisher: Publisher | None = None
     ) -> None:
         self.settings = settings
-        self.store = Store(settings.resolved_database_url(), pool_size=settings.database_pool_size)
+        self.store = Store.from_settings(settings)
         with_broker = bool(settings.broker_url)
         # The publisher's slot, not a method of the runtime: the services must not refer back
         # to the runtime (a cycle would keep a dropped runtime's engines until a second

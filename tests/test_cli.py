@@ -332,22 +332,29 @@ def _healthy(port: int) -> bool:
         return False
 
 
-def test_a_threaded_worker_keeps_a_database_connection_per_thread(tmp_path: Path) -> None:
-    """`surehand worker --concurrency N` (threads) sizes each database pool to at least N, so
-    no session opens and closes a connection of its own; a larger setting is kept."""
-    from surehand.cli.session_commands import with_pool_for
-    from surehand.config import Settings
+def test_a_worker_keeps_its_database_pools_whatever_its_concurrency(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`surehand worker --concurrency 200` keeps SUREHAND_DATABASE_POOL_SIZE (default 10) per
+    pool: sizing the pools to the concurrency let a 1,000-session worker fill Postgres'
+    max_connections; its threads beyond the pool wait for a connection instead."""
+    from surehand.cli import session_commands
 
-    assert with_pool_for(Settings(database_pool_size=10), 16).database_pool_size == 16
-    assert with_pool_for(Settings(database_pool_size=32), 16).database_pool_size == 32
-    sh = Surehand(
-        settings=with_pool_for(Settings(database_url=f"sqlite:///{tmp_path / 'p.db'}"), 24)
-    )
-    try:
-        assert sh.store.engine.pool.size() == 24  # type: ignore[attr-defined]
-        assert sh.store.one_statement_engine.pool.size() == 24  # type: ignore[attr-defined]
-    finally:
-        sh.close()
+    pools: list[list[int]] = []
+
+    def stop_at_the_store(sh: Surehand, _what: str) -> None:
+        engines = [sh.store.engine, sh.store.one_statement_engine]
+        pools.append([engine.pool.size() for engine in engines])  # type: ignore[attr-defined]
+        raise typer.Exit(0)
+
+    monkeypatch.setattr(session_commands, "wait_for_store", stop_at_the_store)
+    monkeypatch.setenv("SUREHAND_AGENTS", "DEV=demo")
+    args = ["worker", "--roles", "DEV", "--concurrency", "200", "--embedded"]
+    args += ["--database-url", store.url]
+    assert CliRunner().invoke(app, args).exit_code == 0
+    monkeypatch.setenv("SUREHAND_DATABASE_POOL_SIZE", "4")
+    assert CliRunner().invoke(app, args).exit_code == 0
+    assert pools == [[10, 10], [4, 4]]
 
 
 @pytest.mark.parametrize("pool", ["gevent", "eventlet"])

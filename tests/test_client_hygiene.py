@@ -27,8 +27,10 @@ from sqlalchemy.pool import NullPool
 
 from surehand import Surehand
 from surehand.config import Settings
+from surehand.errors import StoreUnavailable
 from surehand.model import Disposition
-from surehand.store import Store
+from surehand.store import Store, counters
+from tests.pool_watch import watch_pools
 from tests.submission_helpers import REPO, request
 
 TENANT = "hygiene"
@@ -139,8 +141,8 @@ def test_64_threads_each_with_its_own_instance_all_succeed_on_one_set_of_pools(
     barrier = threading.Barrier(64)
     engines: set[int] = set()
 
-    # One process's pools together hold at most 3 x (pool size + MAX_OVERFLOW) connections;
-    # a small pool size leaves room on a server that other test runs share.
+    # One process's pools together hold at most 3 x the pool size connections; a small pool
+    # size leaves room on a server that other test runs share.
     settings = Settings(database_pool_size=2)
 
     def call(n: int) -> str:
@@ -199,3 +201,85 @@ def fork_probe(url: str) -> None:
 def _backend_pid(sh: Surehand) -> int:
     with sh.store.snapshot() as connection:
         return int(connection.execute(text("SELECT pg_backend_pid()")).scalar_one())
+
+
+# -- bounded pools ---------------------------------------------------------------------------
+
+BURST = 40  # threads writing at once
+BOUND_POOL = 3  # connections per engine
+
+
+def test_threads_beyond_the_pool_wait_for_a_connection_and_all_write(own_db: str) -> None:
+    """40 threads each write through every engine of one store at once (a thousand sessions
+    settling together, in small): Postgres never sees more than 3 x the pool size of them,
+    and every write lands (the threads beyond the pool waited instead of failing)."""
+    idle = connections(own_db)
+    store = Store(own_db, pool_size=BOUND_POOL)
+    barrier = threading.Barrier(BURST)
+    seen: list[int] = []
+
+    def write(n: int) -> list[int]:
+        barrier.wait()
+        return burst_write(store, f"burst-{n}", seen, own_db)
+
+    try:
+        with watch_pools(store) as watch, ThreadPoolExecutor(BURST) as pool:
+            numbers = [number for found in pool.map(write, range(BURST)) for number in found]
+        assert len(numbers) == 3 * BURST  # every write landed
+        assert watch.peak <= 3 * BOUND_POOL
+        assert watch.opened <= 3 * BOUND_POOL
+        assert max(seen) <= idle + 3 * BOUND_POOL  # counted from another database
+    finally:
+        store.dispose()
+    assert settles_to(own_db, idle) == idle
+
+
+def burst_write(store: Store, day: str, seen: list[int], url: str) -> list[int]:
+    """A write through each of the store's engines; the transaction stays open a moment (as a
+    settle's few statements do) and counts the database's backends meanwhile."""
+    with store.transaction() as connection:
+        connection.execute(text("SELECT pg_sleep(0.05)"))
+        numbers = [counters.allocate(connection, "TASK", day)[0]]
+    seen.append(connections(url))
+    with store.one_write() as connection:
+        numbers.append(counters.allocate(connection, "TASK", day)[0])
+    ahead = store.allocate_ahead("TASK", day)
+    assert ahead is not None
+    return [*numbers, ahead[0]]
+
+
+def test_a_caller_that_waits_out_the_pool_is_told_the_pool_is_exhausted(own_db: str) -> None:
+    """Retryable StoreUnavailable naming the pool and the setting, not an unreachable database."""
+    store = Store(own_db, pool_size=1, pool_timeout=0.2)
+    errors: list[StoreUnavailable] = []
+
+    def second_caller() -> None:
+        try:
+            with store.snapshot():
+                pass
+        except StoreUnavailable as error:
+            errors.append(error)
+
+    try:
+        with store.transaction():
+            thread = threading.Thread(target=second_caller)
+            thread.start()
+            thread.join(timeout=60)
+    finally:
+        store.dispose()
+    assert len(errors) == 1
+    assert errors[0].retryable
+    assert "pool is exhausted" in errors[0].message
+    assert "SUREHAND_DATABASE_POOL_SIZE" in errors[0].message
+    assert "unreachable" not in errors[0].message
+
+
+def test_sqlite_callers_beyond_the_pool_do_not_wait(tmp_path: Path) -> None:
+    """SQLite's connections are in-process: a caller beyond the pool opens one of its own."""
+    store = Store(f"sqlite:///{tmp_path / 'beyond.sqlite3'}", pool_size=1, pool_timeout=0.01)
+    try:
+        with store.snapshot() as outer, store.snapshot() as inner:
+            assert outer.execute(text("SELECT 1")).scalar_one() == 1
+            assert inner.execute(text("SELECT 1")).scalar_one() == 1
+    finally:
+        store.dispose()

@@ -38,6 +38,7 @@ from surehand.queue.keys import generation_key
 from surehand.store import Store
 from surehand.store import cases as case_rows
 from surehand.testing import ManualClock
+from tests.pool_watch import watch_pools
 from tests.recovery_helpers import (
     CHARGE_ARGS,
     GRACE_SECONDS,
@@ -453,3 +454,24 @@ def test_a_redis_failure_in_the_middle_of_a_scan_judges_nothing(
     assert (report.suspected, report.lost) == (3, 0)
     rig.clock.advance(GRACE_SECONDS)
     assert rig.reconcile().lost == 3
+
+
+def test_a_pass_never_asks_for_a_connection_while_it_holds_one(
+    store: Store, clock: ManualClock, tmp_path: Path
+) -> None:
+    """The scan's suspicions are written after its read is closed: a holder waiting for a
+    second connection deadlocks a bounded pool once every connection is held that way (here a
+    pool of one, which a nested checkout would wait out and fail)."""
+    with open_rig(
+        store, clock, tmp_path, database_pool_size=1, database_pool_timeout_seconds=5.0
+    ) as small:
+        task_id, session = small.interrupted()
+        with watch_pools(small.store) as watch:
+            report = small.reconcile()
+            assert (report.suspected, report.lost) == (1, 0)
+            small.clock.advance(GRACE_SECONDS)
+            report = small.reconcile()
+        assert report.lost == 1
+        assert missing_since(small, session) is not None
+        assert watch.nested == []
+        assert small.cases_of(task_id) != []

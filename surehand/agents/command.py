@@ -206,9 +206,7 @@ class CommandAgent:
     @functools.cached_property
     def store(self) -> Store:
         """The store the briefing of a successor is read from (engines shared per process)."""
-        return Store(
-            self.settings.resolved_database_url(), pool_size=self.settings.database_pool_size
-        )
+        return Store.from_settings(self.settings)
 
     def _session(self, ctx: SessionContext, grant: AgentGrant | None) -> str:
         work_dir = self._prepare(ctx, grant)

@@ -83,7 +83,7 @@ def check_database(settings: Settings) -> list[Check]:
         return [missing]
     # libpq reads this: an unreachable Postgres host fails in seconds instead of minutes.
     os.environ.setdefault("PGCONNECT_TIMEOUT", str(CONNECT_TIMEOUT_S))
-    store = Store(settings.resolved_database_url(), pool_size=settings.database_pool_size)
+    store = Store.from_settings(settings)
     where = store.describe()
     try:
         current = migrate.current_revision(store.engine)

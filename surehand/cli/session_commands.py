@@ -23,7 +23,6 @@ from surehand.cli.common import (
     wait_for_store,
 )
 from surehand.cli.render import cases_table
-from surehand.config import Settings
 from surehand.errors import ConfigError, NoAgentForRole, OperationFailed
 from surehand.facade import Surehand
 
@@ -47,14 +46,16 @@ def _open(
     redis_url: str | None = None,
     broker_url: str | None = None,
     tenant: str | None = None,
-    concurrency: int = 1,
 ) -> Surehand:
+    # The database pools keep SUREHAND_DATABASE_POOL_SIZE whatever the worker's concurrency:
+    # sessions touch the database in short bursts, and threads beyond the pool wait for a
+    # connection instead of each holding a Postgres backend (a 1,000-session worker filled
+    # Postgres' max_connections when the pools were sized to its concurrency).
     return Surehand(
         database_url=database_url,
         redis_url=redis_url,
         broker_url=broker_url,
         tenant=tenant,
-        settings=with_pool_for(Settings(), concurrency),
     )
 
 
@@ -118,14 +119,6 @@ def require_pool(pool: str) -> None:
         )
 
 
-def with_pool_for(settings: Settings, concurrency: int) -> Settings:
-    """``settings`` with a database pool of at least ``concurrency`` connections: a thread
-    beyond the pool's size would open (and close) a connection for every session."""
-    if settings.database_pool_size >= concurrency:
-        return settings
-    return settings.model_copy(update={"database_pool_size": concurrency})
-
-
 @app.command()
 @handle_errors
 def worker(
@@ -157,13 +150,7 @@ def worker(
     it refuses to start without them (--embedded: in-process stand-ins instead of the first two).
     """
     require_pool(pool)
-    threads = concurrency if pool == "threads" else 1  # prefork/solo: one per process
-    sh = _open(
-        database_url=database_url,
-        redis_url=redis_url,
-        broker_url=broker_url,
-        concurrency=threads,
-    )
+    sh = _open(database_url=database_url, redis_url=redis_url, broker_url=broker_url)
     require_services(sh.settings, "worker", embedded=embedded)
     logjson.install(sh.settings.log_format)
     role_list = [role.strip() for role in roles.split(",") if role.strip()]

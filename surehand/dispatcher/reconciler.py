@@ -42,6 +42,8 @@ STRANDED_PER_PASS = 100  # stranded TASKs rescued per pass; the rest in the next
 STALLED_COUNT_EVERY = 30.0  # seconds between counts of stalled receipts
 RECONCILER = "reconciler"
 _UNSEEN = "\0unseen"  # no generation read yet by this reconciler
+# One page's suspicion changes: attempts whose lease is back, attempts newly missing, and when.
+_Suspicions = tuple[list[str], list[str], datetime]
 
 
 @dataclass
@@ -122,18 +124,37 @@ class Reconciler:
 
     def _scan_running(self, report: PassReport) -> None:
         """Check every running attempt's lease: one streamed read of the running attempts, one
-        ``MGET`` per page, one write transaction per page (only if a suspicion changed); then
-        judge the attempts whose grace ran out, outside the read."""
+        ``MGET`` per page; then, outside the read, one write transaction per page whose
+        suspicions changed, and the judgement of the attempts whose grace ran out."""
         if not self._check_redis(report):
             return
         due: list[RunningLease] = []
+        changes: list[_Suspicions] = []
+        complete = self._read_running(report, due, changes)
+        # Written after the read is closed: a thread that holds a pooled connection while it
+        # waits for another can deadlock a bounded pool (until its timeout) when every other
+        # connection is held by a thread doing the same.
+        self._write_suspicions(changes)
+        if complete:  # Redis failed mid-scan: judge nothing on a partial view
+            for running in self._not_reported_live(due, report):
+                self._lose(running, report)
+
+    def _read_running(
+        self, report: PassReport, due: list[RunningLease], changes: list[_Suspicions]
+    ) -> bool:
+        """Check the leases of the running attempts, page by page; False if Redis failed."""
         with self.services.store.snapshot() as connection:
             for page in attempts.running_pages(connection, page_size=PAGE):
                 report.running += len(page)
-                if not self._check_page(page, report, due):
-                    return  # Redis failed mid-scan: judge nothing on a partial view
-        for running in self._not_reported_live(due, report):
-            self._lose(running, report)
+                if not self._check_page(page, report, due, changes):
+                    return False
+        return True
+
+    def _write_suspicions(self, changes: list[_Suspicions]) -> None:
+        for back, new, now in changes:
+            with self.services.store.transaction() as connection:
+                attempts.clear_lease_missing(connection, back)
+                attempts.mark_lease_missing(connection, new, now)
 
     def _not_reported_live(self, due: list[RunningLease], report: PassReport) -> list[RunningLease]:
         """Drop the attempts a worker still reports running: such a job is kept (its own
@@ -172,7 +193,11 @@ class Reconciler:
         self._outage = True
 
     def _check_page(
-        self, page: Sequence[RunningLease], report: PassReport, due: list[RunningLease]
+        self,
+        page: Sequence[RunningLease],
+        report: PassReport,
+        due: list[RunningLease],
+        changes: list[_Suspicions],
     ) -> bool:
         try:
             holders = self.recovery.admitter.leases.holders([a.task_id for a in page])
@@ -186,9 +211,7 @@ class Reconciler:
         back = [a.attempt_id for a in live if a.lease_missing_since is not None]
         new = [a.attempt_id for a in missing if a.lease_missing_since is None]
         if back or new:
-            with self.services.store.transaction() as connection:
-                attempts.clear_lease_missing(connection, back)
-                attempts.mark_lease_missing(connection, new, now)
+            changes.append((back, new, now))
         for running in missing:
             # A concurrent reconciler may have noted it a moment earlier; using our own
             # ``now`` then only delays the judgement, never hastens it.

@@ -184,11 +184,10 @@ class SessionMcp:
     @classmethod
     def shared(cls, settings: Settings) -> SessionMcp:
         """The server of this process for the store ``settings`` name (created once)."""
-        url = settings.resolved_database_url()
-        key = (os.getpid(), url)
+        key = (os.getpid(), settings.resolved_database_url())
         with cls._shared_lock:
             if key not in cls._shared:
-                store = Store(url, pool_size=settings.database_pool_size)
+                store = Store.from_settings(settings)
                 cls._shared[key] = cls(Services(store=store, settings=settings))
             return cls._shared[key]
 

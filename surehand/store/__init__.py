@@ -12,6 +12,7 @@ import weakref
 from collections.abc import Callable, Hashable, Iterator
 from contextlib import contextmanager
 from functools import cached_property
+from typing import TYPE_CHECKING
 
 from sqlalchemy import Connection, Engine
 from sqlalchemy.engine import make_url
@@ -21,6 +22,7 @@ from surehand.model import Receipt
 from surehand.store import counters, creation, migrate, receipts
 from surehand.store.engine import (
     DEFAULT_POOL_SIZE,
+    DEFAULT_POOL_TIMEOUT,
     EngineLeases,
     make_autocommit_engine,
     make_engine,
@@ -28,6 +30,9 @@ from surehand.store.engine import (
     snapshot,
     transaction,
 )
+
+if TYPE_CHECKING:
+    from surehand.config import Settings
 
 __all__ = ["Store"]
 
@@ -53,16 +58,25 @@ class Store:
     gives this store's share back, and so does dropping the store without it."""
 
     def __init__(
-        self, url: str, *, auto_upgrade: bool | None = None, pool_size: int = DEFAULT_POOL_SIZE
+        self,
+        url: str,
+        *,
+        auto_upgrade: bool | None = None,
+        pool_size: int = DEFAULT_POOL_SIZE,
+        pool_timeout: float = DEFAULT_POOL_TIMEOUT,
     ) -> None:
-        """``pool_size``: connections each of the store's engines keeps (see
-        ``Settings.database_pool_size``)."""
+        """``pool_size``: connections each of the store's three engines opens at most on
+        Postgres; ``pool_timeout``: how long a caller beyond them waits for one (see
+        ``Settings.database_pool_size`` and ``database_pool_timeout_seconds``)."""
         self.url = url
         self.pool_size = pool_size
+        self.pool_timeout = pool_timeout
         self._leases = EngineLeases()
         # No reference to self in the finalizer: it runs when the store is garbage collected.
         self._finalizer = weakref.finalize(self, self._leases.release_all)
-        self.engine: Engine = self._shared("engine", lambda: make_engine(url, pool_size=pool_size))
+        self.engine: Engine = self._shared(
+            "engine", lambda: make_engine(url, pool_size=pool_size, pool_timeout=pool_timeout)
+        )
         is_sqlite = self.engine.dialect.name == "sqlite"
         # The embedded SQLite file migrates itself on first use; a shared Postgres is migrated
         # deliberately with `surehand db upgrade` (and checked here).
@@ -70,8 +84,17 @@ class Store:
         self._ready = False
         self._schema_lock = threading.Lock()
 
+    @classmethod
+    def from_settings(cls, settings: Settings) -> Store:
+        """The store ``settings`` name, with its pool size and pool timeout."""
+        return cls(
+            settings.resolved_database_url(),
+            pool_size=settings.database_pool_size,
+            pool_timeout=settings.database_pool_timeout_seconds,
+        )
+
     def _shared(self, role: str, make: Callable[[], Engine]) -> Engine:
-        key: Hashable = (role, self.url, self.pool_size)
+        key: Hashable = (role, self.url, self.pool_size, self.pool_timeout)
         if ":memory:" in self.url:
             key = (key, id(self))  # an in-memory database is private to its store
         return self._leases.acquire(key, make)
@@ -181,7 +204,10 @@ class Store:
         if self.dialect != "postgresql":
             return self.engine
         return self._shared(
-            "autocommit", lambda: make_autocommit_engine(self.engine, pool_size=self.pool_size)
+            "autocommit",
+            lambda: make_autocommit_engine(
+                self.engine, pool_size=self.pool_size, pool_timeout=self.pool_timeout
+            ),
         )
 
     @cached_property
@@ -189,7 +215,10 @@ class Store:
         return self._shared(
             "async_commit",
             lambda: make_autocommit_engine(
-                self.engine, pool_size=self.pool_size, synchronous_commit=False
+                self.engine,
+                pool_size=self.pool_size,
+                pool_timeout=self.pool_timeout,
+                synchronous_commit=False,
             ),
         )
 

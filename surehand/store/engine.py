@@ -47,18 +47,28 @@ PG_TCP_ARGS: dict[str, int] = {
     "tcp_user_timeout": 30_000,  # ms
 }
 DEFAULT_POOL_SIZE = 10  # Settings.database_pool_size
-MAX_OVERFLOW = 20
+DEFAULT_POOL_TIMEOUT = 30.0  # Settings.database_pool_timeout_seconds
+# Postgres: no overflow. Each connection is a server process counted against max_connections,
+# and a burst of callers (a thousand sessions settling at once) must wait for the pool's
+# connections, not open one each: a process holds at most 3 x pool_size (three engines).
+PG_MAX_OVERFLOW = 0
+# SQLite's connections are in-process (no server limit): a caller beyond the pool opens one of
+# its own rather than wait, as when the worker sized the pool to its concurrency.
+SQLITE_MAX_OVERFLOW = -1
 _SQLITE_TABLE = re.compile(r"(?:UNIQUE|PRIMARY KEY) constraint failed: (\w+)\.")
 _READ_OPTION = "surehand_read_only"
 _NO_BEGIN_OPTION = "surehand_one_statement"
 
 
-def make_engine(url: str, *, pool_size: int = DEFAULT_POOL_SIZE) -> Engine:
+def make_engine(
+    url: str, *, pool_size: int = DEFAULT_POOL_SIZE, pool_timeout: float = DEFAULT_POOL_TIMEOUT
+) -> Engine:
     """Create an engine for a SQLite or Postgres URL, configured for surehand's access pattern.
 
-    The pool keeps up to ``pool_size`` connections, opened as needed; up to ``MAX_OVERFLOW``
-    more are opened for callers beyond it and closed when returned (on Postgres each one is a
-    new server process, so set ``pool_size`` to the process's concurrency).
+    Postgres: the pool opens at most ``pool_size`` connections, as needed; a caller beyond them
+    waits up to ``pool_timeout`` seconds for one to be returned, then gets StoreUnavailable
+    (the pool is exhausted). SQLite: ``pool_size`` are kept, and a caller beyond them opens a
+    connection of its own (in-process, closed when returned) instead of waiting.
 
     Nothing is opened or created here: a SQLite file (and its directory) is created by the
     first connection, so a handle that is never used leaves no trace on disk."""
@@ -75,7 +85,8 @@ def make_engine(url: str, *, pool_size: int = DEFAULT_POOL_SIZE) -> Engine:
             parsed,
             pool_pre_ping=False,
             pool_size=pool_size,
-            max_overflow=MAX_OVERFLOW,
+            max_overflow=PG_MAX_OVERFLOW,
+            pool_timeout=pool_timeout,
             connect_args={"options": f"-c lock_timeout={PG_LOCK_TIMEOUT}", **PG_TCP_ARGS},
         )
     except (exc.NoSuchModuleError, ImportError) as error:
@@ -133,7 +144,11 @@ def sqlite_file(url: str) -> Path | None:
 
 
 def make_autocommit_engine(
-    engine: Engine, *, pool_size: int = DEFAULT_POOL_SIZE, synchronous_commit: bool = True
+    engine: Engine,
+    *,
+    pool_size: int = DEFAULT_POOL_SIZE,
+    pool_timeout: float = DEFAULT_POOL_TIMEOUT,
+    synchronous_commit: bool = True,
 ) -> Engine:
     """A Postgres engine whose connections stay in autocommit, for writes that are ONE
     statement (atomic by itself: no BEGIN/COMMIT round trips) and single reads.
@@ -141,7 +156,7 @@ def make_autocommit_engine(
     Its connections never hold a transaction, so the pool neither switches their isolation
     level per checkout nor rolls them back on return. ``synchronous_commit=False``: commits do
     not wait for the WAL flush -- only for writes that a later synchronous commit makes durable
-    anyway (see ``Store.allocate_ahead``)."""
+    anyway (see ``Store.allocate_ahead``). Its pool is bounded as ``make_engine``'s."""
     options = f"-c lock_timeout={PG_LOCK_TIMEOUT}"
     if not synchronous_commit:
         options += " -c synchronous_commit=off"
@@ -149,7 +164,8 @@ def make_autocommit_engine(
         create_engine(
             engine.url,
             pool_size=pool_size,
-            max_overflow=MAX_OVERFLOW,
+            max_overflow=PG_MAX_OVERFLOW,
+            pool_timeout=pool_timeout,
             isolation_level="AUTOCOMMIT",
             pool_reset_on_return=None,
             connect_args={"options": options, **PG_TCP_ARGS},
@@ -241,7 +257,7 @@ class EngineLeases:
 def _sqlite_engine(url: str, pool_size: int) -> Engine:
     path = sqlite_file(url)
     engine = create_engine(
-        url, pool_size=pool_size, max_overflow=MAX_OVERFLOW, connect_args={"timeout": 30}
+        url, pool_size=pool_size, max_overflow=SQLITE_MAX_OVERFLOW, connect_args={"timeout": 30}
     )
 
     @event.listens_for(engine, "do_connect")
@@ -284,6 +300,8 @@ def translate(error: exc.DBAPIError | exc.SQLAlchemyError) -> SurehandError:
     """Map a driver error to the surehand error a caller can act on."""
     if isinstance(error, exc.IntegrityError):
         return DuplicateKey(_table_of(error), "a row with this key already exists")
+    if isinstance(error, exc.TimeoutError):
+        return _pool_exhausted(error)
     original = str(getattr(error, "orig", error))
     # Only a driver's own error says why a connection was refused (a pool timeout does not).
     cause = _connection_cause(original) if isinstance(error, exc.DBAPIError) else None
@@ -294,7 +312,7 @@ def translate(error: exc.DBAPIError | exc.SQLAlchemyError) -> SurehandError:
         return SchemaNotReady("the database schema is missing: run `surehand db upgrade`")
     if "deadlock" in text or "could not serialize" in text:
         return Conflict("a concurrent transaction won; retry the call")
-    if isinstance(error, exc.OperationalError | exc.InterfaceError | exc.TimeoutError) or (
+    if isinstance(error, exc.OperationalError | exc.InterfaceError) or (
         isinstance(error, exc.DBAPIError) and error.connection_invalidated
     ):
         # Not "nothing was written": a connection killed after COMMIT was sent loses only the
@@ -306,6 +324,19 @@ def translate(error: exc.DBAPIError | exc.SQLAlchemyError) -> SurehandError:
             "writes are safe to repeat"
         )
     return StoreError(f"database error: {type(getattr(error, 'orig', error)).__name__}")
+
+
+def _pool_exhausted(error: exc.TimeoutError) -> StoreUnavailable:
+    # The pool's own timeout: every connection this process may open was in use for the
+    # whole wait. Nothing reached the database, and it may be perfectly reachable.
+    detail = str(error).partition(" (Background on this error")[0]
+    return StoreUnavailable(
+        f"the database pool is exhausted: every connection this process may open stayed in "
+        f"use while this call waited ({detail}); nothing was sent. Retry later: surehand's own "
+        "writes are safe to repeat. If it recurs, raise SUREHAND_DATABASE_POOL_SIZE (within "
+        "Postgres' max_connections: compose/DEPLOYMENT.md, Database connections) or "
+        "SUREHAND_DATABASE_POOL_TIMEOUT_SECONDS"
+    )
 
 
 _MISSING_DATABASE = re.compile(r'database "([^"]+)" does not exist', re.IGNORECASE)
