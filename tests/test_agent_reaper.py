@@ -159,6 +159,17 @@ def test_a_second_death_signal_during_the_kill_waits_for_the_first_to_finish(
     assert steps == ["tree begun", "tree done", "group killed"]
 
 
+def run_with_reaper_module(script: str) -> subprocess.CompletedProcess[str]:
+    """``script`` in a fresh interpreter that can ``import reaper`` (its directory: argv[1])."""
+    return subprocess.run(
+        [sys.executable, "-c", script, str(REAPER.parent)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+
+
 WATCH_ONCE = """
 import os, subprocess, sys, time
 sys.path.insert(0, sys.argv[1])
@@ -185,13 +196,7 @@ def test_the_watch_reaps_an_adopted_orphan_without_reading_every_process_on_the_
     # made each one read every process on the host each time: with 1,000 command sessions
     # (3,000+ processes) the trampolines alone saturated the machine (bench/scale.py).
     require_proc()
-    done = subprocess.run(
-        [sys.executable, "-c", WATCH_ONCE, str(REAPER.parent)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
-    )
+    done = run_with_reaper_module(WATCH_ONCE)
     # The orphan is reaped, PROGRAM is left for its own wait, and /proc was not walked.
     assert done.stdout.split() == ["False", "False", "None"]
 
@@ -212,11 +217,5 @@ def test_a_program_that_left_nothing_behind_ends_without_reading_every_process()
     # At its program's end every trampoline kills what the program left. Walking /proc for it
     # when nothing is left made 1,000 sessions ending together read 3,000+ processes each.
     require_proc()
-    done = subprocess.run(
-        [sys.executable, "-c", END_WITH_NOTHING_LEFT, str(REAPER.parent)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
-    )
+    done = run_with_reaper_module(END_WITH_NOTHING_LEFT)
     assert done.stdout.split() == ["True", "False"]  # nothing left, and /proc was not walked
