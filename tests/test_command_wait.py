@@ -85,7 +85,7 @@ def test_a_cancellation_wakes_the_waiting_session_and_its_program_is_stopped(
         wait_until((tmp_path / "started").exists, timeout=30, what="the program to start")
         ctx.stop("lease_lost", "the lease was lost")  # as the heartbeat's on_lost does
         with pytest.raises(AgentError, match="the lease was lost; the command was stopped"):
-            running.result(timeout=60)  # a wait nothing woke would sleep the 600 s timeout
+            running.result(timeout=45)  # a wait nothing woke would sleep its 60 s safety nap
 
     assert len(looks) <= 10, looks  # the stop's own looks while the program ends
 

@@ -59,9 +59,12 @@ class ExitWatch:
         return self._epoll
 
     def _run(self, epoll: select.epoll) -> None:
-        while True:
-            for pidfd, _ in epoll.poll():
-                self._ended(epoll, pidfd)
+        while True:  # never ends on an error: every waiting session depends on this thread
+            try:
+                for pidfd, _ in epoll.poll():
+                    self._ended(epoll, pidfd)
+            except Exception:
+                log.exception("the exit watch failed; watching on")
 
     def _ended(self, epoll: select.epoll, pidfd: int) -> None:
         with self._lock:
