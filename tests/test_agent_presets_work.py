@@ -172,20 +172,98 @@ def test_a_pre_hook_given_garbage_blocks_the_call(
     assert claude_hook.main(["pre", "--effectful", "Bash"]) == claude_hook.BLOCK
 
 
+ALLOWED = ("mcp__surehand", "Bash(git push:*)", "Bash(make test)", "mcp__github", "Web*")
+
+
 @pytest.mark.parametrize(
-    ("tool", "mode", "journaled"),
+    ("tool", "tool_input", "mode", "permitted"),
     [
-        ("Bash", "default", True),
-        ("mcp__github__create_pull_request", "default", True),
-        ("mcp__slack__post_message", "default", False),
-        ("WebFetch", "default", False),
-        ("WebFetch", "bypassPermissions", True),
+        ("Bash", {"command": "git push origin main"}, "default", True),
+        ("Bash", {"command": "git push"}, "default", True),
+        ("Bash", {"command": "git pushy"}, "default", False),
+        ("Bash", {"command": "rm -rf build"}, "default", False),
+        ("Bash", {"command": "git push; rm -rf build"}, "default", False),
+        ("Bash", {"command": "make test"}, "default", True),
+        ("Bash", {"command": "make test-all"}, "default", False),
+        ("mcp__github__create_pull_request", {}, "default", True),
+        ("mcp__slack__post_message", {}, "default", False),
+        ("WebFetch", {"url": "https://x.example"}, "default", True),
+        ("mcp__slack__post_message", {}, "bypassPermissions", True),
     ],
 )
-def test_the_hooks_journal_only_calls_claude_code_will_run(
-    tool: str, mode: str, journaled: bool
+def test_the_hooks_permit_only_what_the_operators_rules_allow(
+    tool: str, tool_input: dict[str, str], mode: str, permitted: bool
 ) -> None:
-    # PreToolUse fires before the permission check; a refused call never gets an after event.
-    allowed = ("mcp__surehand", "Bash(git push:*)", "mcp__github")
+    assert claude_hook.permits(tool, tool_input, ALLOWED, mode) is permitted
 
-    assert claude_hook.is_allowed(tool, allowed, mode) is journaled
+
+@pytest.mark.parametrize(
+    ("rule", "url", "permitted"),
+    [
+        ("WebFetch(domain:docs.example)", "https://docs.example/a", True),
+        ("WebFetch(domain:docs.example)", "https://evil.example/docs.example", False),
+        ("Bash(npm run *)", "", False),
+    ],
+)
+def test_a_web_fetch_rule_permits_its_domain_only(rule: str, url: str, permitted: bool) -> None:
+    assert claude_hook.permits("WebFetch", {"url": url}, (rule,), "default") is permitted
+
+
+class Hook:
+    """One run of the pre hook in process, its session server replaced by a recorder."""
+
+    def __init__(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.monkeypatch = monkeypatch
+        self.calls: list[tuple[str, dict[str, object]]] = []
+        monkeypatch.setenv("SUREHAND_SESSION_DIR", str(tmp_path))
+        monkeypatch.setattr(claude_hook, "_call", self._record)
+
+    def _record(self, tool: str, arguments: dict[str, object]) -> dict[str, object]:
+        self.calls.append((tool, arguments))
+        return {"status": "begun", "operation_id": 7}
+
+    def pre(self, command: str, capsys: pytest.CaptureFixture[str], **extra: object) -> str:
+        call = {"tool_name": "Bash", "tool_input": {"command": command, **extra}}
+        self.monkeypatch.setattr("sys.stdin", io.StringIO(json.dumps(call | {"tool_use_id": "t"})))
+        options = ["pre", "--effectful", "Bash", "--allowed", "Bash(git push:*)"]
+        assert claude_hook.main(options) == 0
+        decision = json.loads(capsys.readouterr().out)["hookSpecificOutput"]
+        return f"{decision['permissionDecision']}: {decision['permissionDecisionReason']}"
+
+
+def test_the_pre_hook_journals_then_allows_a_permitted_call(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    hook = Hook(tmp_path, monkeypatch)
+
+    decision = hook.pre("git push origin main", capsys)
+
+    assert decision == "allow: surehand journaled it as operation 7"
+    [(tool, arguments)] = hook.calls
+    assert (tool, arguments["name"]) == ("effect_begin", "claude:Bash")
+
+
+def test_the_pre_hook_denies_a_call_the_operator_did_not_permit_and_journals_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Left to Claude Code, the refusal would come after the intent was recorded, and a refused
+    # call gets no after event: the intent would stay open and hold the TASK.
+    hook = Hook(tmp_path, monkeypatch)
+
+    decision = hook.pre("rm -rf build", capsys)
+
+    assert decision.startswith("deny: surehand: Bash is not permitted in this session")
+    assert hook.calls == []
+
+
+def test_the_pre_hook_denies_a_background_command_it_could_not_see_end(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Claude Code answers a background command at once: the after event would record it
+    # succeeded while it still runs.
+    hook = Hook(tmp_path, monkeypatch)
+
+    decision = hook.pre("git push origin main", capsys, run_in_background=True)
+
+    assert decision.startswith("deny: surehand records this command's outcome when it ends")
+    assert hook.calls == []

@@ -19,6 +19,7 @@ from surehand.agents.presets import (
     Invocation,
     PresetOptions,
     mcp_configs,
+    operator_servers,
     program_for,
 )
 from surehand.errors import ConfigError
@@ -91,7 +92,7 @@ def test_claude_gets_the_operators_tools_servers_workspace_and_the_journaling_ho
 
     assert argv[argv.index("--allowedTools") + 1] == "mcp__surehand,Bash,Edit,mcp__github"
     configs = [argv[i + 1] for i, arg in enumerate(argv) if arg == "--mcp-config"]
-    assert configs == [".mcp.json", "/etc/agents/gh.json"]
+    assert configs == [".mcp.json"]  # the operator's servers are written into it
     assert argv[argv.index("--add-dir") + 1] == "/srv/repo"
     assert "Work in the repository at /srv/repo." in argv[2]
     hooks = json.loads(argv[argv.index("--settings") + 1])["hooks"]
@@ -161,6 +162,44 @@ def test_the_mcp_config_file_names_the_server_and_leaves_the_token_in_the_enviro
             }
         }
     }
+
+
+def test_the_operators_servers_are_written_beside_the_session_server(tmp_path: Path) -> None:
+    github = {"type": "http", "url": "https://gh.example/mcp", "headers": {"X": "${GH}"}}
+    tickets = {"command": "/opt/tickets-mcp", "args": ["--stdio"]}
+    (tmp_path / "gh.json").write_text(json.dumps({"mcpServers": {"github": github}}))
+    (tmp_path / "t.json").write_text(json.dumps({"mcpServers": {"tickets": tickets}}))
+
+    servers = operator_servers([str(tmp_path / "gh.json"), str(tmp_path / "t.json")])
+    written = json.loads(mcp_configs(URL, servers)[".mcp.json"])["mcpServers"]
+
+    assert list(written) == ["github", "tickets", "surehand"]
+    assert (written["github"], written["tickets"]) == (github, tickets)
+    assert written["surehand"]["url"] == URL
+
+
+@pytest.mark.parametrize(
+    ("content", "why"),
+    [
+        (None, "cannot read it"),
+        ("{not json", "cannot read it as JSON"),
+        ('{"servers": {}}', "expected"),
+        ('{"mcpServers": {"surehand": {"command": "x"}}}', "the session server's name"),
+        ('{"mcpServers": {"github": {"command": "x"}}}', "is named twice"),
+    ],
+)
+def test_an_operators_mcp_config_that_would_not_work_is_a_config_error(
+    tmp_path: Path, content: str | None, why: str
+) -> None:
+    (tmp_path / "first.json").write_text('{"mcpServers": {"github": {"command": "gh"}}}')
+    config = tmp_path / "second.json"
+    if content is not None:
+        config.write_text(content)
+
+    with pytest.raises(ConfigError, match="SUREHAND_CLAUDE_MCP_CONFIG") as refused:
+        operator_servers([str(tmp_path / "first.json"), str(config)])
+    assert why in str(refused.value)
+    assert str(config) in str(refused.value)
 
 
 @pytest.mark.parametrize("cli", ["claude", "codex"])

@@ -8,20 +8,26 @@ edit) that run this module around every tool call:
 - ``PreToolUse``: a call of an *effectful* tool (``SUREHAND_CLAUDE_EFFECTFUL``: fnmatch
   patterns, by default ``Bash``, ``WebFetch`` and other MCP servers' tools; a Bash command
   that is one of the operator's read-only commands, without shell operators, is not) made
-  while the agent has no effect of its own open is recorded as an operation intent through the
-  session MCP server (``effect_begin``, as this session: the token of its environment) before
-  it runs. If the TASK already recorded the same call as succeeded (a successor repeating its
-  predecessor's command), the call is blocked with the recorded outcome; if the server refuses
-  (a stale attempt, an unsafe repeat) it is blocked with the reason.
+  while the agent has no effect of its own open is decided here, not by Claude Code: a call
+  the operator's tools do not permit (:func:`permits`), or a background command (its outcome
+  would be recorded before it ends), is denied; a permitted one is recorded as an operation
+  intent through the session MCP server (``effect_begin``, as this session: the token of its
+  environment) and then allowed. Deciding here is what keeps the journal whole: the hook
+  fires before Claude Code's own permission check, and a call that check refused would get no
+  after event, leaving its intent open for ever. If the TASK already recorded the same call as
+  succeeded (a successor repeating its predecessor's command), the call is blocked with the
+  recorded outcome; if the server refuses (a stale attempt, an unsafe repeat) it is blocked
+  with the reason.
 - ``PostToolUse`` / ``PostToolUseFailure``: the intent is settled (``effect_end``) as
   succeeded, with the tool's response, or failed, with its error.
 
 An intent left open only by an interruption makes admission hold the TASK for review: the case
 names the exact command. Every failure of the hook itself blocks the call (exit status 2; any
 other status would let Claude Code run it). What the hooks cannot see: what a command does
-beyond its exit (a daemon it starts, the far side's own effects), calls refused by permissions
-(no after event: the hooks journal only the tools the preset allows, unless permissions are
-bypassed), and anything the agent does by a way Claude Code does not call a tool.
+beyond its exit (a daemon it starts, the far side's own effects), and anything the agent does
+by a way Claude Code does not call a tool. A deny rule of Claude Code's own settings (managed
+settings) still refuses a call this hook allowed: its intent stays open and the TASK is held,
+which is safe but needs a review.
 """
 
 from __future__ import annotations
@@ -35,6 +41,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 BLOCK = 2  # the only status that makes Claude Code refuse a PreToolUse call
 SESSION_TOOLS = "mcp__surehand__"
@@ -59,15 +66,45 @@ def is_effectful(
     return not any(command == ok or command.startswith(f"{ok} ") for ok in read_only)
 
 
-def is_allowed(tool: str, allowed: Sequence[str], permission_mode: str) -> bool:
-    """Whether Claude Code will run the call: ``PreToolUse`` fires before its permission
-    check, and a refused call gets no after event, so an intent for it would stay open."""
+def permits(
+    tool: str, tool_input: dict[str, Any], allowed: Sequence[str], permission_mode: str
+) -> bool:
+    """Whether the operator's tools (``--allowedTools`` rules) permit this call. The hook
+    decides an effectful call with this (allow or deny), so what it journals is what runs.
+
+    Rules: ``Tool`` (every call), ``mcp__server`` (its tools), a pattern with ``*``,
+    ``Bash(command)`` (exactly), ``Bash(prefix:*)`` (the prefix as whole words),
+    ``Bash(glob*)`` and ``WebFetch(domain:host)``. A scoped Bash rule never permits a command
+    with shell operators (Claude Code checks each part of one; this hook does not split
+    them), so a compound command needs the plain ``Bash`` rule."""
     if permission_mode == "bypassPermissions":
         return True
-    return any(
-        tool == entry or tool.startswith(f"{entry}__") or entry.startswith(f"{tool}(")
-        for entry in allowed
-    )
+    return any(_rule_permits(entry, tool, tool_input) for entry in allowed)
+
+
+def _rule_permits(entry: str, tool: str, tool_input: dict[str, Any]) -> bool:
+    name, scoped, spec = entry.partition("(")
+    if not scoped:
+        return tool == name or tool.startswith(f"{name}__") or fnmatch.fnmatchcase(tool, name)
+    if name != tool or not spec.endswith(")"):
+        return False
+    spec = spec[:-1].strip()
+    if spec in ("", "*"):
+        return True
+    if tool == "Bash":
+        return _command_permitted(spec, str(tool_input.get("command", "")).strip())
+    if tool == "WebFetch" and spec.startswith("domain:"):
+        return urlsplit(str(tool_input.get("url", ""))).hostname == spec.removeprefix("domain:")
+    return False
+
+
+def _command_permitted(spec: str, command: str) -> bool:
+    if SHELL_OPERATORS.search(command):
+        return False
+    if spec.endswith(":*"):
+        prefix = spec[:-2].strip()
+        return command == prefix or command.startswith(f"{prefix} ")
+    return fnmatch.fnmatchcase(command, spec)
 
 
 def operation_of(tool: str, tool_input: dict[str, Any]) -> tuple[str, dict[str, Any]]:
@@ -93,18 +130,28 @@ class Journal:
     def pre(self) -> int:
         if not is_effectful(self.tool, self.input, self.effectful, self.read_only):
             return 0
-        mode = str(self.payload.get("permission_mode", ""))
-        if not is_allowed(self.tool, self.allowed, mode):
-            return 0  # Claude Code refuses it: nothing runs, nothing to journal
         if self._declared():
             return 0  # the agent declared this effect itself (effect_begin ... effect_end)
+        mode = str(self.payload.get("permission_mode", ""))
+        if not permits(self.tool, self.input, self.allowed, mode):
+            return _decide(
+                "deny",
+                f"surehand: {self.tool} is not permitted in this session "
+                f"(the operator allows: {', '.join(self.allowed) or 'nothing'})",
+            )
+        if self.tool == "Bash" and self.input.get("run_in_background"):
+            return _decide(
+                "deny",
+                "surehand records this command's outcome when it ends: "
+                "run it in the foreground (without run_in_background)",
+            )
         name, args = operation_of(self.tool, self.input)
         begun = _call("effect_begin", {"name": name, "args": args})
         if begun.get("status") == "already_done":
             print(_already_done(begun), file=sys.stderr)
             return BLOCK
         self._call_file().write_text(json.dumps({"operation_id": begun["operation_id"]}))
-        return 0
+        return _decide("allow", f"surehand journaled it as operation {begun['operation_id']}")
 
     def post(self, failed: bool) -> int:
         self._track_declared()
@@ -146,6 +193,13 @@ class Journal:
         else:
             return
         self._declared_file().write_text(json.dumps(sorted(declared)))
+
+
+def _decide(decision: str, reason: str) -> int:
+    """Answer Claude Code's permission question for this call (exit 0 with the decision)."""
+    output = {"hookEventName": "PreToolUse", "permissionDecision": decision}
+    print(json.dumps({"hookSpecificOutput": {**output, "permissionDecisionReason": reason}}))
+    return 0
 
 
 def _items(text: str) -> list[str]:

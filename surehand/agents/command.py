@@ -41,7 +41,7 @@ import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 from surehand.agents import session_dirs
 from surehand.agents.briefing import brief_for
@@ -58,6 +58,7 @@ from surehand.agents.presets import (
     Program,
     codex_sandbox,
     mcp_configs,
+    operator_servers,
     program_for,
 )
 from surehand.agents.sandbox import BWRAP
@@ -150,6 +151,7 @@ class CommandAgent:
                 setting="SUREHAND_SESSION_MCP",
             )
         _ = self.mcp  # ConfigError without the mcp extra
+        _ = self.operator_servers
         self._require_codex_home()
         cli = self.program.base[0]
         if shutil.which(cli, path=os.environ.get("PATH")) is None:
@@ -176,6 +178,13 @@ class CommandAgent:
                 "SUREHAND_WORK_DIR elsewhere (or run in the bwrap sandbox)",
                 setting="SUREHAND_WORK_DIR",
             )
+
+    @functools.cached_property
+    def operator_servers(self) -> dict[str, Any]:
+        """The operator's MCP servers for the claude preset (read once; ConfigError)."""
+        if self.program.preset != "claude":
+            return {}
+        return operator_servers(self.program.options.claude_mcp_configs)
 
     @functools.cached_property
     def workspaces(self) -> Workspaces:
@@ -325,7 +334,7 @@ class CommandAgent:
         if self.program.preset == "codex":
             session_dirs.make_private(work_dir / "home" / ".codex")  # its CODEX_HOME
         if grant is not None:
-            for name, text in mcp_configs(grant.url).items():
+            for name, text in mcp_configs(grant.url, self.operator_servers).items():
                 session_dirs.make_private((work_dir / name).parent)
                 session_dirs.write_private(work_dir, name, text)
         session_dirs.give_to(work_dir, self.confinement.owner)

@@ -147,9 +147,8 @@ def prompt_for(session: Invocation) -> str:
 
 
 def claude_argv(base: Sequence[str], session: Invocation, options: PresetOptions) -> list[str]:
-    """``claude -p PROMPT`` on the session's MCP config (and the operator's), the session tools
-    and the operator's allowed, hooks journaling its tool calls, text out."""
-    configs = [arg for path in options.claude_mcp_configs for arg in ("--mcp-config", path)]
+    """``claude -p PROMPT`` on the session's MCP config (the operator's servers in it), the
+    session tools and the operator's allowed, hooks journaling its tool calls, text out."""
     tools = [f"mcp__{SERVER_NAME}", *options.claude_tools]
     workspace = ["--add-dir", str(session.workspace)] if session.workspace else []
     hooks = []
@@ -164,7 +163,6 @@ def claude_argv(base: Sequence[str], session: Invocation, options: PresetOptions
         AGENT_PROMPT,
         "--mcp-config",
         ".mcp.json",
-        *configs,
         "--strict-mcp-config",
         "--allowedTools",
         ",".join(tools),
@@ -235,16 +233,46 @@ def hook_settings(
     }
 
 
-def mcp_configs(mcp_url: str) -> dict[str, str]:
+def mcp_configs(mcp_url: str, servers: dict[str, Any] | None = None) -> dict[str, str]:
     """``.mcp.json`` (Claude Code, Cursor and others) for the session directory, by name: it
-    names the session MCP server; the token stays in the environment."""
-    claude = {
-        "mcpServers": {
-            SERVER_NAME: {
-                "type": "http",
-                "url": mcp_url,
-                "headers": {"Authorization": f"Bearer ${{{TOKEN_ENV}}}"},
-            }
-        }
+    names the session MCP server, beside the operator's ``servers`` (:func:`operator_servers`);
+    the token stays in the environment."""
+    session = {
+        "type": "http",
+        "url": mcp_url,
+        "headers": {"Authorization": f"Bearer ${{{TOKEN_ENV}}}"},
     }
+    claude = {"mcpServers": {**(servers or {}), SERVER_NAME: session}}
     return {".mcp.json": json.dumps(claude, indent=2) + "\n"}
+
+
+def operator_servers(paths: Sequence[str]) -> dict[str, Any]:
+    """The operator's MCP servers from ``SUREHAND_CLAUDE_MCP_CONFIG`` files (Claude Code's
+    ``.mcp.json`` format), read once at worker start and written into every session's own
+    ``.mcp.json``: a session then needs no path of the host (the sandbox hides ``/tmp`` and
+    the surehand home), and the agent cannot edit the operator's file. ConfigError for a file
+    that cannot be read, is not such a config, or names a server twice or ``surehand`` (the
+    session's own server, whose tools the hooks never journal)."""
+    servers: dict[str, Any] = {}
+    for path in paths:
+        for name, server in _servers_in(Path(path)).items():
+            if name == SERVER_NAME or name in servers:
+                why = "is the session server's name" if name == SERVER_NAME else "is named twice"
+                raise _config_error(f"{path}: the server {name!r} {why}; rename it")
+            servers[name] = server
+    return servers
+
+
+def _servers_in(path: Path) -> dict[str, Any]:
+    try:
+        config = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise _config_error(f"{path}: cannot read it as JSON ({exc})") from exc
+    servers = config.get("mcpServers") if isinstance(config, dict) else None
+    if not isinstance(servers, dict) or not all(isinstance(v, dict) for v in servers.values()):
+        raise _config_error(f'{path}: expected {{"mcpServers": {{"name": {{...}}}}}}')
+    return servers
+
+
+def _config_error(why: str) -> ConfigError:
+    return ConfigError(f"SUREHAND_CLAUDE_MCP_CONFIG {why}", setting="SUREHAND_CLAUDE_MCP_CONFIG")
