@@ -12,7 +12,11 @@ do not share it; created empty; admin URL from ``SUREHAND_BENCH_DATABASE_URL``):
   * ``create``: a new ``client_submission_id`` each request (201; the TASK is published);
   * ``reuse``: one of 64 ids created before the run (200, the first answer again);
 * ``bare`` (``bench/http_bare.py``): a FastAPI endpoint parsing the same body and doing one
-  INSERT+COMMIT of the row write_task stores, on a raw psycopg connection (201).
+  INSERT+COMMIT of the row write_task stores, on a raw psycopg connection (201);
+* with ``--unpublished``, ``unpublished``: creates as ``create``, on a third server
+  (``bench/api_unpublished.py``, a database of its own) whose outbox publisher publishes
+  nothing: how fast a create could answer with the publish in no thread of the API process
+  (the upper bound of a publisher in another process).
 
 Clients: ``--clients`` (8 and 32) concurrent clients in this process (asyncio), each on its own
 keep-alive connection, sending its next request when the last one answered. ``--client raw``
@@ -67,7 +71,13 @@ DEFAULT_ADMIN_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 BENCH_DATABASE = os.environ.get("SUREHAND_BENCH_HTTP_DATABASE", "surehand_bench_http")
 REUSE_IDS = 64
 VARIANTS = ("bare", "create", "reuse")
-EXPECTED = {"bare": 201, "create": 201, "reuse": 200}
+EXPECTED = {"bare": 201, "create": 201, "reuse": 200, "unpublished": 201}
+SERVER_OF = {
+    "bare": "bare",
+    "create": "surehand",
+    "reuse": "surehand",
+    "unpublished": "unpublished",
+}
 TARGETS = {"create / bare": 0.6, "reuse / bare": 1.2}  # issue 13, at 8 clients
 console = Console(width=None if sys.stdout.isatty() else 150)
 
@@ -233,8 +243,9 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
 
 
-def prepare_database(admin_url: str) -> str:
-    url = fresh_database(admin_url, BENCH_DATABASE).render_as_string(hide_password=False)
+def prepare_database(admin_url: str, suffix: str = "") -> str:
+    name = BENCH_DATABASE + suffix
+    url = fresh_database(admin_url, name).render_as_string(hide_password=False)
     store = Store(url, auto_upgrade=True)
     store.ensure_schema()
     bare_table(store)
@@ -261,11 +272,11 @@ def measure(
     rng = random.Random(13)
     for number in range(options.rounds):
         for clients in options.clients:
-            order = list(VARIANTS)
+            order = list(options.variants)
             rng.shuffle(order)
             measured: dict[str, Batch] = {}
             for variant in order:
-                server = servers["bare" if variant == "bare" else "surehand"]
+                server = servers[SERVER_OF[variant]]
                 with console.status(f"round {number + 1}: {variant}, {clients} clients"):
                     cpu, mine = server.cpu_seconds(), time.process_time()
                     measured[variant] = asyncio.run(
@@ -307,7 +318,15 @@ def measure(
                         "reuse / bare": measured["reuse"].per_second / measured["bare"].per_second,
                         "reuse / create": measured["reuse"].per_second
                         / measured["create"].per_second,
-                    },
+                    }
+                    | (
+                        {
+                            "unpublished / bare": measured["unpublished"].per_second
+                            / measured["bare"].per_second
+                        }
+                        if "unpublished" in measured
+                        else {}
+                    ),
                 }
             )
             console.log(
@@ -342,7 +361,7 @@ def summarise(rounds: list[dict[str, Any]], clients: list[int]) -> list[dict[str
     for count in clients:
         mine = [r for r in rounds if r["clients"] == count]
         row: dict[str, Any] = {"clients": count, "variants": {}, "ratios": {}}
-        for variant in VARIANTS:
+        for variant in mine[0]["variants"]:
             batches = [r["variants"][variant] for r in mine]
             row["variants"][variant] = {
                 key: statistics.median(b[key] for b in batches)
@@ -418,7 +437,13 @@ def parse_options() -> argparse.Namespace:
         default="raw",
         help="load generator: a minimal HTTP/1.1 client (default) or httpx.AsyncClient",
     )
+    parser.add_argument(
+        "--unpublished",
+        action="store_true",
+        help="also creates on an API whose publisher publishes nothing (bench/api_unpublished.py)",
+    )
     options = parser.parse_args()
+    options.variants = [*VARIANTS, *(["unpublished"] if options.unpublished else [])]
     options.rounds = options.rounds or (3 if options.quick else 5)
     options.requests = options.requests or (320 if options.quick else 640)
     options.clients = [int(c) for c in options.clients.split(",")]
@@ -452,9 +477,26 @@ def main() -> int:
                 {"BENCH_HTTP_DATABASE_URL": libpq(url)},
                 tmp,
             )
+            if options.unpublished:
+                servers["unpublished"] = start_server(
+                    "unpublished",
+                    [
+                        sys.executable,
+                        str(BENCH / "api_unpublished.py"),
+                        "api",
+                        "--loglevel",
+                        "warning",
+                    ],
+                    {
+                        "SUREHAND_DATABASE_URL": prepare_database(admin, "_unpublished"),
+                        "SUREHAND_BROKER_URL": redis_server.url(2),
+                        "SUREHAND_REDIS_URL": redis_server.url(3),
+                    },
+                    tmp,
+                )
         reuse_ids = create_reuse_ids(servers["surehand"].url())
-        for variant in VARIANTS:  # warm-up: thread pools, connections, statement caches
-            base = servers["bare" if variant == "bare" else "surehand"].url()
+        for variant in options.variants:  # warm-up: thread pools, connections, caches
+            base = servers[SERVER_OF[variant]].url()
             asyncio.run(
                 run_batch(base, variant, max(options.clients), 64, reuse_ids, options.client)
             )
