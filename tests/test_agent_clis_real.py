@@ -7,7 +7,10 @@ Bash and Write allowed, and its hooks journal the Bash commands it never declare
 SIGKILLed in the middle of one leaves an open intent naming the command, so the TASK is held,
 and the command (which Claude Code starts in a session of its own) does not outlive its
 session, in the bubblewrap sandbox or in the fallback; one SIGKILLed after the command ran is
-followed by a successor whose identical command is blocked with the recorded outcome."""
+followed by a successor whose identical command is blocked with the recorded outcome (in both
+sandboxes), and one killed mid-command and reviewed ``absent`` by the approver by a successor
+whose identical command runs again, once. Codex, which has no hooks, is held on the effect it
+declared when its worker is killed between effect_begin and effect_end."""
 
 # ruff: noqa: F811  (test functions take the fixtures imported below)
 
@@ -27,7 +30,14 @@ from pathlib import Path
 import pytest
 
 from surehand.facade import Surehand
-from surehand.model import Admission, Bucket, EffectFact, OperationState
+from surehand.model import (
+    Admission,
+    AttemptCause,
+    AttemptState,
+    Bucket,
+    EffectFact,
+    OperationState,
+)
 from surehand.store import Store
 from surehand.ui.views import where_to_check
 from tests.agent_clis import AgentClis, require_clis
@@ -140,6 +150,16 @@ def settled_by(client: Surehand, store: Store, task_id: str, worker: Proc) -> No
         return read_task(store, task_id).bucket is Bucket.REVIEW
 
     wait_until(settled, timeout=180, interval=0.5, what=f"{task_id} to be settled")
+
+
+def held_by(client: Surehand, store: Store, task_id: str) -> None:
+    """Wait until the reconciler has found the session lost and admission held the TASK."""
+
+    def held() -> bool:
+        client.reconciler.run_once()
+        return read_task(store, task_id).hold is not None
+
+    wait_until(held, timeout=60, interval=0.5, what=f"{task_id} to be held")
 
 
 def test_claude_declares_an_effect_edits_the_workspace_and_its_undeclared_bash_is_journaled(
@@ -297,11 +317,7 @@ def test_a_worker_killed_mid_command_holds_the_task_naming_it_and_the_command_di
         except pytest.fail.Exception:
             pytest.fail(f"the command outlived its worker: {survivors(marker)}")
 
-        def held() -> bool:
-            reconciling_client.reconciler.run_once()
-            return read_task(store, task_id).hold is not None
-
-        wait_until(held, timeout=60, interval=0.5, what="the TASK to be held")
+        held_by(reconciling_client, store, task_id)
 
     [case] = reconciling_client.cases()
     assert (case.effect_fact, case.admission) == (EffectFact.UNKNOWN, Admission.HOLD_FOR_REVIEW)
@@ -319,7 +335,9 @@ def released() -> Iterator[threading.Event]:
     event.set()
 
 
+@pytest.mark.parametrize("sandbox", ["auto", "none"])
 def test_a_successors_identical_command_is_blocked_with_the_recorded_outcome(
+    sandbox: str,
     store: Store,
     broker: RedisServer,
     reconciling_client: Surehand,
@@ -341,7 +359,7 @@ def test_a_successors_identical_command_is_blocked_with_the_recorded_outcome(
 
     steps: list[StepFor] = [Call("Bash", {"command": deploy, "description": "x"}), think_forever]
     with serving(AnthropicDouble(Script(steps))) as model:
-        env = claude_env(store, broker, tmp_path, clis, model)
+        env = claude_env(store, broker, tmp_path, clis, model, sandbox)
         with running(start_worker(env, tmp_path / "worker-1.log")) as worker:
             task_id = submitted(reconciling_client)
             wait_until(thinking.exists, timeout=120, what="the command to have run")
@@ -356,3 +374,139 @@ def test_a_successors_identical_command_is_blocked_with_the_recorded_outcome(
     [bash] = operations_of(store, task_id)
     assert (bash.state, bash.epoch) == (OperationState.SUCCEEDED, 1)
     assert successor.number == 2
+
+
+def test_a_command_reviewed_absent_after_a_kill_mid_command_runs_again_in_the_successor(
+    store: Store,
+    broker: RedisServer,
+    reconciling_client: Surehand,
+    tmp_path: Path,
+    clis: AgentClis,
+    workspace: Path,
+) -> None:
+    require_proc()
+    started, gate, ledger = tmp_path / "started", tmp_path / "gate", tmp_path / "deploys.txt"
+    # The deploy appends to the ledger only once the test opens the gate, which it does after
+    # attempt 1's command is dead: the ledger's line can only be the successor's.
+    deploy = tmp_path / "deploy.py"
+    deploy.write_text(
+        "import pathlib, sys, time\n"
+        "started, gate, ledger = map(pathlib.Path, sys.argv[1:])\n"
+        "started.touch()\n"
+        "while not gate.exists():\n"
+        "    time.sleep(0.1)\n"
+        "with ledger.open('a') as lines:\n"
+        "    lines.write('deployed\\n')\n"
+    )
+    command = shlex.join(["python3", str(deploy), str(started), str(gate), str(ledger)])
+
+    def report(exchange: Exchange) -> Step:
+        answer = exchange.results[-1]  # a hook that refused the command says "surehand: ..."
+        return Final(f"Not deployed: {answer}" if "surehand" in answer else "Deployed.")
+
+    steps: list[StepFor] = [Call("Bash", {"command": command, "description": "deploy"}), report]
+    with serving(AnthropicDouble(Script(steps))) as model:
+        env = claude_env(store, broker, tmp_path, clis, model)
+        with running(start_worker(env, tmp_path / "worker-1.log")) as worker:
+            task_id = submitted(reconciling_client)
+            wait_until(started.exists, timeout=120, what="the command to start")
+            worker.kill(signal.SIGKILL)
+        wait_until(lambda: not alive_with(str(deploy)), timeout=90, what="the command to die")
+        held_by(reconciling_client, store, task_id)
+        [case] = reconciling_client.cases(task_id=task_id)
+        assert (case.effect_fact, case.admission) == (
+            EffectFact.UNKNOWN,
+            Admission.HOLD_FOR_REVIEW,
+        )
+        gate.touch()
+        reviewed = reconciling_client.review(
+            case.case_id, effect="absent", note="nothing in the deploy ledger", actor="PM"
+        )
+        assert reviewed.admission is Admission.REEXECUTE
+        with running(start_worker(env, tmp_path / "worker-2.log")) as second:
+            settled_by(reconciling_client, store, task_id, second)
+
+    [report_row] = reports_of(store, task_id)
+    assert report_row.body == "Deployed."  # the hook let the command run: it was not blocked
+    assert ledger.read_text() == "deployed\n"
+    first, again = operations_of(store, task_id)
+    assert (
+        first.args
+        == again.args
+        == {
+            "undeclared": True,
+            "tool": "Bash",
+            "input": {"command": command},
+        }
+    )
+    assert (first.state, first.epoch, (first.outcome or {}).get("probe")) == (
+        OperationState.FAILED,
+        1,
+        "absent",
+    )
+    assert (again.state, again.epoch) == (OperationState.SUCCEEDED, 2)
+    assert [attempt.number for attempt in attempts_of(store, task_id)] == [1, 2]
+
+
+def test_codex_killed_between_effect_begin_and_effect_end_holds_the_task_on_the_open_intent(
+    store: Store,
+    broker: RedisServer,
+    reconciling_client: Surehand,
+    tmp_path: Path,
+    clis: AgentClis,
+    workspace: Path,
+    sessions_off_tmp: Path,
+    released: threading.Event,
+) -> None:
+    thinking = tmp_path / "thinking"
+
+    def think_forever(exchange: Exchange) -> Step:
+        assert "operation_id" in exchange.results[-1]  # the intent is committed
+        thinking.touch()
+        released.wait(600)  # the model never answers: the worker is killed meanwhile
+        return Final("too late")
+
+    steps: list[StepFor] = [
+        Call("mcp__surehand__recovery_brief", {}),
+        Call("mcp__surehand__effect_begin", {"name": "ticket.create", "args": {"title": "keys"}}),
+        think_forever,
+    ]
+    with serving(OpenAIResponsesDouble(Script(steps))) as model:
+        provider = f'{{name="double",base_url="{model.url}/v1",wire_api="responses"}}'
+        overrides = ["-c", "model_provider=double", "-c", f"model_providers.double={provider}"]
+        line = shlex.join([str(clis.codex), "-m", "gpt-5-codex", *overrides])
+        env = worker_env(
+            store,
+            broker,
+            tmp_path,
+            SUREHAND_AGENTS="DEV=command",
+            SUREHAND_COMMAND_AGENT=line,
+            SUREHAND_AGENT_WORKSPACE=str(workspace),
+            SUREHAND_WORK_DIR=str(sessions_off_tmp),
+            SUREHAND_LEASE_TTL_SECONDS="3",
+            SUREHAND_AGENT_ENV="OPENAI_API_KEY",
+            OPENAI_API_KEY="test-key",
+        )
+        with running(start_worker(env, tmp_path / "worker.log")) as worker:
+            task_id = submitted(reconciling_client)
+            wait_until(thinking.exists, timeout=120, what="the effect to be begun")
+            worker.kill(signal.SIGKILL)
+        held_by(reconciling_client, store, task_id)
+
+    [attempt] = attempts_of(store, task_id)
+    assert (attempt.state, attempt.cause) == (AttemptState.SESSION_LOST, AttemptCause.SESSION_LOST)
+    [ticket] = operations_of(store, task_id)
+    assert (ticket.name, ticket.state, ticket.args) == (
+        "ticket.create",
+        OperationState.INTENT,
+        {"title": "keys"},
+    )
+    [case] = reconciling_client.cases(task_id=task_id)
+    assert (case.effect_fact, case.admission) == (EffectFact.UNKNOWN, Admission.HOLD_FOR_REVIEW)
+    assert case.effect_refs["why"] == "open intent without key or probe"
+    [named] = case.effect_refs["operations"]
+    assert (named["name"], named["state"]) == ("ticket.create", "intent")
+    task = read_task(store, task_id)
+    assert task.hold is not None
+    assert task.hold.case_id == case.case_id
+    assert "ticket.create with title='keys'" in where_to_check(task, ticket)[0]  # the case page
