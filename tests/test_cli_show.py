@@ -6,12 +6,18 @@ from __future__ import annotations
 import os
 import re
 import subprocess
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from rich.console import Console
 
+from surehand.cli.render import operations_table
+from surehand.doors.labels import operation_label
 from surehand.facade import Surehand
+from surehand.model import OperationState
 from tests.procs import SUREHAND
+from tests.test_effects import op
 
 WORDS = [f"w{n:03d}x" for n in range(150)]
 LONG_TOKEN = "https://example.com/" + "/".join(f"segment{n}" for n in range(30))
@@ -79,3 +85,16 @@ def test_tasks_prints_a_subject_that_looks_like_markup(
     listed = _run(url, "tasks", columns=160)
     assert task_id in listed
     assert "Long [/x]" in listed  # was rich.errors.MarkupError
+
+
+def test_the_cli_and_the_console_say_the_same_of_an_effect_a_review_found_absent() -> None:
+    # A reviewed-absent effect is stored failed; "failed" alone would read as if it had raised.
+    absent = replace(
+        op("open"), state=OperationState.FAILED, outcome={"probe": "absent", "source": "review"}
+    )
+    console = Console(width=200, record=True)
+
+    console.print(operations_table([absent]))
+
+    assert operation_label(absent) == "did not happen (confirmed by a review)"
+    assert "did not happen (confirmed by a review)" in console.export_text()

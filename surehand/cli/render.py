@@ -12,6 +12,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from surehand.doors.labels import operation_label
 from surehand.model import (
     Attempt,
     InterruptionCase,
@@ -205,7 +206,7 @@ def attempts_table(found: Sequence[Attempt]) -> Table:
 
 def operations_table(found: Sequence[Operation]) -> Table:
     table = Table(title="operations (effect facts)")
-    for column in ("id", "epoch", "name", "state", "key", "receipt"):
+    for column in ("id", "epoch", "name", "state", "effect", "key", "receipt"):
         table.add_column(column)
     for op in found:
         table.add_row(
@@ -213,6 +214,7 @@ def operations_table(found: Sequence[Operation]) -> Table:
             str(op.epoch),
             op.name,
             op.state.value,
+            operation_label(op),
             op.idempotency_key or "-",
             (op.external_receipt or "-")[:40],
         )

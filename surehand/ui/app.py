@@ -25,13 +25,14 @@ from fastapi.templating import Jinja2Templates
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from surehand.doors.auth import Authenticator
+from surehand.doors.labels import operation_label
 from surehand.doors.problem import status_for
 from surehand.errors import SurehandError, TooManyAttempts
 from surehand.facade import Surehand
 from surehand.ui import list_routes, record_routes
 from surehand.ui.routes import router
 from surehand.ui.signin import PREFIX, SessionStore, SignInCodec, SignInRequired
-from surehand.ui.views import approver_names, consequence, operation_label, where_to_check
+from surehand.ui.views import approver_names, consequence, where_to_check
 
 log = logging.getLogger(__name__)
 HERE = Path(__file__).resolve().parent

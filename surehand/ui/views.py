@@ -199,20 +199,6 @@ def where_to_check(task: Task, op: Operation) -> list[str]:
     return hints
 
 
-def operation_label(op: Operation) -> str:
-    """An operation's state in words (an effect a review found absent did not fail)."""
-    outcome = op.outcome or {}
-    answered, source = outcome.get("probe"), str(outcome.get("source", ""))
-    by = "a review" if source.startswith("review") else f"probe {op.probe or ''}".strip()
-    if answered == "present":
-        return f"happened (confirmed by {by})"
-    if answered == "absent":
-        return f"did not happen (confirmed by {by})"
-    return {"intent": "begun, outcome unknown", "succeeded": "done", "failed": "raised"}.get(
-        op.state.value, op.state.value
-    )
-
-
 @dataclass(frozen=True)
 class Decision:
     """One admission decision of a TASK: its inputs and its output."""
