@@ -205,9 +205,10 @@ class Settings(BaseSettings):
         "(Claude Code hooks): an operation intent before each, its outcome after.",
     )
     claude_effectful: str = Field(
-        "Bash,WebFetch,mcp__*",
+        "Bash,mcp__*",
         description="Comma list of tool name patterns (fnmatch) whose calls the claude hooks "
-        "journal as effects; the session's own tools never are.",
+        "journal as effects; the session's own tools never are (WebFetch only GETs: add it "
+        "where a GET of yours has effects).",
     )
     claude_read_only_commands: str = Field(
         "",

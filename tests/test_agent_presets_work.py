@@ -48,6 +48,25 @@ def test_a_preset_whose_cli_is_not_on_path_stops_the_worker_at_start(
 
     with pytest.raises(ConfigError, match="'codex', which is not on PATH"):
         CommandAgent.from_settings(settings, session_door()).require_ready()
+    [preset] = [c for c in check_agent_programs(settings) if c.name == "agent preset"]
+    assert preset.status == "fail"
+    assert "not on PATH" in preset.detail
+
+
+def test_an_operators_mcp_config_naming_the_session_server_fails_the_start_and_check(
+    harness: Harness, tmp_path: Path
+) -> None:
+    config = tmp_path / "mine.mcp.json"
+    config.write_text('{"mcpServers": {"surehand": {"command": "my-operator-server"}}}')
+    settings = harness.settings(
+        agents="DEV=command", command_agent="claude", claude_mcp_config=str(config)
+    )
+
+    with pytest.raises(ConfigError, match="the session server's name"):
+        CommandAgent.from_settings(settings, session_door()).require_ready()
+    [preset] = [c for c in check_agent_programs(settings) if c.name == "agent preset"]
+    assert preset.status == "fail"
+    assert "SUREHAND_CLAUDE_MCP_CONFIG" in preset.detail
 
 
 def test_a_worker_whose_preset_cli_is_missing_refuses_to_start_and_says_why(

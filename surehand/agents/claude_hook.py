@@ -6,7 +6,8 @@ preset passes Claude Code hooks (``--settings``, inline: nothing in the session 
 edit) that run this module around every tool call:
 
 - ``PreToolUse``: a call of an *effectful* tool (``SUREHAND_CLAUDE_EFFECTFUL``: fnmatch
-  patterns, by default ``Bash``, ``WebFetch`` and other MCP servers' tools; a Bash command
+  patterns, by default ``Bash`` and other MCP servers' tools, not ``WebFetch``, which only
+  GETs; a request of another method goes through Bash and is journaled; a Bash command
   that is one of the operator's read-only commands, without shell operators, is not) made
   while the agent has no effect of its own open is decided here, not by Claude Code: a call
   the operator's tools do not permit (:func:`permits`), or a background command (its outcome

@@ -67,7 +67,7 @@ class PresetOptions:
     claude_tools: tuple[str, ...] = ()
     claude_mcp_configs: tuple[str, ...] = ()
     claude_hooks: bool = True
-    effectful: tuple[str, ...] = ("Bash", "WebFetch", "mcp__*")
+    effectful: tuple[str, ...] = ("Bash", "mcp__*")  # WebFetch only GETs
     read_only_commands: tuple[str, ...] = ()
     codex_sandbox: str = "auto"
 
