@@ -16,7 +16,9 @@ do not share it; created empty; admin URL from ``SUREHAND_BENCH_DATABASE_URL``):
 * with ``--unpublished``, ``unpublished``: creates as ``create``, on a third server
   (``bench/api_unpublished.py``, a database of its own) whose outbox publisher publishes
   nothing: how fast a create could answer with the publish in no thread of the API process
-  (the upper bound of a publisher in another process).
+  (the upper bound of a publisher in another process);
+* with ``--process``, ``process``: creates as ``create`` on a server with
+  ``SUREHAND_API_PUBLISHER=process`` (its publisher a child process; a database of its own).
 
 Clients: ``--clients`` (8 and 32) concurrent clients in this process (asyncio), each on its own
 keep-alive connection, sending its next request when the last one answered. ``--client raw``
@@ -71,12 +73,13 @@ DEFAULT_ADMIN_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 BENCH_DATABASE = os.environ.get("SUREHAND_BENCH_HTTP_DATABASE", "surehand_bench_http")
 REUSE_IDS = 64
 VARIANTS = ("bare", "create", "reuse")
-EXPECTED = {"bare": 201, "create": 201, "reuse": 200, "unpublished": 201}
+EXPECTED = {"bare": 201, "create": 201, "reuse": 200, "unpublished": 201, "process": 201}
 SERVER_OF = {
     "bare": "bare",
     "create": "surehand",
     "reuse": "surehand",
     "unpublished": "unpublished",
+    "process": "process",
 }
 TARGETS = {"create / bare": 0.6, "reuse / bare": 1.2}  # issue 13, at 8 clients
 console = Console(width=None if sys.stdout.isatty() else 150)
@@ -93,11 +96,29 @@ class Server:
         return f"http://127.0.0.1:{self.port}"
 
     def cpu_seconds(self) -> float:
-        fields = Path(f"/proc/{self.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS  # utime + stime
+        """CPU of the server process and of its live children (a publisher process)."""
+        return sum(_cpu_of(pid) for pid in (self.process.pid, *_children(self.process.pid)))
 
     def stop(self) -> None:
         stop_group(self.process)
+
+
+def _cpu_of(pid: int) -> float:
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0  # it ended meanwhile
+    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS  # utime + stime
+
+
+def _children(pid: int) -> list[int]:
+    found: list[int] = []
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        try:
+            found += [int(child) for child in (task / "children").read_text().split()]
+        except OSError:
+            continue
+    return found
 
 
 def start_server(name: str, argv: list[str], env: dict[str, str], tmp: Path) -> Server:
@@ -319,14 +340,11 @@ def measure(
                         "reuse / create": measured["reuse"].per_second
                         / measured["create"].per_second,
                     }
-                    | (
-                        {
-                            "unpublished / bare": measured["unpublished"].per_second
-                            / measured["bare"].per_second
-                        }
-                        if "unpublished" in measured
-                        else {}
-                    ),
+                    | {
+                        f"{extra} / bare": measured[extra].per_second / measured["bare"].per_second
+                        for extra in ("unpublished", "process")
+                        if extra in measured
+                    },
                 }
             )
             console.log(
@@ -442,8 +460,14 @@ def parse_options() -> argparse.Namespace:
         action="store_true",
         help="also creates on an API whose publisher publishes nothing (bench/api_unpublished.py)",
     )
+    parser.add_argument(
+        "--process",
+        action="store_true",
+        help="also creates on an API publishing from a child process (SUREHAND_API_PUBLISHER)",
+    )
     options = parser.parse_args()
-    options.variants = [*VARIANTS, *(["unpublished"] if options.unpublished else [])]
+    parser_extra = [name for name in ("unpublished", "process") if getattr(options, name)]
+    options.variants = [*VARIANTS, *parser_extra]
     options.rounds = options.rounds or (3 if options.quick else 5)
     options.requests = options.requests or (320 if options.quick else 640)
     options.clients = [int(c) for c in options.clients.split(",")]
@@ -491,6 +515,18 @@ def main() -> int:
                         "SUREHAND_DATABASE_URL": prepare_database(admin, "_unpublished"),
                         "SUREHAND_BROKER_URL": redis_server.url(2),
                         "SUREHAND_REDIS_URL": redis_server.url(3),
+                    },
+                    tmp,
+                )
+            if options.process:
+                servers["process"] = start_server(
+                    "process",
+                    [sys.executable, "-m", "surehand", "api", "--loglevel", "warning"],
+                    {
+                        "SUREHAND_DATABASE_URL": prepare_database(admin, "_process"),
+                        "SUREHAND_BROKER_URL": redis_server.url(4),
+                        "SUREHAND_REDIS_URL": redis_server.url(5),
+                        "SUREHAND_API_PUBLISHER": "process",
                     },
                     tmp,
                 )

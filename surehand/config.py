@@ -236,6 +236,13 @@ class Settings(BaseSettings):
         "127.0.0.1", description="Address `surehand api` and `surehand up` bind (loopback)."
     )
     api_port: int = Field(8000, ge=0, le=65535, description="Port of the HTTP API (0: any).")
+    api_publisher: Literal["thread", "process"] = Field(
+        "process",
+        description="Where `surehand api` publishes created TASKs from the outbox: a thread of "
+        "the API process, or a child process woken through a pipe (the publish's CPU then "
+        "leaves the API's interpreter lock: for hosts with a core to spare; README: The HTTP "
+        "create's outbox).",
+    )
     api_max_body_bytes: int = Field(
         2 * 1024 * 1024,
         gt=0,

@@ -16,7 +16,7 @@ import threading
 import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from functools import cached_property
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from surehand.agents.builtin import register_builtin_agents
 from surehand.agents.registry import AgentRegistry, Probe
@@ -28,11 +28,11 @@ from surehand.errors import ConfigError
 from surehand.model import Task
 from surehand.requests import validate_tenant
 from surehand.store import Store
+from surehand.store.engine import sqlite_file
 
 if TYPE_CHECKING:
     from celery import Celery
 
-    from surehand.dispatcher.outbox_publisher import OutboxPublisher
     from surehand.dispatcher.reconciler import Reconciler
     from surehand.dispatcher.recovery import Recovery
     from surehand.dispatcher.runner import SessionRunner
@@ -170,20 +170,33 @@ class Runtime:
             return app
 
     def start_publishing(self) -> None:
-        """Publish created TASKs from a background thread (``surehand api``, ``surehand up``):
-        a create then answers without waiting for the broker. Without a publisher, nothing."""
-        from surehand.dispatcher.outbox_publisher import OutboxPublisher
-
+        """Publish created TASKs in the background (``surehand api``, ``surehand up``): a create
+        then answers without waiting for the broker. From a thread of this process, or from a
+        child process (``SUREHAND_API_PUBLISHER=process``, not for an in-process broker).
+        Without a publisher, nothing."""
         with self._lock:
             if self._outbox.publisher is not None or self.services.publisher is None:
                 return
-            publisher = OutboxPublisher(
-                self.services, idle_seconds=self.settings.sweep_interval_seconds
-            )
+            publisher = self._background_publisher()
             # Not among the finalizer's closers (they must not refer to the runtime, which
             # the thread's services do): close() and the door serving it stop it.
             publisher.start()
             self._outbox.publisher = publisher
+
+    def _background_publisher(self) -> BackgroundPublisher:
+        from surehand.dispatcher.outbox_publisher import OutboxPublisher
+        from surehand.dispatcher.publisher_process import PublisherProcess
+
+        if self.settings.api_publisher == "process" and self._shareable():
+            return PublisherProcess(self.settings)
+        return OutboxPublisher(self.services, idle_seconds=self.settings.sweep_interval_seconds)
+
+    def _shareable(self) -> bool:
+        """Whether another process sees this one's broker and database (not ``memory://``
+        queues or an in-memory SQLite, which live in this process alone)."""
+        url = self.settings.resolved_database_url()
+        in_memory = url.startswith("sqlite") and sqlite_file(url) is None
+        return not self.settings.broker_url.startswith("memory:") and not in_memory
 
     def stop_publishing(self) -> None:
         """Stop the background publisher; creates publish on their own path again."""
@@ -233,11 +246,19 @@ class Runtime:
         self._finalizer()
 
 
+class BackgroundPublisher(Protocol):
+    """What publishes the outbox in the background: a thread or a child process."""
+
+    def start(self) -> None: ...
+    def wake(self) -> bool: ...
+    def stop(self, timeout: float = 10.0) -> None: ...
+
+
 class _OutboxSlot:
     """The background publisher of a runtime, if one runs; what its services wake."""
 
     def __init__(self) -> None:
-        self.publisher: OutboxPublisher | None = None
+        self.publisher: BackgroundPublisher | None = None
 
     def wake(self) -> bool:
         publisher = self.publisher

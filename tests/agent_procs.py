@@ -7,6 +7,7 @@ from __future__ import annotations
 import secrets
 from pathlib import Path
 
+from tests.procs import wait_until
 from tests.skips import missing
 
 PROC = Path("/proc")
@@ -85,3 +86,13 @@ def marked(marker: str) -> list[int]:
         if any(marker.encode() in word for word in words) and not is_gone(pid):
             found.append(pid)
     return found
+
+
+def wait_for_processes(mark: str) -> None:
+    """Wait until the program's sleep and its grandchild run: the program marks itself started
+    before it forks and execs them, so under load the host may not see them yet."""
+    wait_until(
+        lambda: len(marked(mark)) >= 2,
+        timeout=30,
+        what="the agent's sleep and its grandchild (the processes the kill must end)",
+    )

@@ -27,6 +27,7 @@ from tests.agent_procs import (
     marked,
     require_proc,
     unique_seconds,
+    wait_for_processes,
 )
 from tests.procs import Proc, RedisServer, running, spawn, start_worker, wait_until
 from tests.session_helpers import attempts_of, read_task, reports_of
@@ -97,16 +98,6 @@ def started_agent(client: Surehand, tmp_path: Path, worker: Proc, mark: str) -> 
     wait_until(started, timeout=60, what="the command agent to start")
     wait_for_processes(mark)
     return created.task_id
-
-
-def wait_for_processes(mark: str) -> None:
-    """Wait until the program's sleep and its grandchild run: the program marks itself started
-    before it forks and execs them, so under load the host may not see them yet."""
-    wait_until(
-        lambda: len(marked(mark)) >= 2,
-        timeout=30,
-        what="the agent's sleep and its grandchild (the processes the kill must end)",
-    )
 
 
 def gone(mark: str) -> bool:

@@ -28,6 +28,7 @@ from tests.agent_procs import (
     marked,
     require_proc,
     unique_seconds,
+    wait_for_processes,
 )
 from tests.procs import wait_until
 from tests.session_helpers import (  # noqa: F401  (harness fixtures)
@@ -278,6 +279,7 @@ def test_an_earlier_attempts_group_is_killed_before_a_successors_program_starts(
         try:
             started = tmp_path / "attempt1.started"
             wait_until(started.exists, timeout=30, what="attempt 1's command to start")
+            wait_for_processes(mark)
             first_started = marked(mark)
             gate = pool.submit(open_gate_once_second_started)
             report = agent(second)  # as if attempt 1's worker were stuck or slow to stop it

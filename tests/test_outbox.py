@@ -240,6 +240,9 @@ def test_an_api_process_killed_after_the_commit_is_dispatched_once_by_the_next(
             "SUREHAND_DATABASE_URL": store.url,
             "SUREHAND_BROKER_URL": server.url,
             "SUREHAND_REDIS_URL": server.url.rsplit("/", 1)[0] + "/1",
+            # The publisher in this process: a child publisher would outlive the crash long
+            # enough to drain the row itself (tests/test_publisher_process.py covers it).
+            "SUREHAND_API_PUBLISHER": "thread",
         }
         port = free_port()
         body = request(client_submission_id="outbox-killed")
@@ -257,6 +260,7 @@ def test_an_api_process_killed_after_the_commit_is_dispatched_once_by_the_next(
         port = free_port()
         with running(spawn(["api", "--port", str(port)], env, tmp_path / "b.log")):
             wait_until(lambda: published(store, task.task_id), timeout=60, what="the drain")
+            wait_until(lambda: _answers(port), timeout=60, what="the second api")
             retried = httpx.post(f"http://127.0.0.1:{port}/v1/tasks", json=body, timeout=30)
         assert retried.status_code == 200
         assert retried.json()["task_id"] == task.task_id
