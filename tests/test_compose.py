@@ -4,8 +4,12 @@ CLI variable, healthchecks and ordering are in place, and the guide covers opera
 
 from __future__ import annotations
 
+import importlib.util
+import os
 import re
+import shutil
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import pytest
@@ -160,3 +164,46 @@ def test_docker_users_get_the_official_images_and_the_override_replaces_only_ima
         "redis": {"image"},
     }
     assert all(spec["image"].startswith("localhost/") for spec in override["services"].values())
+
+
+def podman_compose() -> str | None:
+    """podman-compose on PATH, or the one compose/check installs in its image cache."""
+    cache = Path(os.environ.get("SUREHAND_IMAGE_CACHE", "/var/cache/surehand-images"))
+    cached = cache / "tools" / "bin" / "podman-compose"
+    found = shutil.which("podman-compose") or (str(cached) if cached.exists() else None)
+    return found if found and shutil.which("podman") else None
+
+
+def config_check() -> ModuleType:
+    """compose/check.d/config.py, the comparison compose/check runs first."""
+    spec = importlib.util.spec_from_file_location("compose_config", COMPOSE / "check.d/config.py")
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+needs_podman_compose = pytest.mark.skipif(
+    podman_compose() is None, reason="podman-compose (and podman) not installed"
+)
+
+
+@needs_podman_compose
+def test_podman_compose_config_resolves_the_default_file_and_the_podman_pair() -> None:
+    shown = config_check().both_file_sets_resolve(podman_compose())
+    assert "only the stand-ins' images differ" in shown
+
+
+@needs_podman_compose
+def test_the_config_check_fails_when_the_override_changes_more_than_images(
+    tmp_path: Path,
+) -> None:
+    override = tmp_path / "override.yml"
+    override.write_text(
+        (COMPOSE / "docker-compose.podman.yml").read_text(encoding="utf-8")
+        + "  api:\n    command: [surehand, api, --port, '9000']\n",
+        encoding="utf-8",
+    )
+    with pytest.raises(AssertionError, match="changes api's \\['command'\\]"):
+        config_check().both_file_sets_resolve(podman_compose(), override)

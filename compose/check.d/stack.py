@@ -163,7 +163,13 @@ class Stack:
     # -- HTTP --------------------------------------------------------------------------------
 
     def api(
-        self, method: str, path: str, body: dict[str, Any] | None = None, **headers: str
+        self,
+        method: str,
+        path: str,
+        body: dict[str, Any] | None = None,
+        *,
+        timeout: float = 10,
+        **headers: str,
     ) -> Any:
         request = urllib.request.Request(
             f"http://127.0.0.1:{self.api_port}{path}",
@@ -172,7 +178,7 @@ class Stack:
             headers={"Authorization": f"Bearer {self.token}", "Content-Type": "application/json"}
             | {name.replace("_", "-"): value for name, value in headers.items()},
         )
-        with urllib.request.urlopen(request, timeout=10) as response:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
             return json.loads(response.read() or b"null")
 
     def api_up(self) -> bool:
@@ -195,16 +201,50 @@ class Stack:
         except (OSError, urllib.error.URLError, ValueError):
             return {}
 
-    def submit(self, subject: str) -> str:
+    def submit(self, subject: str, key: str | None = None, timeout: float = 10) -> str:
         """Submit a TASK to DEV over HTTP; its id."""
         created = self.api(
             "POST",
             "/v1/tasks",
             {"sender": "PM", "recipient": "DEV", "subject": subject},
-            Idempotency_Key=f"check-{secrets.token_hex(6)}",
+            timeout=timeout,
+            Idempotency_Key=key or f"check-{secrets.token_hex(6)}",
         )
         task_id: str = created["task_id"]
         return task_id
+
+    def submit_retrying(self, subject: str, timeout: float) -> tuple[str, list[str]]:
+        """Submit a TASK as a client told to retry does: the same Idempotency-Key again after a
+        retryable answer (503, or 409 in progress) or no answer at all, until one succeeds.
+        Its id and every answer before it (``503``, ``409``, ``no answer``)."""
+        key = f"check-{secrets.token_hex(6)}"
+        answers: list[str] = []
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                return self.submit(subject, key, timeout=30), answers
+            except urllib.error.HTTPError as error:
+                if error.code not in (409, 503):
+                    answer = f"{error.code} {error.read()!r}"
+                    raise CheckFailed(f"submitting {subject!r}: {answer}") from None
+                answers.append(str(error.code))
+                pause = min(float(error.headers.get("Retry-After") or 1), 2.0)
+            except OSError as error:  # refused, reset or timed out: the outcome is unknown
+                answers.append(f"no answer ({type(error).__name__})")
+                pause = 1.0
+            if time.monotonic() + pause > deadline:
+                raise CheckFailed(f"submitting {subject!r}: still {answers[-1]} after {timeout} s")
+            time.sleep(pause)
+
+    def tasks_with(self, marker: str) -> list[str]:
+        """Ids of every TASK whose subject has ``marker`` (all pages of /v1/tasks), sorted."""
+        found: list[str] = []
+        for offset in range(0, 10_000, 100):
+            page = self.api("GET", f"/v1/tasks?limit=100&offset={offset}")["tasks"]
+            found += [task["task_id"] for task in page if marker in task["subject"]]
+            if len(page) < 100:
+                return sorted(found)
+        raise CheckFailed("more than 10,000 TASKs listed")
 
     def bucket(self, task_id: str) -> str:
         """The TASK's bucket; empty while the API cannot say (503 with Postgres restarting)."""
