@@ -75,4 +75,18 @@ def uvicorn_log_config() -> dict[str, Any] | None:
         formatter["()"] = f"{__name__}.JsonFormatter"
     for handler in config["handlers"].values():
         handler["stream"] = "ext://sys.stdout"
+    # surehand's own records in the API process (a publish left to the sweep...): without a
+    # handler Python's last resort would write them plain to stderr, and drop INFO.
+    config["loggers"]["surehand"] = {"handlers": ["default"], "level": "INFO", "propagate": False}
     return config
+
+
+def configure_process(level: int = logging.INFO) -> None:
+    """Log this process's records (not a worker's, beat's or uvicorn's: they configure their
+    own) to stdout as JSON under ``json``, else plain to stderr."""
+    if _state["format"] != "json":
+        logging.basicConfig(level=level)
+        return
+    handler = logging.StreamHandler(sys.__stdout__)
+    handler.setFormatter(JsonFormatter())
+    logging.basicConfig(level=level, handlers=[handler])

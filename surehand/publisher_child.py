@@ -19,7 +19,7 @@ def serve(wake_fd: int) -> None:
     """The child: drain at start, at every byte read, until the pipe's end-of-file."""
     settings = Settings()
     logjson.install(settings.log_format)
-    logging.basicConfig(level=logging.WARNING)
+    logjson.configure_process(logging.INFO)
     runtime = Runtime(settings)
     runtime.start_publishing()
     wake = runtime.services.wake_publisher

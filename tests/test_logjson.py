@@ -79,3 +79,13 @@ def test_the_format_is_a_setting_that_refuses_anything_else() -> None:
     assert Settings(log_format="json").log_format == "json"
     with pytest.raises(ValueError, match="log_format"):
         Settings(log_format="xml")
+
+
+def test_surehands_own_records_in_the_api_go_to_the_json_handler(text_afterwards: None) -> None:
+    # Without a handler, Python's last resort wrote them plain to stderr and dropped INFO.
+    logjson.install("json")
+    config = logjson.uvicorn_log_config()
+    assert config is not None
+    surehand = config["loggers"]["surehand"]
+    assert surehand == {"handlers": ["default"], "level": "INFO", "propagate": False}
+    assert config["handlers"]["default"]["stream"] == "ext://sys.stdout"

@@ -405,6 +405,8 @@ def test_a_session_that_lost_its_lease_to_a_successor_submits_its_end_and_is_fen
         "interrupt",
         2,
     )
+    # The effect its agent tried after the loss is on record as refused, not only in a log.
+    assert fenced.data["refused_after_lease_lost"] == ["operation 'deploy'"]
     assert rows_of(sh.store, task_id) == before
 
 

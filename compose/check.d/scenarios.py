@@ -135,11 +135,10 @@ def flower_lists(stack: Stack, task_id: str) -> None:
 
 def logs_are_json(stack: Stack) -> None:
     """Every line every worker, the API and beat wrote to stdout so far is one JSON object with
-    the fields a shipper keys on (SUREHAND_LOG_FORMAT=json), but for the known gaps below,
-    counted and named. On stderr: the CLI's one-line start messages, and in the API container
-    the known gap of its own log records. Run once early and once after everything
-    (restarts, partition, outages). Flower is left out: it logs in plain text through its own
-    (tornado's) handlers."""
+    the fields a shipper keys on (SUREHAND_LOG_FORMAT=json), but for the known gap below,
+    counted and named. On stderr: the CLI's one-line start messages only. Run once early and
+    once after everything (restarts, partition, outages). Flower is left out: it logs in plain
+    text through its own (tornado's) handlers."""
     found: list[str] = []
     gaps: Counter[str] = Counter()
     for service in (WORKER, "worker-ops", "api", "beat"):
@@ -170,41 +169,31 @@ START_LINES = (
 
 
 def stderr_lines(name: str, service: str, text: str) -> Counter[str]:
-    """The kinds of plain line on a container's stderr. Known gap: in the API process
-    surehand's own log records (a failed publish, ...) have no handler, so Python's last
-    resort writes them plain to stderr; allowed there only. Anything else fails."""
+    """The kinds of plain line on a container's stderr: the CLI's start lines only (surehand's
+    own log records go to stdout as JSON, in the API and its publisher process too). Anything
+    else fails."""
     kinds: Counter[str] = Counter()
     for line in filter(str.strip, text.splitlines()):
-        if line.startswith(START_LINES):
-            kinds["start lines on stderr"] += 1
-        elif service == "api":
-            kinds["API log records on stderr (no handler)"] += 1
-        else:
+        if not line.startswith(START_LINES):
             raise CheckFailed(f"{name}'s stderr has a line that is no start message: {line!r}")
+        kinds["start lines on stderr"] += 1
     return kinds
 
 
-# Plain lines Celery itself prints on stdout, whatever the log format: known gaps, allowed
-# only in these forms (any other plain line fails) until surehand silences them.
-# - `surehand beat` lets Celery print its start banner (`surehand worker` passes quiet=True
-#   under SUREHAND_LOG_FORMAT=json; beat does not): the block before beat's first JSON line.
-# - A worker told to stop prints "worker: Warm shutdown (MainProcess)" (print, not logging).
-BEAT_BANNER = "celery beat v"
+# Plain lines Celery itself prints on stdout, whatever the log format: a known gap, allowed
+# only in this form (any other plain line fails) until surehand silences it: a worker told to
+# stop prints "worker: Warm shutdown (MainProcess)" (print, not logging).
 WARM_SHUTDOWN = "worker: Warm shutdown (MainProcess)"
 
 
 def json_lines(
     name: str, text: str, *, lenient: bool = False
 ) -> tuple[list[dict[str, Any]], Counter[str]]:
-    """Each non-empty line of ``text`` as a JSON object with the FIELDS, and the known gaps
-    met (lines of beat's banner, warm-shutdown lines). ``lenient`` skips any other plain
+    """Each non-empty line of ``text`` as a JSON object with the FIELDS, and the known gap
+    met (warm-shutdown lines). ``lenient`` skips any other plain
     line instead of failing (to read a log, not to judge its format)."""
     lines = [line for line in text.splitlines() if line.strip()]
     known: Counter[str] = Counter()
-    if lines and lines[0].startswith(BEAT_BANNER):
-        banner = next((n for n, line in enumerate(lines) if line.startswith("{")), len(lines))
-        known["beat's start banner lines"] = banner
-        lines = lines[banner:]
     parsed = []
     for line in lines:
         if line == WARM_SHUTDOWN:
@@ -459,9 +448,9 @@ def late_write(stack: Stack, task_id: str, worker: str) -> str | None:
     """What shows the old session was stopped, or None while a piece is missing: its agent's
     late effect refused (the worker's log line), the session's end (its outcome ``stale`` in
     Celery's log line), and in the store exactly one ``stale_owner_fenced`` event, attempt 1's
-    under epoch 2. The refusal is the session's own (it knew its lease was lost) and is only
-    logged; what the store records is the session's end of attempt, submitted with its old
-    epoch once the store is reachable and fenced there (runner.py, ``_lease_lost``)."""
+    under epoch 2: the session's end of attempt, submitted with its old epoch once the store
+    is reachable and fenced there (runner.py, ``_lease_lost``), naming the late effect its
+    agent was refused (``refused_after_lease_lost``)."""
     found = late_write_evidence(stack, task_id, worker)
     if len(found["fenced"]) > 1:
         raise CheckFailed(f"{task_id}: {len(found['fenced'])} fenced writes recorded, not one")
@@ -473,12 +462,14 @@ def late_write(stack: Stack, task_id: str, worker: str) -> str | None:
         raise CheckFailed(f"{task_id}: the fenced write is not attempt 1's under epoch 2: {event}")
     if str(event.get("by")).split(":")[0] != stack.container_id(worker):
         raise CheckFailed(f"{task_id}: the fenced write is not {worker}'s: {event}")
+    if "operation 'ledger.late'" not in (data.get("refused_after_lease_lost") or []):
+        raise CheckFailed(f"{task_id}: the fenced end does not name the refused effect: {event}")
     if "'outcome': 'stale'" not in found["ended"][0]:
         raise CheckFailed(f"{task_id}: the old session did not end fenced: {found['ended'][0]}")
     return (
         "its agent's late effect refused on the worker ('ledger.late'); the session's "
         f"{data.get('write')} by epoch 1 on that worker fenced in the store under epoch 2 "
-        "(one event); its session ended 'stale'"
+        "(one event, naming the refused effect); its session ended 'stale'"
     )
 
 

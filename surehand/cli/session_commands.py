@@ -203,7 +203,12 @@ def beat(
     # Beat's schedule file lives under SUREHAND_HOME, not in whatever directory it started in.
     sh.settings.home.mkdir(parents=True, exist_ok=True)
     schedule = str(sh.settings.home / "celerybeat-schedule")
-    sh.celery.Beat(loglevel=loglevel.upper(), max_interval=1, schedule=schedule).run()
+    sh.celery.Beat(
+        loglevel=loglevel.upper(),
+        max_interval=1,
+        schedule=schedule,
+        quiet=sh.settings.log_format == "json",  # no text banner before the JSON lines
+    ).run()
 
 
 @app.command()

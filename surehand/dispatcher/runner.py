@@ -99,6 +99,7 @@ class _Port:
 
     def _check_live(self, write: str) -> None:
         if self.session.cancelled.is_set():
+            self.session.refused_late.append(write)
             raise LeaseLost(
                 f"{write} refused: the session of {self.session.task_id} lost its lease",
                 task_id=self.session.task_id,
@@ -298,9 +299,10 @@ class SessionRunner:
         """The agent stopped after the lease was lost: submit the end of the attempt to the
         store with its epoch (see the module docstring), repeated while the store is
         unreachable, within :func:`late_write_budget`. ``stale`` when the store fenced it."""
+        refused = f"; refused after the loss: {', '.join(session.refused_late)}"
         interrupted = SessionInterrupted(
             f"the session of {session.task_id} lost its lease ({error}); its agent stopped "
-            "without settling",
+            f"without settling{refused if session.refused_late else ''}",
             cause=AttemptCause.LEASE_LOST.value,
         )
         deadline = time.monotonic() + late_write_budget(self.services.settings.lease_ttl_seconds)

@@ -86,6 +86,9 @@ class Session:
     # Set when the runtime could not record this session's work past its retries: the session
     # ends interrupted even if the agent caught the error and went on (or returned).
     interruption: SessionInterrupted | None = None
+    # What the agent tried after the lease was lost, refused before it ran (``_Port``): kept
+    # with the attempt's end, so the store, not only a log, says the late write was stopped.
+    refused_late: list[str] = field(default_factory=list)
 
     @property
     def task_id(self) -> str:
@@ -152,7 +155,15 @@ class Session:
                     reason=write.partition(":")[0],  # one event per kind of write
                     attempt_id=self.attempt.attempt_id,
                     epoch=self.attempt.number,
-                    data={"write": write, "current_epoch": current.epoch if current else None},
+                    data={
+                        "write": write,
+                        "current_epoch": current.epoch if current else None,
+                        **(
+                            {"refused_after_lease_lost": self.refused_late}
+                            if self.refused_late
+                            else {}
+                        ),
+                    },
                 ),
             )
         log.warning("%s", self._stale_message(write))
