@@ -112,6 +112,34 @@ def claude_env(
     )
 
 
+def codex_env(
+    store: Store,
+    broker: RedisServer,
+    tmp_path: Path,
+    clis: AgentClis,
+    model: ModelDouble,
+    sessions: Path,
+    sandbox: str = "auto",
+) -> dict[str, str]:
+    """A worker running the codex preset against ``model`` (a custom provider by -c), working
+    in ``tmp_path/repo`` with its sessions in ``sessions`` (outside the temp directory)."""
+    provider = f'{{name="double",base_url="{model.url}/v1",wire_api="responses"}}'
+    overrides = ["-c", "model_provider=double", "-c", f"model_providers.double={provider}"]
+    return worker_env(
+        store,
+        broker,
+        tmp_path,
+        SUREHAND_AGENTS="DEV=command",
+        SUREHAND_COMMAND_AGENT=shlex.join([str(clis.codex), "-m", "gpt-5-codex", *overrides]),
+        SUREHAND_AGENT_WORKSPACE=str(tmp_path / "repo"),
+        SUREHAND_AGENT_SANDBOX=sandbox,
+        SUREHAND_WORK_DIR=str(sessions),
+        SUREHAND_LEASE_TTL_SECONDS="3",
+        SUREHAND_AGENT_ENV="OPENAI_API_KEY",
+        OPENAI_API_KEY="test-key",
+    )
+
+
 def begun_id(exchange: Exchange) -> int:
     """The operation id of the newest effect_begin answer."""
     for text in reversed(exchange.results):
@@ -235,22 +263,7 @@ def test_codex_drives_the_session_tools_runs_in_the_workspace_and_its_last_messa
         Final(REPORT),
     ]
     with serving(OpenAIResponsesDouble(Script(steps))) as model:
-        provider = f'{{name="double",base_url="{model.url}/v1",wire_api="responses"}}'
-        overrides = ["-c", "model_provider=double", "-c", f"model_providers.double={provider}"]
-        line = shlex.join([str(clis.codex), "-m", "gpt-5-codex", *overrides])
-        env = worker_env(
-            store,
-            broker,
-            tmp_path,
-            SUREHAND_AGENTS="DEV=command",
-            SUREHAND_COMMAND_AGENT=line,
-            SUREHAND_AGENT_WORKSPACE=str(workspace),
-            SUREHAND_AGENT_SANDBOX=sandbox,
-            SUREHAND_WORK_DIR=str(sessions_off_tmp),
-            SUREHAND_LEASE_TTL_SECONDS="3",
-            SUREHAND_AGENT_ENV="OPENAI_API_KEY",
-            OPENAI_API_KEY="test-key",
-        )
+        env = codex_env(store, broker, tmp_path, clis, model, sessions_off_tmp, sandbox)
         with running(start_worker(env, tmp_path / "worker.log")) as worker:
             task_id = submitted(reconciling_client)
             settled_by(reconciling_client, store, task_id, worker)
@@ -472,21 +485,7 @@ def test_codex_killed_between_effect_begin_and_effect_end_holds_the_task_on_the_
         think_forever,
     ]
     with serving(OpenAIResponsesDouble(Script(steps))) as model:
-        provider = f'{{name="double",base_url="{model.url}/v1",wire_api="responses"}}'
-        overrides = ["-c", "model_provider=double", "-c", f"model_providers.double={provider}"]
-        line = shlex.join([str(clis.codex), "-m", "gpt-5-codex", *overrides])
-        env = worker_env(
-            store,
-            broker,
-            tmp_path,
-            SUREHAND_AGENTS="DEV=command",
-            SUREHAND_COMMAND_AGENT=line,
-            SUREHAND_AGENT_WORKSPACE=str(workspace),
-            SUREHAND_WORK_DIR=str(sessions_off_tmp),
-            SUREHAND_LEASE_TTL_SECONDS="3",
-            SUREHAND_AGENT_ENV="OPENAI_API_KEY",
-            OPENAI_API_KEY="test-key",
-        )
+        env = codex_env(store, broker, tmp_path, clis, model, sessions_off_tmp)
         with running(start_worker(env, tmp_path / "worker.log")) as worker:
             task_id = submitted(reconciling_client)
             wait_until(thinking.exists, timeout=120, what="the effect to be begun")
