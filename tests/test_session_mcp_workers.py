@@ -180,3 +180,48 @@ def test_a_stale_agent_that_keeps_calling_is_stopped_and_its_token_revoked_after
     assert '"code": "stale_owner"' in answers[0]
     [fenced] = events_of(store, task_id, EventKind.STALE_OWNER_FENCED)
     assert fenced.attempt_id == attempt.attempt_id
+
+
+def test_an_agent_whose_session_lost_its_lease_is_stopped_and_its_token_revoked(
+    store: Store, broker: RedisServer, reconciling_client: Surehand, tmp_path: Path
+) -> None:
+    client = reconciling_client
+    env = agent_env(store, broker, tmp_path, f"keep_calling {tmp_path}")
+    marker = f"{AGENT} keep_calling {tmp_path}"
+    with running(start_worker(env, tmp_path / "worker.log")) as worker:
+        created = client.write_task(
+            sender="PM", recipient="DEV", subject="Rotate the API keys", body="Open a ticket."
+        )
+        task_id = created.task_id
+        assert task_id is not None
+        wait_until(
+            lambda: _alive(worker) and (tmp_path / "ready-1").exists(),
+            timeout=90,
+            what="the agent to be ready",
+        )
+        # The lease is gone (as after a Redis failover): the worker's next renewal finds it
+        # lost and stops the program, which is deaf to SIGTERM and calls during the grace.
+        client.leases.client.delete(client.leases.key(task_id))
+        wait_until(
+            lambda: f"lease for {task_id} attempt" in worker.output(),
+            timeout=60,
+            what="the worker to find its lease lost",
+        )
+        (tmp_path / "go").write_text("", encoding="utf-8")
+
+        wait_until(
+            lambda: _alive(worker) and not agent_processes(marker),
+            timeout=90,
+            what="the program of the session that lost its lease to be stopped",
+        )
+        grant = json.loads((tmp_path / "grant.json").read_text())
+        bearer = {"Authorization": f"Bearer {grant['token']}"}
+        after = httpx.post(grant["url"], json={}, headers=bearer)
+
+    assert after.status_code == 401
+    refusal = after.json()["error"]["message"]
+    assert "lease_lost" in refusal
+    assert "its token is revoked and its program stopped" in refusal
+    answers = (tmp_path / "answers.txt").read_text().splitlines()
+    assert '"code": "lease_lost"' in answers[0]
+    assert operations_of(store, task_id) == []  # nothing it declared after the loss was kept
