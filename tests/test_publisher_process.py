@@ -14,6 +14,9 @@ import httpx
 import pytest
 import redis
 
+from surehand.config import Settings
+from surehand.dispatcher import publisher_process
+from surehand.dispatcher.publisher_process import PublisherProcess
 from surehand.store import Store
 from tests.procs import Proc, RedisServer, free_port, private_redis, running, spawn, wait_until
 from tests.submission_helpers import request
@@ -125,3 +128,19 @@ def _alive(pid: int) -> bool:
     except OSError:
         return False
     return state != "Z"
+
+
+def test_a_publisher_process_that_cannot_start_leaves_each_create_to_publish_itself(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def no_processes(*_args: object, **_kwargs: object) -> None:
+        raise OSError(11, "Resource temporarily unavailable")
+
+    publisher = PublisherProcess(Settings())
+    monkeypatch.setattr("surehand.dispatcher.publisher_process.subprocess.Popen", no_processes)
+    monkeypatch.setattr(publisher_process, "RESPAWN_SECONDS", 0.0)
+
+    # False: after_create then drains the outbox in the creating process (never raises).
+    assert publisher.wake() is False
+    assert publisher.wake() is False
+    publisher.stop()

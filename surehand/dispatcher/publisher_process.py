@@ -42,11 +42,6 @@ class PublisherProcess:
         self._stopped = False
         self._lock = threading.Lock()
 
-    @property
-    def pid(self) -> int | None:
-        """The running child's process id, if one was started."""
-        return self._child.pid if self._child is not None else None
-
     def start(self) -> None:
         """Start the child (once); it drains the outbox at once."""
         with self._lock:
@@ -90,11 +85,16 @@ class PublisherProcess:
             log.warning(
                 "the outbox publisher process ended (%s); starting another", self._child.returncode
             )
-        self._spawn()
+        try:
+            self._spawn()
+        except OSError:  # no process to be had now: this create publishes its TASK itself
+            log.exception("could not start the outbox publisher process; retrying later")
+            return False
         return True
 
     def _spawn(self) -> None:
         self._close_pipe()
+        self._child, self._spawned_at = None, time.monotonic()
         read, write = os.pipe2(os.O_CLOEXEC)  # only this process may hold the write end
         os.set_blocking(write, False)
         try:
@@ -103,10 +103,12 @@ class PublisherProcess:
                 pass_fds=(read,),
                 env={**os.environ, **_store_and_broker(self.settings)},
             )
+        except OSError:
+            os.close(write)
+            raise
         finally:
             os.close(read)
         self._write = write
-        self._spawned_at = time.monotonic()
 
     def _close_pipe(self) -> None:
         if self._write is not None:
