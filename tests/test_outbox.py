@@ -29,7 +29,7 @@ from surehand.errors import PublishFailed
 from surehand.model import Disposition, Task
 from surehand.store import Store, outbox, tasks
 from surehand.testing import ManualClock
-from tests.procs import free_port, private_redis, running, spawn, wait_until
+from tests.procs import RedisServer, free_port, private_redis, running, spawn, wait_until
 from tests.submission_helpers import TENANT, request
 
 
@@ -227,6 +227,16 @@ def test_creates_committed_during_the_spacing_are_published_in_one_batch(
     assert sorted(batches.batches[1]) == sorted(rest)
 
 
+def api_env(store: Store, server: RedisServer, *, publisher: str) -> dict[str, str]:
+    """A ``surehand api`` on ``store`` with ``server`` as its broker and lease Redis."""
+    return {
+        "SUREHAND_DATABASE_URL": store.url,
+        "SUREHAND_BROKER_URL": server.url,
+        "SUREHAND_REDIS_URL": server.url.rsplit("/", 1)[0] + "/1",
+        "SUREHAND_API_PUBLISHER": publisher,
+    }
+
+
 def _session_messages(client: redis.Redis) -> int:
     keys = client.keys("surehand.DEV*")
     return sum(int(client.llen(key)) for key in keys if client.type(key) == b"list")
@@ -236,14 +246,9 @@ def test_an_api_process_killed_after_the_commit_is_dispatched_once_by_the_next(
     store: Store, tmp_path: Path
 ) -> None:
     with private_redis(tmp_path) as server:
-        env = {
-            "SUREHAND_DATABASE_URL": store.url,
-            "SUREHAND_BROKER_URL": server.url,
-            "SUREHAND_REDIS_URL": server.url.rsplit("/", 1)[0] + "/1",
-            # The publisher in this process: a child publisher would outlive the crash long
-            # enough to drain the row itself (tests/test_publisher_process.py covers it).
-            "SUREHAND_API_PUBLISHER": "thread",
-        }
+        # The publisher in this process: a child publisher would outlive the crash long
+        # enough to drain the row itself (tests/test_publisher_process.py covers it).
+        env = api_env(store, server, publisher="thread")
         port = free_port()
         body = request(client_submission_id="outbox-killed")
         crashing = {**env, "SUREHAND_CRASH_AT": "write_task.after_commit"}

@@ -20,7 +20,7 @@ from surehand.dispatcher.publisher_process import PublisherProcess
 from surehand.store import Store
 from tests.procs import Proc, RedisServer, free_port, private_redis, running, spawn, wait_until
 from tests.submission_helpers import request
-from tests.test_outbox import _answers, _session_messages, pending, published
+from tests.test_outbox import _answers, _session_messages, api_env, pending, published
 
 MODULE = "surehand.publisher_child"
 
@@ -48,12 +48,7 @@ class Api:
 @pytest.fixture
 def api(store: Store, tmp_path: Path) -> Iterator[Api]:
     with private_redis(tmp_path) as server:
-        env = {
-            "SUREHAND_DATABASE_URL": store.url,
-            "SUREHAND_BROKER_URL": server.url,
-            "SUREHAND_REDIS_URL": server.url.rsplit("/", 1)[0] + "/1",
-            "SUREHAND_API_PUBLISHER": "process",
-        }
+        env = api_env(store, server, publisher="process")
         port = free_port()
         with running(spawn(["api", "--port", str(port)], env, tmp_path / "api.log")) as proc:
             wait_until(lambda: _answers(port), timeout=60, what="the api")

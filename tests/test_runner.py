@@ -19,7 +19,7 @@ from surehand.dispatcher import claims
 from surehand.dispatcher import runner as runner_module
 from surehand.dispatcher.recovery import loss_grace
 from surehand.dispatcher.runner import SessionOutcome
-from surehand.dispatcher.sessions import Session
+from surehand.dispatcher.sessions import MAX_REFUSED_LATE, Session
 from surehand.dispatcher.worker import CLAIM_RETRY_SECONDS
 from surehand.errors import LeaseLost, StoreUnavailable
 from surehand.facade import Surehand
@@ -408,6 +408,18 @@ def test_a_session_that_lost_its_lease_to_a_successor_submits_its_end_and_is_fen
     # The effect its agent tried after the loss is on record as refused, not only in a log.
     assert fenced.data["refused_after_lease_lost"] == ["operation 'deploy'"]
     assert rows_of(sh.store, task_id) == before
+
+
+def test_writes_refused_after_a_lost_lease_are_kept_once_each_and_few(harness: Harness) -> None:
+    # A hostile agent calling in a loop after the loss must not grow what the attempt's end
+    # records (the fenced event's data, the interruption's message).
+    sh = harness.surehand()
+    session = claimed(sh.services, committed_task(sh))
+
+    for n in range(100):
+        session.refuse_late(f"operation 'deploy-{n % 30}'")
+
+    assert session.refused_late == [f"operation 'deploy-{n}'" for n in range(MAX_REFUSED_LATE)]
 
 
 @pytest.mark.parametrize("reachable_after", [3, None])

@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 import signal
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
@@ -141,38 +143,50 @@ def agent_processes(marker: str) -> list[int]:
     return found
 
 
-def test_a_stale_agent_that_keeps_calling_is_stopped_and_its_token_revoked_after_one_event(
-    store: Store, broker: RedisServer, reconciling_client: Surehand, tmp_path: Path
-) -> None:
-    client = reconciling_client
+@contextmanager
+def keep_calling_agent(
+    store: Store, broker: RedisServer, client: Surehand, tmp_path: Path
+) -> Iterator[tuple[Proc, str]]:
+    """A worker running the hostile ``keep_calling`` agent on a new TASK, its program ready
+    and waiting for the file ``go``: (the worker, the task id)."""
     env = agent_env(store, broker, tmp_path, f"keep_calling {tmp_path}")
-    marker = f"{AGENT} keep_calling {tmp_path}"
     with running(start_worker(env, tmp_path / "worker.log")) as worker:
         created = client.write_task(
             sender="PM", recipient="DEV", subject="Rotate the API keys", body="Open a ticket."
         )
-        task_id = created.task_id
-        assert task_id is not None
+        assert created.task_id is not None
         wait_until(
             lambda: _alive(worker) and (tmp_path / "ready-1").exists(),
             timeout=90,
             what="the agent to be ready",
         )
+        yield worker, created.task_id
+
+
+def stopped_and_refused(worker: Proc, tmp_path: Path) -> httpx.Response:
+    """Once the worker stopped the agent's program: what the agent's token gets now."""
+    marker = f"{AGENT} keep_calling {tmp_path}"
+    wait_until(
+        lambda: _alive(worker) and not agent_processes(marker),
+        timeout=90,
+        what="the agent's program to be stopped",
+    )
+    grant = json.loads((tmp_path / "grant.json").read_text())
+    return httpx.post(grant["url"], json={}, headers={"Authorization": f"Bearer {grant['token']}"})
+
+
+def test_a_stale_agent_that_keeps_calling_is_stopped_and_its_token_revoked_after_one_event(
+    store: Store, broker: RedisServer, reconciling_client: Surehand, tmp_path: Path
+) -> None:
+    client = reconciling_client
+    with keep_calling_agent(store, broker, client, tmp_path) as (worker, task_id):
         [attempt] = attempts_of(store, task_id)
         # The reconciler judged the session lost (a paused worker): attempt 1 is stale now,
         # while its worker still holds the lease and its program still runs.
         client.recovery.lose(attempt, state=AttemptState.SESSION_LOST, by="test")
-        assert agent_processes(marker)
+        assert agent_processes(f"{AGENT} keep_calling {tmp_path}")
         (tmp_path / "go").write_text("", encoding="utf-8")
-
-        wait_until(
-            lambda: _alive(worker) and not agent_processes(marker),
-            timeout=60,
-            what="the stale agent's program to be stopped",
-        )
-        grant = json.loads((tmp_path / "grant.json").read_text())
-        bearer = {"Authorization": f"Bearer {grant['token']}"}
-        after = httpx.post(grant["url"], json={}, headers=bearer)
+        after = stopped_and_refused(worker, tmp_path)
 
     assert after.status_code == 401
     assert "stale_owner" in after.json()["error"]["message"]
@@ -186,19 +200,7 @@ def test_an_agent_whose_session_lost_its_lease_is_stopped_and_its_token_revoked(
     store: Store, broker: RedisServer, reconciling_client: Surehand, tmp_path: Path
 ) -> None:
     client = reconciling_client
-    env = agent_env(store, broker, tmp_path, f"keep_calling {tmp_path}")
-    marker = f"{AGENT} keep_calling {tmp_path}"
-    with running(start_worker(env, tmp_path / "worker.log")) as worker:
-        created = client.write_task(
-            sender="PM", recipient="DEV", subject="Rotate the API keys", body="Open a ticket."
-        )
-        task_id = created.task_id
-        assert task_id is not None
-        wait_until(
-            lambda: _alive(worker) and (tmp_path / "ready-1").exists(),
-            timeout=90,
-            what="the agent to be ready",
-        )
+    with keep_calling_agent(store, broker, client, tmp_path) as (worker, task_id):
         # The lease is gone (as after a Redis failover): the worker's next renewal finds it
         # lost and stops the program, which is deaf to SIGTERM and calls during the grace.
         client.leases.client.delete(client.leases.key(task_id))
@@ -208,15 +210,7 @@ def test_an_agent_whose_session_lost_its_lease_is_stopped_and_its_token_revoked(
             what="the worker to find its lease lost",
         )
         (tmp_path / "go").write_text("", encoding="utf-8")
-
-        wait_until(
-            lambda: _alive(worker) and not agent_processes(marker),
-            timeout=90,
-            what="the program of the session that lost its lease to be stopped",
-        )
-        grant = json.loads((tmp_path / "grant.json").read_text())
-        bearer = {"Authorization": f"Bearer {grant['token']}"}
-        after = httpx.post(grant["url"], json={}, headers=bearer)
+        after = stopped_and_refused(worker, tmp_path)
 
     assert after.status_code == 401
     refusal = after.json()["error"]["message"]

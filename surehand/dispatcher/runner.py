@@ -99,7 +99,7 @@ class _Port:
 
     def _check_live(self, write: str) -> None:
         if self.session.cancelled.is_set():
-            self.session.refused_late.append(write)
+            self.session.refuse_late(write)
             raise LeaseLost(
                 f"{write} refused: the session of {self.session.task_id} lost its lease",
                 task_id=self.session.task_id,

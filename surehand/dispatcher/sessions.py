@@ -73,6 +73,7 @@ _NOT_RETURNED: Any = object()  # the agent did not return (None is a result it m
 # for a killed connection (the pool reconnects at once) or a quick failover; a longer outage
 # interrupts the session (tests set these to zero).
 STORE_RETRY_DELAYS: tuple[float, ...] = (0.05, 0.25, 1.0, 2.0, 4.0)
+MAX_REFUSED_LATE = 20  # writes refused after a lost lease kept with the attempt's end
 
 
 @dataclass
@@ -93,6 +94,12 @@ class Session:
     @property
     def task_id(self) -> str:
         return self.task.task_id
+
+    def refuse_late(self, write: str) -> None:
+        """Keep a write refused after the lease was lost: each once, at most
+        :data:`MAX_REFUSED_LATE` (an agent calling in a loop must not grow the record)."""
+        if write not in self.refused_late and len(self.refused_late) < MAX_REFUSED_LATE:
+            self.refused_late.append(write)
 
     def retrying(self, write: str, call: Callable[[bool], _T]) -> _T:
         """``call(repeat)``, repeated after ``StoreUnavailable`` with the backoff of
