@@ -183,8 +183,9 @@ class Settings(BaseSettings):
         "",
         description="Where command agent sessions work: a comma list of [ROLE=]SPEC, a role's "
         "entry overriding the one without. SPEC: a directory (shared, bound read-write into the "
-        "sandbox) or worktree:/path/to/repo (a fresh git worktree per TASK on the branch "
-        "surehand/<task id>; its successors find it). The claude preset gets it with --add-dir, "
+        "sandbox) or worktree:/path/to/repo (a clone of its own per TASK on the branch "
+        "surehand/<task id>, fetched into the repository when a session ends; its successors "
+        "find it). The claude preset gets it with --add-dir, "
         "codex with -C, programs in SUREHAND_WORKSPACE (README: Claude Code and Codex doing "
         "real work).",
     )

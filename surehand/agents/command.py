@@ -63,7 +63,7 @@ from surehand.agents.presets import (
 )
 from surehand.agents.sandbox import BWRAP
 from surehand.agents.session_door import AgentGrant, SessionDoor, SessionDoorFactory
-from surehand.agents.workspaces import Workspace, Workspaces, prepare
+from surehand.agents.workspaces import Workspace, Workspaces, prepare, publish
 from surehand.config import Settings
 from surehand.errors import AgentError, ConfigError
 from surehand.fcop.render import render_recovery, render_task
@@ -251,13 +251,16 @@ class CommandAgent:
         stderr: IO[bytes],
     ) -> int:
         """Run the program's process group to its end; its exit code."""
-        launch = self._launch(ctx, work_dir, grant, self._workspace(ctx))
+        workspace = self._workspace(ctx)
+        launch = self._launch(ctx, work_dir, grant, workspace)
         group = self._start(ctx, work_dir, launch, stdout, stderr)
         try:
             code = self._wait(group, ctx)
         finally:
             group.stop()  # whatever the program left running dies with the session
             ours = self.records.release(ctx.task.task_id, ctx.attempt.attempt_id)
+            if workspace is not None:
+                publish(workspace)  # only once nothing of the program runs in the clone
         if not ours:
             raise AgentError("a later attempt of this TASK started here; this command was killed")
         return code
@@ -281,7 +284,7 @@ class CommandAgent:
             session_env=env,
             mcp=door,
             program_env=self.program.env(session),
-            writable=workspace.binds if workspace is not None else (),
+            workspace=workspace.binds if workspace is not None else (),
         )
 
     def _invocation(
