@@ -333,3 +333,31 @@ def test_the_guide_says_what_each_sandbox_option_grants() -> None:
 def test_the_default_file_does_not_resolve_without_either_password() -> None:
     shown = config_check().passwords_required(podman_compose())
     assert "does not resolve" in shown
+
+
+def test_the_workers_start_lines_reach_a_log_shipper_one_line_each(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A worker with a command agent says how its programs run in four lines on stderr, each
+    whole however long (compose/check found 'agent programs: sandbox bwrap: ...' cut in two
+    at 80 columns in a container's log, the second half a line of its own)."""
+    from surehand.cli.session_commands import announce_confinement
+    from surehand.facade import Surehand
+
+    names = [f"CHECK_LONG_VARIABLE_NAME_{n}" for n in range(12)]  # a long environment line
+    monkeypatch.setenv("SUREHAND_AGENTS", "QA=command")
+    monkeypatch.setenv("SUREHAND_COMMAND_AGENT", "true")
+    monkeypatch.setenv("SUREHAND_AGENT_SANDBOX", "none")
+    monkeypatch.setenv("SUREHAND_AGENT_ENV", ",".join(names))
+    for name in names:
+        monkeypatch.setenv(name, "x")
+    with Surehand(database_url=f"sqlite:///{tmp_path}/store.sqlite3") as sh:
+        announce_confinement(sh, ["QA"])
+    lines = capsys.readouterr().err.splitlines()
+    assert [line.split(" ", 3)[:3] for line in lines] == [
+        ["agent", "programs:", "sandbox"],
+        ["agent", "programs:", "limits"],
+        ["agent", "programs:", "user"],
+        ["agent", "programs:", "environment"],
+    ]
+    assert all(name in lines[3] for name in names)
