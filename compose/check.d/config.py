@@ -37,9 +37,7 @@ STAND_INS = {
 OFFICIAL = {"postgres": "postgres:16", "redis": "redis:7"}
 
 
-def resolve(
-    podman_compose: str, files: tuple[Path, ...], without: str = ""
-) -> dict[str, Any]:
+def resolve(podman_compose: str, files: tuple[Path, ...], without: str = "") -> dict[str, Any]:
     """The services as ``podman-compose config`` resolves ``files`` (a failure raises), with
     every required variable set but ``without``."""
     done = _config(podman_compose, files, without)

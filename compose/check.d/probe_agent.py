@@ -18,6 +18,7 @@ Stdlib only: it runs on whatever Python the worker image has.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import socket
@@ -123,10 +124,8 @@ def processes() -> dict[str, Any]:
             continue
         seen.append(f"{entry.name} {comm}: {cmdline[:80].decode(errors='replace').strip()}")
         readable = cmdline
-        try:
+        with contextlib.suppress(OSError):  # another user's: not in sight, as it should be
             readable += (entry / "environ").read_bytes()
-        except OSError:
-            pass
         found = [marker.decode() for marker in SECRETS if marker in readable]
         if found:
             leaks[f"{entry.name} {comm}"] = found

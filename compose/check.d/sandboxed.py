@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 import os
 import time
+import urllib.error
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -184,6 +186,18 @@ def probe_report(body: str) -> dict[str, Any]:
     return found
 
 
+def last_report(stack: Stack, task_id: str) -> str | None:
+    """The body of the TASK's last REPORT; None while the API answers 5xx."""
+    try:
+        reports = stack.api("GET", f"/v1/tasks/{task_id}/reports")["reports"]
+    except urllib.error.HTTPError as error:
+        if error.code < 500:
+            raise
+        return None
+    body: str = reports[-1]["body"]
+    return body
+
+
 def control(stack: Stack, spec: str) -> dict[str, Any]:
     """The probe run in the worker container itself, outside any sandbox: every target is
     there to be reached, and the worker's secrets are in sight (else the probe's silence in
@@ -213,15 +227,15 @@ def sandboxed_agent(stack: Stack) -> dict[str, float]:
     spec = targets(stack)
     outside = control(stack, spec)
     started = time.monotonic()
-    task_id = stack.submit(f"compose/check: sandboxed probe targets={spec}", recipient="QA")
+    # Retried as a client is told to: a 503 right after the Postgres restart is retryable.
+    task_id, _ = stack.submit_retrying(f"compose/check: probe targets={spec}", 60, "QA")
     wait_for(f"{task_id} in review", lambda: stack.bucket(task_id) == "review", 120)
     took = time.monotonic() - started
-    reports = stack.api("GET", f"/v1/tasks/{task_id}/reports")["reports"]
-    inside = probe_report(reports[-1]["body"])
+    inside = probe_report(wait_for(f"{task_id}'s REPORT", partial(last_report, stack, task_id), 30))
     reached = {name: seen for name, seen in inside["targets"].items() if seen["reached"]}
     worker_seen = [p for p in inside["processes"] if "surehand worker" in p or "celery" in p]
     found = (
-        f"start line {lines[names[0]][0][len(START):][:60]!r}...; secrets in sight: "
+        f"start line {lines[names[0]][0][len(START) :][:60]!r}...; secrets in sight: "
         f"{inside['secrets'] or 'none'} (the worker's own container: {len(outside['secrets'])} "
         f"processes'); processes in sight {len(inside['processes'])}; proxy {inside['proxy']}"
     )

@@ -226,7 +226,9 @@ class Stack:
         task_id: str = created["task_id"]
         return task_id
 
-    def submit_retrying(self, subject: str, timeout: float) -> tuple[str, list[str]]:
+    def submit_retrying(
+        self, subject: str, timeout: float, recipient: str = "DEV"
+    ) -> tuple[str, list[str]]:
         """Submit a TASK as a client told to retry does: the same Idempotency-Key again after a
         retryable answer (503, or 409 in progress) or no answer at all, until one succeeds.
         Its id and every answer before it (``503``, ``409``, ``no answer``)."""
@@ -235,7 +237,7 @@ class Stack:
         deadline = time.monotonic() + timeout
         while True:
             try:
-                return self.submit(subject, key, timeout=30), answers
+                return self.submit(subject, key, timeout=30, recipient=recipient), answers
             except urllib.error.HTTPError as error:
                 if error.code not in (409, 503):
                     answer = f"{error.code} {error.read()!r}"
