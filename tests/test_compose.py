@@ -361,3 +361,16 @@ def test_the_workers_start_lines_reach_a_log_shipper_one_line_each(
         ["agent", "programs:", "environment"],
     ]
     assert all(name in lines[3] for name in names)
+
+
+def test_beats_health_check_does_not_judge_a_sandbox_it_never_uses(
+    services: dict[str, dict[str, Any]],
+) -> None:
+    """Beat runs no agent and has no sandbox options: its health check (`surehand check`)
+    with a command agent configured would fail on bwrap in its container (net's `auto`
+    refuses to fall back), so it leaves the sandbox out, explicitly."""
+    assert services["beat"]["healthcheck"]["test"] == [
+        "CMD-SHELL",
+        "SUREHAND_AGENT_SANDBOX=none surehand check",
+    ]
+    assert "SUREHAND_AGENT_SANDBOX" not in services["beat"].get("environment", {})

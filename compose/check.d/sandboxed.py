@@ -138,7 +138,7 @@ def sandbox_options(stack: Stack) -> None:
         verdict = sandbox_verdict(stack, options)
         if verdict.startswith("bwrap:") != works:
             raise CheckFailed(f"worker image with {what} options: {verdict}")
-        why = verdict.split("bwrap fails here: ", 1)[-1].split(";")[0][:70]
+        why = verdict.split("bwrap fails here: ", 1)[-1].split(";")[0].split(": command")[0]
         shown.append(f"{what}: {'bwrap' if works else 'refused, ' + why}")
     refusal = worker_without_options(stack)
     say("the workers' engine options", "; ".join(shown) + f"; a worker without them: {refusal}")

@@ -52,6 +52,8 @@ def come_up(stack: Stack) -> dict[str, float]:
     for name in stack.containers(WORKER) + stack.containers("worker-ops"):
         seen[name] = watch_health_until_healthy(stack, name)
     took["workers up"] = time.monotonic() - started
+    for name in stack.containers("beat") + stack.containers("flower"):
+        seen[name] = watch_health_until_healthy(stack, name)
     say("up from nothing", ", ".join(f"{k} {v:.1f} s" for k, v in took.items()))
     failed = {name: statuses for name, statuses in seen.items() if statuses}
     say(
@@ -62,7 +64,7 @@ def come_up(stack: Stack) -> dict[str, float]:
             if failed
             else "nothing to see (each answered its first check)"
         )
-        + "; then the API and every worker healthy",
+        + "; then the API, every worker, beat and Flower healthy",
     )
     return took
 
