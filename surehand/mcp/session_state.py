@@ -87,19 +87,20 @@ class SessionBudget:
                 retry_after=wait,
             )
         if kind == "operation" and self.operations >= limits.max_operations:
-            raise _volume("max_operations", f"{limits.max_operations} operations", "journal")
+            raise _volume("max_operations", f"{limits.max_operations} operations", "journaled")
         if kind == "report" and self.reports >= limits.max_reports:
-            raise _volume("max_reports", f"{limits.max_reports} REPORT revisions", "report")
+            raise _volume("max_reports", f"{limits.max_reports} REPORT revisions", "recorded")
         if self.bytes + size > limits.max_bytes:
             mib = limits.max_bytes / MIB
-            raise _volume("max_mib", f"{mib:g} MiB of arguments", "store")
+            raise _volume("max_mib", f"{mib:g} MiB of arguments", "stored")
 
 
-def _volume(limit: str, what: str, verb: str) -> SessionLimitReached:
+def _volume(limit: str, what: str, done: str) -> SessionLimitReached:
     setting = f"SUREHAND_SESSION_TOOLS_{limit.upper()}"
     return SessionLimitReached(
-        f"this session has used its {what} ({setting}); nothing more is {verb}ed for it: "
-        "finish the work you can and end with your final message, which is still your REPORT",
+        f"this session has used its {what} ({setting}); nothing more of that kind is {done} "
+        "for it: finish the work you can and end with your final message, which is still your "
+        "REPORT",
         limit=limit,
     )
 
