@@ -170,12 +170,17 @@ def submitted(client: Surehand) -> str:
     return created.task_id
 
 
-def settled_by(client: Surehand, store: Store, task_id: str, worker: Proc) -> None:
+def settled_by(
+    client: Surehand, store: Store, task_id: str, worker: Proc, *, or_held: bool = False
+) -> None:
+    """Wait until the TASK is settled for review (``or_held``: or held for its approver)."""
+
     def settled() -> bool:
         if worker.returncode is not None:
             pytest.fail(f"the worker exited:\n{worker.output()[-3000:]}")
         client.reconciler.run_once()
-        return read_task(store, task_id).bucket is Bucket.REVIEW
+        task = read_task(store, task_id)
+        return task.bucket is Bucket.REVIEW or (or_held and task.hold is not None)
 
     wait_until(settled, timeout=180, interval=0.5, what=f"{task_id} to be settled")
 

@@ -19,6 +19,7 @@ import subprocess
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -26,7 +27,7 @@ import pytest
 
 from surehand.agents.presets import hook_settings
 from surehand.facade import Surehand
-from surehand.model import Bucket, OperationState
+from surehand.model import OperationState
 from surehand.store import Store
 from tests.agent_clis import AgentClis
 from tests.model_doubles import (
@@ -39,14 +40,15 @@ from tests.model_doubles import (
     StepFor,
     serving,
 )
-from tests.procs import Proc, RedisServer, running, start_worker, wait_until
-from tests.session_helpers import operations_of, read_task
+from tests.procs import RedisServer, running, start_worker
+from tests.session_helpers import operations_of
 from tests.test_agent_clis_real import (  # noqa: F401  (fixtures)
     CLAUDE_ENV,
     REPORT,
     begun_id,
     claude_env,
     clis,
+    settled_by,
     submitted,
     workspace,
 )
@@ -99,49 +101,51 @@ def journaled_commands(store: Store, task_id: str) -> list[str]:
     return found
 
 
-def finished_by(client: Surehand, store: Store, task_id: str, worker: Proc) -> None:
-    """Wait until the TASK is settled for review or held (the assertions then say which)."""
+@dataclass
+class Claude:
+    """Runs the claude preset under a real worker, one TASK at a time, to review or a hold."""
 
-    def finished() -> bool:
-        if worker.returncode is not None:
-            pytest.fail(f"the worker exited:\n{worker.output()[-3000:]}")
-        client.reconciler.run_once()
-        task = read_task(store, task_id)
-        return task.bucket is Bucket.REVIEW or task.hold is not None
+    store: Store
+    broker: RedisServer
+    client: Surehand
+    tmp_path: Path
+    clis: AgentClis
+    workspace: Path
 
-    wait_until(finished, timeout=180, interval=0.5, what=f"{task_id} to be finished")
+    def run(
+        self, steps: list[StepFor], changes: dict[str, str] | None = None, sandbox: str = "auto"
+    ) -> tuple[str, AnthropicDouble]:
+        """The TASK's id and the model double that played it."""
+        with serving(AnthropicDouble(Script(steps))) as model:
+            env = claude_env(self.store, self.broker, self.tmp_path, self.clis, model, sandbox)
+            env.update(changes or {})
+            with running(start_worker(env, self.tmp_path / "worker.log")) as worker:
+                task_id = submitted(self.client)
+                # Held or settled: each test's assertions say which it must be.
+                settled_by(self.client, self.store, task_id, worker, or_held=True)
+        assert isinstance(model, AnthropicDouble)
+        return task_id, model
 
-
-def run_claude(
-    steps: list[StepFor],
-    env_changes: dict[str, str],
-    store: Store,
-    broker: RedisServer,
-    client: Surehand,
-    tmp_path: Path,
-    clis: AgentClis,
-    sandbox: str = "auto",
-) -> tuple[str, AnthropicDouble]:
-    """One TASK run by the claude preset under a real worker, to review; its id and model."""
-    with serving(AnthropicDouble(Script(steps))) as model:
-        env = claude_env(store, broker, tmp_path, clis, model, sandbox=sandbox)
-        env.update(env_changes)
-        with running(start_worker(env, tmp_path / "worker.log")) as worker:
-            task_id = submitted(client)
-            finished_by(client, store, task_id, worker)
-    assert isinstance(model, AnthropicDouble)
-    return task_id, model
+    def journaled(self, task_id: str) -> list[str]:
+        return journaled_commands(self.store, task_id)
 
 
-def test_a_decoy_effect_begin_does_not_silence_the_journal_its_calls_are_linked_to_it(
+@pytest.fixture
+def claude(
     store: Store,
     broker: RedisServer,
     reconciling_client: Surehand,
     tmp_path: Path,
     clis: AgentClis,
     workspace: Path,
+) -> Claude:
+    return Claude(store, broker, reconciling_client, tmp_path, clis, workspace)
+
+
+def test_a_decoy_effect_begin_does_not_silence_the_journal_its_calls_are_linked_to_it(
+    claude: Claude,
 ) -> None:
-    ledger = tmp_path / "deploys.txt"
+    ledger = claude.tmp_path / "deploys.txt"
     deploy = f"echo deployed >> {ledger}"
     steps: list[StepFor] = [
         Call("ToolSearch", {"query": SESSION_TOOLS, "max_results": 5}),
@@ -152,25 +156,18 @@ def test_a_decoy_effect_begin_does_not_silence_the_journal_its_calls_are_linked_
         ),
         Final(REPORT),
     ]
-    task_id, _ = run_claude(steps, {}, store, broker, reconciling_client, tmp_path, clis)
+    task_id, _ = claude.run(steps)
 
     assert ledger.read_text() == "deployed\n"
-    thinking, journaled = operations_of(store, task_id)
+    thinking, journaled = operations_of(claude.store, task_id)
     assert (thinking.name, thinking.state) == ("thinking", OperationState.SUCCEEDED)
     assert (journaled.name, journaled.state) == ("claude:Bash", OperationState.SUCCEEDED)
     assert journaled.args == {"undeclared": True, "tool": "Bash", "input": {"command": deploy}}
     assert journaled.declared_within == (thinking.operation_id,)
 
 
-def test_a_written_declared_json_does_not_silence_the_journal(
-    store: Store,
-    broker: RedisServer,
-    reconciling_client: Surehand,
-    tmp_path: Path,
-    clis: AgentClis,
-    workspace: Path,
-) -> None:
-    ledger = tmp_path / "deploys.txt"
+def test_a_written_declared_json_does_not_silence_the_journal(claude: Claude) -> None:
+    ledger = claude.tmp_path / "deploys.txt"
     deploys = [f"echo deploy-{n} >> {ledger}" for n in (1, 2, 3)]
 
     def declare_forever(exchange: Exchange) -> Step:
@@ -178,33 +175,24 @@ def test_a_written_declared_json_does_not_silence_the_journal(
         return Call("Write", {"file_path": str(state), "content": "[1]"})
 
     steps: list[StepFor] = [bash(deploys[0]), declare_forever, bash(deploys[1]), bash(deploys[2])]
-    task_id, _ = run_claude(
-        [*steps, Final(REPORT)], {}, store, broker, reconciling_client, tmp_path, clis
-    )
+    task_id, _ = claude.run([*steps, Final(REPORT)])
 
     assert ledger.read_text().splitlines() == ["deploy-1", "deploy-2", "deploy-3"]
-    assert journaled_commands(store, task_id) == deploys  # three effects, three records
+    assert claude.journaled(task_id) == deploys  # three effects, three records
 
 
-def test_a_loop_that_kills_hook_processes_does_not_silence_the_journal(
-    store: Store,
-    broker: RedisServer,
-    reconciling_client: Surehand,
-    tmp_path: Path,
-    clis: AgentClis,
-    workspace: Path,
-) -> None:
-    ledger = tmp_path / "deploys.txt"
+def test_a_loop_that_kills_hook_processes_does_not_silence_the_journal(claude: Claude) -> None:
+    ledger = claude.tmp_path / "deploys.txt"
     killer = f"nohup python3 -c {shlex.quote(HOOK_KILLER)} >/dev/null 2>&1 & sleep 1"
     deploy = f"echo deployed >> {ledger}"
     steps: list[StepFor] = [bash(killer), bash(deploy), Final(REPORT)]
     # In the bwrap sandbox: the loop sees only the session's own processes. (Before the hooks
     # were http hooks, it killed each hook's shell, Claude Code ran the call regardless, and
     # the killer's own intent was never settled.)
-    task_id, _ = run_claude(steps, {}, store, broker, reconciling_client, tmp_path, clis)
+    task_id, _ = claude.run(steps)
 
     assert ledger.read_text() == "deployed\n"
-    assert journaled_commands(store, task_id) == [killer, deploy]
+    assert claude.journaled(task_id) == [killer, deploy]
 
 
 class Unanswering(BaseHTTPRequestHandler):
@@ -253,14 +241,9 @@ def test_a_hook_the_session_server_does_not_answer_blocks_the_call(
 
 
 def test_project_and_user_settings_the_agent_writes_neither_drop_the_hooks_nor_allow_a_tool(
-    store: Store,
-    broker: RedisServer,
-    reconciling_client: Surehand,
-    tmp_path: Path,
-    clis: AgentClis,
-    workspace: Path,
+    claude: Claude,
 ) -> None:
-    ledger, planted = tmp_path / "deploys.txt", workspace / "planted.txt"
+    ledger, planted = claude.tmp_path / "deploys.txt", claude.workspace / "planted.txt"
     settings = json.dumps(EVIL_SETTINGS)
     plant = (
         "import os, pathlib, time\n"
@@ -280,22 +263,18 @@ def test_project_and_user_settings_the_agent_writes_neither_drop_the_hooks_nor_a
         Final(REPORT),
     ]
     changes = {"SUREHAND_CLAUDE_TOOLS": "Bash"}  # the operator allows no Write
-    task_id, _ = run_claude(steps, changes, store, broker, reconciling_client, tmp_path, clis)
+    task_id, _ = claude.run(steps, changes)
 
     assert ledger.read_text() == "deployed\n"
-    assert journaled_commands(store, task_id) == [planting, deploy]
+    assert claude.journaled(task_id) == [planting, deploy]
     assert not planted.exists()
 
 
 def test_git_push_with_an_injected_receive_pack_is_refused_under_a_push_rule(
-    store: Store,
-    broker: RedisServer,
-    reconciling_client: Surehand,
-    tmp_path: Path,
-    clis: AgentClis,
-    workspace: Path,
+    claude: Claude,
 ) -> None:
-    origin, marker = tmp_path / "origin.git", tmp_path / "injected"
+    workspace, origin = claude.workspace, claude.tmp_path / "origin.git"
+    marker = claude.tmp_path / "injected"
     subprocess.run(["git", "init", "-q", "--bare", str(origin)], check=True)
     git = ["git", "-C", str(workspace), "-c", "user.name=t", "-c", "user.email=t@example.com"]
     subprocess.run([*git, "remote", "add", "origin", str(origin)], check=True)
@@ -306,13 +285,11 @@ def test_git_push_with_an_injected_receive_pack_is_refused_under_a_push_rule(
     pushed = "git push origin HEAD:refs/heads/feature"
     steps: list[StepFor] = [bash(into), bash(injected), bash(pushed), Final(REPORT)]
     changes = {"SUREHAND_CLAUDE_TOOLS": "Bash(git push:*),Bash(cd:*)"}
-    task_id, model = run_claude(
-        steps, changes, store, broker, reconciling_client, tmp_path, clis, sandbox="none"
-    )
+    task_id, model = claude.run(steps, changes, sandbox="none")
 
     assert not marker.exists()  # real git never ran the injected command
     assert "--receive-pack" in json.dumps(model.requests[-2])  # the refusal names the option
-    assert journaled_commands(store, task_id) == [into, pushed]
+    assert claude.journaled(task_id) == [into, pushed]
     branches = subprocess.run(
         ["git", "-C", str(origin), "branch"], capture_output=True, text=True, check=True
     )

@@ -7,16 +7,12 @@ error status, which Claude Code (``onFailure: "block"``) turns into a blocked ca
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import httpx
-import pytest
 
 from surehand.agents.claude_hook import HookPolicy
-from surehand.agents.context import SessionContext, SessionPort
 from surehand.agents.presets import hook_url
 from surehand.digest import operation_fingerprint
 from surehand.dispatcher.sessions import Session
@@ -31,33 +27,20 @@ from tests.session_helpers import (  # noqa: F401  (harness fixtures)
     harness,
     operations_of,
 )
-from tests.test_session_mcp import call, structured
+from tests.test_session_mcp import (  # noqa: F401  (fixtures)
+    call,
+    context_of,
+    mcp,
+    sh,
+    structured,
+)
 
 POLICY = HookPolicy(allowed=("mcp__surehand", "Bash"))
 DEPLOY = {"command": "make deploy", "description": "ship it"}
 
 
-@pytest.fixture
-def sh(harness: Harness, monkeypatch: pytest.MonkeyPatch) -> Surehand:
-    monkeypatch.setattr("surehand.dispatcher.sessions.STORE_RETRY_DELAYS", ())
-    return harness.surehand()
-
-
-@pytest.fixture
-def mcp(sh: Surehand) -> Iterator[SessionMcp]:
-    server = SessionMcp(sh.services)
-    yield server
-    server.stop()
-
-
 def granted(mcp: SessionMcp, session: Session, hooks: HookPolicy | None = POLICY) -> Grant:
-    ctx = SessionContext(
-        task=session.task,
-        attempt=session.attempt,
-        port=cast(SessionPort, None),
-        cancelled=threading.Event(),
-    )
-    return mcp.grant(ctx, hooks)
+    return mcp.grant(context_of(session), hooks)
 
 
 def hook(
@@ -200,12 +183,7 @@ def test_a_stale_attempts_call_is_denied_and_its_session_stopped(
     task_id = committed_task(sh)
     session = claimed(sh.services, task_id)
     stopped: list[str] = []
-    ctx = SessionContext(
-        task=session.task,
-        attempt=session.attempt,
-        port=cast(SessionPort, None),
-        cancelled=threading.Event(),
-    )
+    ctx = context_of(session)
     ctx.stop = lambda code, why: stopped.append(code)  # type: ignore[method-assign]
     grant = mcp.grant(ctx, POLICY)
     session.fail(RuntimeError("the agent raised"))  # attempt 1 no longer owns the TASK

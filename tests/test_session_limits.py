@@ -15,13 +15,15 @@ from pathlib import Path
 
 import pytest
 
+from surehand.dispatcher.context import Services
 from surehand.errors import SessionLimitReached, SessionRateLimited
 from surehand.facade import Surehand
 from surehand.mcp.session_server import SessionMcp
 from surehand.mcp.session_state import MIB, SessionBudget, SessionLimits
-from surehand.model import Bucket, ReportStatus
+from surehand.mcp.session_tools import Grant
+from surehand.model import ReportStatus
 from surehand.store import Store
-from tests.procs import RedisServer, running, start_worker, wait_until
+from tests.procs import RedisServer, running, start_worker
 from tests.session_helpers import (  # noqa: F401  (harness fixtures)
     Harness,
     claimed,
@@ -31,6 +33,7 @@ from tests.session_helpers import (  # noqa: F401  (harness fixtures)
     read_task,
     reports_of,
 )
+from tests.test_agent_clis_real import settled_by
 from tests.test_agent_groups import reconciling_client  # noqa: F401  (fixture)
 from tests.test_session_hooks import DEPLOY, decision, granted, hook
 from tests.test_session_mcp import call, structured
@@ -96,12 +99,17 @@ def limited(harness: Harness, monkeypatch: pytest.MonkeyPatch) -> Iterator[Sessi
     server.stop()
 
 
+def session_of(server: SessionMcp) -> tuple[Services, str, Grant]:
+    """A claimed TASK's session, granted (with hooks) on ``server``."""
+    services = server.services
+    task_id = committed_task(services)
+    return services, task_id, granted(server, claimed(services, task_id))
+
+
 def test_a_progress_flood_is_refused_typed_and_the_session_keeps_working(
     limited: SessionMcp,
 ) -> None:
-    services = limited.services
-    task_id = committed_task(services)
-    grant = granted(limited, claimed(services, task_id))
+    services, task_id, grant = session_of(limited)
 
     answers = [call(grant, "progress", {"note": f"step {n}"}) for n in range(4)]
     begun = structured(call(grant, "effect_begin", {"name": "deploy", "args": {}}))
@@ -118,9 +126,7 @@ def test_a_progress_flood_is_refused_typed_and_the_session_keeps_working(
 def test_arguments_past_the_byte_limit_are_refused_before_they_are_stored(
     limited: SessionMcp,
 ) -> None:
-    services = limited.services
-    task_id = committed_task(services)
-    grant = granted(limited, claimed(services, task_id))
+    services, task_id, grant = session_of(limited)
 
     refused = structured(call(grant, "report", {"body": "x" * MIB, "status": "in_progress"}))
 
@@ -131,9 +137,7 @@ def test_arguments_past_the_byte_limit_are_refused_before_they_are_stored(
 def test_a_journaled_call_past_the_operation_limit_is_denied_never_run_unjournaled(
     limited: SessionMcp,
 ) -> None:
-    services = limited.services
-    task_id = committed_task(services)
-    grant = granted(limited, claimed(services, task_id))
+    services, task_id, grant = session_of(limited)
     calls = [{"command": f"make deploy-{n}"} for n in range(3)]
 
     answers = [decision(hook(grant, "pre", f"toolu_{n}", c)) for n, c in enumerate(calls)]
@@ -175,13 +179,7 @@ def test_a_hostile_agents_tool_flood_under_a_real_worker_is_refused_and_its_task
             sender="PM", recipient="DEV", subject="flood", body=body
         )
         task_id = str(created.task_id)
-
-        def settled() -> bool:
-            assert worker.returncode is None, worker.output()[-3000:]
-            reconciling_client.reconciler.run_once()
-            return read_task(store, task_id).bucket is Bucket.REVIEW
-
-        wait_until(settled, timeout=180, interval=0.5, what=f"{task_id} to be settled")
+        settled_by(reconciling_client, store, task_id, worker)
 
     *progress, final = reports_of(store, task_id)
     findings = json.loads(final.body)

@@ -17,7 +17,10 @@ reason and whose ``data`` is the problem document, as ``application/json``: that
 clients show (the official client replaces any other error body with "Server returned an
 error response"). Behind it, every tool call is fenced in the store
 (:mod:`surehand.mcp.session_tools`): the token is who may ask, the store's epoch decides
-whether the write applies.
+whether the write applies, and the session's budget how much it may write
+(:mod:`surehand.mcp.session_state`). The same gate answers Claude Code's ``http`` hooks at
+``/tasks/<task_id>/hooks/<event>`` (:mod:`surehand.mcp.session_hooks`), by the grant's hook
+policy.
 """
 
 from __future__ import annotations
