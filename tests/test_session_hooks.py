@@ -7,16 +7,19 @@ error status, which Claude Code (``onFailure: "block"``) turns into a blocked ca
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
 import httpx
 
+from surehand.agents.briefing import brief_for
 from surehand.agents.claude_hook import HookPolicy
 from surehand.agents.presets import hook_url
 from surehand.digest import operation_fingerprint
 from surehand.dispatcher.sessions import Session
 from surehand.facade import Surehand
+from surehand.fcop.render import render_recovery
 from surehand.mcp.session_server import SessionMcp
 from surehand.mcp.session_tools import Grant
 from surehand.model import OperationState
@@ -113,6 +116,11 @@ def test_a_call_inside_a_decoy_declared_effect_is_journaled_and_linked_to_it(
     # The link is not part of the call's identity: the same call is the same effect.
     assert deploy.fingerprint == operation_fingerprint(deploy.name, deploy.args)
     assert again.startswith("deny: surehand: this call already ran for this TASK")
+    # A successor's brief (and TASK.md) says which declared effect the call ran within.
+    successor = dataclasses.replace(grant.session.attempt, number=2)
+    brief = brief_for(sh.store, task_id, successor).to_dict()
+    assert [e["declared_within"] for e in brief["effects"]] == [(), (decoy["operation_id"],)]
+    assert f"within operation {decoy['operation_id']})" in render_recovery(brief)
 
 
 def test_no_file_the_agent_writes_in_its_session_directory_exempts_a_call(
