@@ -116,7 +116,7 @@ class CommandAgent:
 
     def __call__(self, ctx: SessionContext) -> str:
         mcp = self.mcp
-        grant = mcp.grant(ctx) if mcp is not None else None
+        grant = mcp.grant(ctx, self.program.hook_policy()) if mcp is not None else None
         self.running.add(ctx.attempt.attempt_id)
         try:
             return self._session(ctx, grant)
@@ -413,4 +413,5 @@ def preset_options(settings: Settings) -> PresetOptions:
         effectful=items(settings.claude_effectful),
         read_only_commands=items(settings.claude_read_only_commands),
         codex_sandbox=settings.codex_sandbox,
+        hook_timeout=settings.claude_hook_timeout_seconds,
     )
