@@ -14,16 +14,21 @@ from pathlib import Path
 import pytest
 
 from surehand.agents import worker_git
+from surehand.agents.claude_hook import HookPolicy
+from surehand.agents.command import CommandAgent
+from surehand.agents.context import SessionContext
 from surehand.agents.workspaces import Spec, Workspaces, prepare, publish
 from surehand.errors import ConfigError
 from tests.session_helpers import (  # noqa: F401  (harness fixture)
     Harness,
+    claimed,
     committed_task,
     harness,
     reports_of,
 )
 from tests.skips import missing
 from tests.test_command_agent import command_surehand
+from tests.test_session_mcp import context_of
 
 
 def git(repo: Path, *args: str) -> str:
@@ -261,3 +266,42 @@ def test_a_hostile_agent_cannot_arm_git_against_the_worker_or_move_another_tasks
     assert "repository's refs read-only" in report.body
     assert git(repo, "rev-parse", f"surehand/{victim}") == victim_head
     assert git(repo, "show", f"surehand/{later}:work.txt") == later
+
+
+class _GrantRecorded(Exception):
+    """Raised by the recording door: the session need not start for the test."""
+
+
+class _RecordingDoor:
+    def __init__(self) -> None:
+        self.policies: list[HookPolicy | None] = []
+
+    def grant(self, ctx: SessionContext, hooks: HookPolicy | None = None) -> object:
+        self.policies.append(hooks)
+        raise _GrantRecorded
+
+    def revoke(self, grant: object) -> None:
+        raise AssertionError("nothing was granted")
+
+    def door(self) -> tuple[int, Path]:
+        raise AssertionError("no door is needed")
+
+
+def test_a_worktree_sessions_push_rule_names_its_repositorys_remotes_and_no_other(
+    harness: Harness, repo: Path
+) -> None:
+    git(repo, "remote", "add", "upstream", "https://git.example.com/app.git")
+    door = _RecordingDoor()
+    settings = harness.settings(
+        agents="DEV=command", command_agent="claude", agent_workspace=f"DEV=worktree:{repo}"
+    )
+    agent = CommandAgent.from_settings(settings, lambda _settings: door)  # type: ignore[arg-type,return-value]
+    sh = harness.surehand()
+    session = claimed(sh.services, committed_task(sh))
+
+    with pytest.raises(_GrantRecorded):
+        agent(context_of(session))
+
+    [policy] = door.policies
+    assert policy is not None
+    assert policy.git_remotes == ("upstream",)

@@ -46,6 +46,7 @@ from typing import IO, Any
 from surehand.agents import session_dirs
 from surehand.agents.briefing import brief_for
 from surehand.agents.context import SessionContext
+from surehand.agents.git_rules import DEFAULT_REMOTES
 from surehand.agents.group_records import GroupRecord, GroupRecords
 from surehand.agents.groups import AgentGroup
 from surehand.agents.launch import Confinement, Launch
@@ -116,10 +117,12 @@ class CommandAgent:
 
     def __call__(self, ctx: SessionContext) -> str:
         mcp = self.mcp
-        grant = mcp.grant(ctx, self.program.hook_policy()) if mcp is not None else None
+        workspace = self._workspace(ctx)
+        policy = self.program.hook_policy(_remote_names(workspace))
+        grant = mcp.grant(ctx, policy) if mcp is not None else None
         self.running.add(ctx.attempt.attempt_id)
         try:
-            return self._session(ctx, grant)
+            return self._session(ctx, grant, workspace)
         finally:
             self.running.discard(ctx.attempt.attempt_id)
             if mcp is not None and grant is not None:
@@ -220,14 +223,16 @@ class CommandAgent:
         """The store the briefing of a successor is read from (engines shared per process)."""
         return Store.from_settings(self.settings)
 
-    def _session(self, ctx: SessionContext, grant: AgentGrant | None) -> str:
+    def _session(
+        self, ctx: SessionContext, grant: AgentGrant | None, workspace: Workspace | None
+    ) -> str:
         work_dir = self._prepare(ctx, grant)
         outputs = self.work_dir / OUTPUTS_DIR / ctx.attempt.attempt_id
         with (
             open_private(outputs, "stdout.txt") as stdout,
             open_private(outputs, "stderr.txt") as stderr,
         ):
-            code = self._run(ctx, work_dir, grant, stdout, stderr)
+            code = self._run(ctx, work_dir, grant, workspace, (stdout, stderr))
             output = self._report_text(work_dir, stdout)
             if code != 0:
                 raise AgentError(
@@ -247,13 +252,13 @@ class CommandAgent:
         ctx: SessionContext,
         work_dir: Path,
         grant: AgentGrant | None,
-        stdout: IO[bytes],
-        stderr: IO[bytes],
+        workspace: Workspace | None,
+        outputs: tuple[IO[bytes], IO[bytes]],
     ) -> int:
-        """Run the program's process group to its end; its exit code."""
-        workspace = self._workspace(ctx)
+        """Run the program's process group to its end (``outputs``: its standard output and
+        error); its exit code."""
         launch = self._launch(ctx, work_dir, grant, workspace)
-        group = self._start(ctx, work_dir, launch, stdout, stderr)
+        group = self._start(ctx, work_dir, launch, *outputs)
         try:
             code = self._wait(group, ctx)
         finally:
@@ -398,6 +403,14 @@ class CommandAgent:
             self.settings.session_retention_seconds, self.settings.command_timeout_seconds + 60
         )
         session_dirs.sweep(self.work_dir, retention=retention, keep=set(self.running))
+
+
+def _remote_names(workspace: Workspace | None) -> tuple[str, ...]:
+    """The remotes a scoped push rule lets the session push to: its clone's (the
+    repository's), else ``origin`` (a shared directory's remotes the worker never reads)."""
+    if workspace is None or workspace.repo is None:
+        return DEFAULT_REMOTES
+    return tuple(name for name, _url in workspace.remotes)
 
 
 def preset_options(settings: Settings) -> PresetOptions:
