@@ -49,6 +49,7 @@ from sqlalchemy import func, select
 from surehand.config import Settings
 from surehand.doors.auth import is_loopback
 from surehand.doors.hosts import SETTING, HostRule
+from surehand.doors.throttle import FailureThrottle, fingerprint
 from surehand.errors import ConfigError, SurehandError
 from surehand.store import Store
 from surehand.store.schema import tasks as tasks_table
@@ -146,13 +147,16 @@ def observe_pass(seconds: float, lost: int, admissions: Mapping[str, int]) -> No
 
 MAX_TENANT_LABELS = 100  # tenants beyond the largest 100 are summed under OTHER_TENANTS
 OTHER_TENANTS = "_other"
+ALL_TENANTS = "_all"  # every tenant as one, for a reader who may not see tenants' names
 
 
 class TaskCounts:
-    """A collector: ``surehand_tasks{tenant, bucket}``, counted in the database per scrape."""
+    """A collector: ``surehand_tasks{tenant, bucket}``, counted in the database per scrape;
+    without ``tenants`` every tenant is counted as one (``tenant="_all"``)."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, *, tenants: bool = True) -> None:
         self.store = store
+        self.tenants = tenants
 
     def collect(self) -> Iterator[Metric]:
         """One gauge family; empty if the database cannot be read right now."""
@@ -165,6 +169,8 @@ class TaskCounts:
             rows = self._rows()
         except SurehandError:
             return
+        if not self.tenants:
+            rows = [(ALL_TENANTS, bucket, count) for _tenant, bucket, count in rows]
         for (tenant, bucket), count in _cap_tenants(rows).items():
             family.add_metric([tenant, bucket], count)
         yield family
@@ -191,10 +197,11 @@ def _cap_tenants(rows: Iterable[tuple[str, str, int]]) -> dict[tuple[str, str], 
     return counts
 
 
-def store_registry(store: Store) -> CollectorRegistry:
-    """A registry holding the database-backed metrics of ``store`` (one per API app)."""
+def store_registry(store: Store, *, tenants: bool = True) -> CollectorRegistry:
+    """A registry holding the database-backed metrics of ``store`` (one per API app); without
+    ``tenants``, no tenant's name."""
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(TaskCounts(store))
+    registry.register(TaskCounts(store, tenants=tenants))
     return registry
 
 
@@ -216,16 +223,31 @@ WSGIApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
 
 
 def guarded(app: WSGIApp, token: str) -> WSGIApp:
-    """``app`` behind ``Authorization: Bearer <token>`` (401 otherwise)."""
+    """``app`` behind ``Authorization: Bearer <token>``: 401 otherwise, and 429 (with
+    ``Retry-After``) for a client or a token that keeps failing (:mod:`surehand.doors.throttle`)."""
+    throttle = FailureThrottle()
 
     def check(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
-        if token_matches(token, environ.get("HTTP_AUTHORIZATION")):
+        header = environ.get("HTTP_AUTHORIZATION")
+        if token_matches(token, header):
             return app(environ, start_response)
-        headers = [("Content-Type", "text/plain"), ("WWW-Authenticate", 'Bearer realm="surehand"')]
-        start_response("401 Unauthorized", headers)
+        scheme, _, presented = (header or "").partition(" ")
+        refusal = None
+        if scheme.lower() == "bearer" and presented.strip():
+            client = str(environ.get("REMOTE_ADDR", "unknown"))
+            refusal = throttle.failed(client, fingerprint(presented.strip()), "metrics token")
+        if refusal is not None:
+            wait = str(refusal.details["retry_after"])
+            start_response("429 Too Many Requests", [*_PLAIN, ("Retry-After", wait)])
+            return [f"{refusal.message}\n".encode()]
+        start_response("401 Unauthorized", [*_PLAIN, ("WWW-Authenticate", _REALM)])
         return [b"send Authorization: Bearer <SUREHAND_METRICS_TOKEN>\n"]
 
     return check
+
+
+_PLAIN = [("Content-Type", "text/plain")]
+_REALM = 'Bearer realm="surehand"'
 
 
 class _Server(ThreadingMixIn, WSGIServer):

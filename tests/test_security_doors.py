@@ -52,8 +52,9 @@ def app(sh: Surehand) -> FastAPI:
 
 
 def client(app: FastAPI, token: str | None = "tok-pm", host: str = "127.0.0.1") -> TestClient:
+    """A loopback caller (the token-less API answers only those)."""
     headers = {"Authorization": f"Bearer {token}"} if token else {}
-    return TestClient(app, base_url=f"http://{host}", headers=headers)
+    return TestClient(app, base_url=f"http://{host}", headers=headers, client=("127.0.0.1", 50000))
 
 
 def count_tasks(store: Store) -> int:
