@@ -315,6 +315,8 @@ def flower(
     """Run Flower on surehand's Celery app: sessions show as surehand.run_session(TASK id).
 
     Extra arguments go to Flower (e.g. --basic-auth=user:pass); its FLOWER_* variables apply.
+    Flower runs in / with surehand's settings and FLOWER_* only (no API token), so nothing in
+    this directory is imported or executed: give files (--conf, --certfile) as absolute paths.
     On a loopback address its web UI and HTTP API (/api/tasks) answer without credentials
     (FLOWER_UNAUTHENTICATED_API=true unless set); on any other address it refuses to start
     without --basic-auth=user:password or FLOWER_BASIC_AUTH (or Flower's --auth).
@@ -329,9 +331,13 @@ def flower(
     bind_host = host or settings.flower_host
     _flower_auth(bind_host, ctx.args)
     os.environ["SUREHAND_BROKER_URL"] = settings.broker_url
-    argv = [
-        sys.executable,
-        "-m",
+    os.environ["SUREHAND_HOME"] = str(settings.home.resolve())
+    from surehand import children  # isolated: not this directory's modules, nor API tokens
+
+    # Celery imports the -A module with the working directory on sys.path, and Flower executes
+    # ./flowerconfig.py if there is one: it runs in / (files it is given: absolute paths).
+    os.chdir("/")
+    argv = children.python_module(
         "celery",
         "-A",
         "surehand.celery_entry",
@@ -339,8 +345,8 @@ def flower(
         f"--address={bind_host}",
         f"--port={settings.flower_port if port is None else port}",
         *ctx.args,
-    ]
-    os.execv(sys.executable, argv)
+    )
+    os.execve(sys.executable, argv, children.environment(prefixes=("FLOWER_",)))
 
 
 _FLOWER_AUTH_OPTIONS = ("--basic-auth", "--basic_auth", "--auth")
