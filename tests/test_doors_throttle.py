@@ -26,7 +26,7 @@ from surehand.doors.serving import BackgroundServer
 from surehand.facade import Surehand
 from surehand.mcp.tools import build_server
 from surehand.mcp.transport import MCP_PATH, http_app
-from surehand.metrics import serve_metrics
+from surehand.metrics_port import serve_metrics
 from surehand.store import Store
 
 RIGHT = "pm-token-0123456789"

@@ -26,7 +26,7 @@ from surehand.errors import ConfigError
 from surehand.facade import Surehand
 from surehand.mcp.tools import Tools, build_server
 from surehand.mcp.transport import MCP_PATH, http_app
-from surehand.metrics import serve_metrics
+from surehand.metrics_port import serve_metrics
 from surehand.store import Store, tasks
 
 TOKENS = "tok-pm=alice:PM:acme,tok-dev=dan:DEV:acme,tok-admin=root:ADMIN:acme,tok-g=olga:PM:globex"

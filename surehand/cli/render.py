@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Group, RenderableType
 from rich.markup import escape
@@ -14,16 +14,18 @@ from rich.text import Text
 
 from surehand.cli.tables import Cell, Column, FittedTable
 from surehand.doors.labels import operation_label
-from surehand.model import (
-    Attempt,
-    InterruptionCase,
-    Operation,
-    Report,
-    SubmissionDiagnosis,
-    Task,
-    TaskEvent,
-    WriteTaskResult,
-)
+
+if TYPE_CHECKING:  # records are rendered, never built, here: no need to import them first
+    from surehand.model import (
+        Attempt,
+        InterruptionCase,
+        Operation,
+        Report,
+        SubmissionDiagnosis,
+        Task,
+        TaskEvent,
+        WriteTaskResult,
+    )
 
 BUCKET_STYLE = {
     "inbox": "cyan",

@@ -24,9 +24,9 @@ from surehand.cli.common import (
 )
 from surehand.cli.render import cases_table
 from surehand.errors import ConfigError, NoAgentForRole, OperationFailed
-from surehand.facade import Surehand
 
 if TYPE_CHECKING:  # the rest is imported by the commands that use it (CLI start-up time)
+    from surehand.facade import Surehand
     from surehand.requests import Effect
 
 RedisUrl = Annotated[
@@ -51,6 +51,8 @@ def _open(
     # sessions touch the database in short bursts, and threads beyond the pool wait for a
     # connection instead of each holding a Postgres backend (a 1,000-session worker filled
     # Postgres' max_connections when the pools were sized to its concurrency).
+    from surehand.facade import Surehand
+
     return Surehand(
         database_url=database_url,
         redis_url=redis_url,

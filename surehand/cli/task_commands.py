@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -35,14 +35,16 @@ from surehand.cli.render import (
     task_view,
     tasks_table,
 )
-from surehand.cli.watch import WatchSpec, parse_buckets
-from surehand.cli.watch import watch as watch_tasks
-from surehand.dispatcher import dispatch
-from surehand.facade import Surehand
-from surehand.model import Bucket, ConflictCode, Disposition, Task
+
+if TYPE_CHECKING:  # the rest is imported by the commands that use it (CLI start-up time)
+    from surehand.cli.watch import WatchSpec
+    from surehand.facade import Surehand
+    from surehand.model import Bucket, Task
 
 
 def _open(database_url: str | None, tenant: str | None) -> Surehand:
+    from surehand.facade import Surehand
+
     return Surehand(database_url=database_url, tenant=tenant)
 
 
@@ -108,6 +110,8 @@ def submit(
         "risk_level": risk_level,
         "client_submission_id": submission_id,
     }
+    from surehand.model import ConflictCode, Disposition
+
     result = _open(database_url, tenant).write_task(request)
     if as_json:
         emit_json(result.to_dict())
@@ -240,6 +244,8 @@ def list_tasks(
 ) -> None:
     """List TASKs, newest first; --watch keeps the table live."""
     if watch or until_bucket:
+        from surehand.cli.watch import WatchSpec
+
         _watch(
             open_existing(database_url, tenant),
             WatchSpec(bucket, recipient, limit, interval, _buckets(until_bucket), task, timeout),
@@ -256,11 +262,15 @@ def list_tasks(
 
 def _notes(sh: Surehand, found: list[Task]) -> dict[str, str]:
     """Dispatch notes by task_id: undispatchable TASKs, and TASKs unclaimed for long."""
+    from surehand.dispatcher import dispatch
+
     notes = {task.task_id: dispatch.waiting_note(sh.services, task) for task in found}
     return {task_id: note for task_id, note in notes.items() if note}
 
 
 def _buckets(text: str | None) -> frozenset[Bucket]:
+    from surehand.cli.watch import parse_buckets
+
     try:
         return parse_buckets(text)
     except ValueError as exc:
@@ -268,6 +278,8 @@ def _buckets(text: str | None) -> frozenset[Bucket]:
 
 
 def _watch(sh: Surehand, spec: WatchSpec, *, as_json: bool) -> None:
+    from surehand.cli.watch import watch as watch_tasks
+
     if spec.until and not spec.task_id:
         raise typer.BadParameter("--until-bucket needs --task TASK-…", param_hint="--task")
     if spec.task_id:
@@ -299,6 +311,8 @@ def show(
 ) -> None:
     """Show a whole TASK: its fields and body, history, REPORTs (the latest in full),
     attempts, operations and interruption cases. Long text wraps; nothing is cut."""
+    from surehand.dispatcher import dispatch
+
     if (task_id is None) == (submission_id is None):
         raise typer.BadParameter("give a TASK id or --id SUBMISSION_ID (one of them)")
     sh = open_existing(database_url, tenant)
