@@ -9,8 +9,9 @@ from that checkout and once from this one (``PYTHONPATH``), with the same interp
 installed packages, interleaved so that a noisy machine affects both alike. Each variant has a
 private, migrated, empty SQLite store (``SUREHAND_HOME``). Rows:
 
-- ``python -c pass`` and ``python -c 'import sqlalchemy'``: the interpreter's own start, and the
-  least a command that reads the store must import (the floors);
+- ``python -c pass``, ``python -c 'import sqlalchemy'`` and ``python -c 'import typer,
+  pydantic_settings, sqlalchemy'``: the interpreter's own start, the store's library, and the
+  least ``surehand tasks`` must import (its command line, its settings, its store): the floors;
 - ``surehand --help``;
 - ``surehand tasks --json`` on the empty store;
 - ``surehand effect --name bench -- true`` outside a session: it starts, parses its options
@@ -49,6 +50,10 @@ TARGET = 0.3
 FLOORS = {
     "python -c pass": ["-c", "pass"],
     "python -c 'import sqlalchemy'": ["-c", "import sqlalchemy"],
+    "python -c 'import typer, pydantic_settings, sqlalchemy'": [
+        "-c",
+        "import typer, pydantic_settings, sqlalchemy",
+    ],
 }
 COMMANDS = {
     "surehand --help": ["--help"],

@@ -115,6 +115,11 @@ def _meters() -> _Meters:
     )
 
 
+def register() -> None:
+    """Register this process's counters now (a scrape then names every one, counted or not)."""
+    _meters()
+
+
 def observe_submission(disposition: str) -> None:
     """One write_task call ended with ``disposition``."""
     _meters().submissions.labels(disposition).inc()
@@ -233,7 +238,7 @@ def exposition(*extra: CollectorRegistry) -> tuple[bytes, str]:
     """The text exposition of this process's metrics (and ``extra``) and its content type."""
     from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 
-    _meters()  # every counter named, even those nothing counted yet
+    register()  # every counter named, even those nothing counted yet
     payload = generate_latest(REGISTRY) + b"".join(generate_latest(r) for r in extra)
     return payload, CONTENT_TYPE_LATEST
 

@@ -95,7 +95,7 @@ def serve_metrics(
     the ``Host`` names ``hosts`` allows, loopback by default). ConfigError for a port off
     loopback without a token (:func:`check_port`)."""
     check_port(host, token)
-    metrics.exposition()  # every counter registered before the first scrape
+    metrics.register()  # every counter named from the first scrape on
     app: WSGIApp = make_wsgi_app(REGISTRY)
     if token:
         app = guarded(app, token)
