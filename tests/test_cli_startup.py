@@ -122,7 +122,7 @@ def test_reading_tasks_imports_no_counters_and_no_agent_machinery(
     store_home: tuple[Path, str],
 ) -> None:
     home, task_id = store_home
-    assert _imports(home, "tasks", "--json", watched=NOT_FOR_READING) == []
+    assert _imports(home, "tasks", "--json", watched=(*NOT_FOR_READING, "rich")) == []
     assert _imports(home, "show", task_id, watched=NOT_FOR_READING) == []
 
 

@@ -7,13 +7,17 @@ Before: at 80 columns every TASK id read ``TASK-20261206…`` and case ids were 
 
 from __future__ import annotations
 
+import os
+import subprocess
 from pathlib import Path
 
 import pytest
 
+from surehand.cli.common import EXIT_TIMEOUT
 from surehand.dispatcher.claims import claim
 from surehand.facade import Surehand
 from surehand.testing import ManualClock
+from tests.procs import SUREHAND
 from tests.test_cli_show import _run
 
 LONG_SUBJECT = "Fix the login page so that a long subject wraps instead of pushing ids off"
@@ -63,3 +67,18 @@ def test_cases_prints_whole_case_and_task_ids(
     assert max(len(line) for line in shown.splitlines()) <= columns
     if columns == 80:
         assert "admission" in shown
+
+
+def test_the_watched_table_keeps_whole_ids_too(listed: tuple[str, list[str], list[str]]) -> None:
+    """``tasks --watch`` renders the same fitted table live (here until its timeout)."""
+    url, task_ids, _ = listed
+    done = subprocess.run(
+        [*SUREHAND, "tasks", "--watch", "--interval", "0.2", "--timeout", "1"],
+        env={**os.environ, "SUREHAND_DATABASE_URL": url, "COLUMNS": "80"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == EXIT_TIMEOUT, done.stderr
+    assert [task_id for task_id in task_ids if task_id not in done.stdout] == []

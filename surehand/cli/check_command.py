@@ -12,7 +12,6 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Annotated, Literal
 
 import typer
-from rich.table import Table
 
 from surehand.cli.app import app
 from surehand.cli.common import (
@@ -27,6 +26,8 @@ from surehand.cli.common import (
 from surehand.errors import ConfigError, SurehandError
 
 if TYPE_CHECKING:  # the checks import what they check when they run (CLI start-up time)
+    from rich.table import Table
+
     from surehand.config import Settings
 
 Status = Literal["ok", "warn", "fail"]
@@ -421,6 +422,8 @@ def check(
 
 
 def _table(checks: list[Check]) -> Table:
+    from rich.table import Table
+
     style = {"ok": "green", "warn": "yellow", "fail": "bold red"}
     table = Table(title="surehand check")
     for column in ("check", "status", "found", "fix"):

@@ -9,11 +9,9 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, ParamSpec, TypeVar, cast
 
 import typer
-from rich.console import Console
-from rich.markup import escape
 
 from surehand.errors import (
     ConfigError,
@@ -29,14 +27,44 @@ from surehand.errors import (
 
 if TYPE_CHECKING:  # imported by the commands that use them: `--help` and `surehand effect`
     # need neither pydantic-settings nor the store (tests/test_cli_startup.py)
+    from rich.console import Console
+
     from surehand.config import Settings
     from surehand.facade import Surehand
 
 P = ParamSpec("P")
 R = TypeVar("R")
 
-console = Console()
-err_console = Console(stderr=True)
+
+class _Console:
+    """A rich Console made when first used: a command that prints only JSON (``tasks --json``,
+    ``surehand effect``) never imports rich."""
+
+    def __init__(self, *, stderr: bool = False) -> None:
+        self._stderr = stderr
+        self._console: Console | None = None
+
+    def made(self) -> Console:
+        """The rich Console itself (made now if it was not)."""
+        if self._console is None:
+            from rich.console import Console
+
+            self._console = Console(stderr=self._stderr)
+        return self._console
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.made(), name)
+
+
+console = cast("Console", _Console())
+err_console = cast("Console", _Console(stderr=True))
+
+
+def rich_console(handle: Console) -> Console:
+    """The rich Console behind ``console`` or ``err_console``, for a rich API that takes one
+    (``Live``): it renders through the Console's own attributes, not through a stand-in."""
+    return handle.made() if isinstance(handle, _Console) else handle
+
 
 # Exit codes scripts can branch on.
 EXIT_OK = 0
@@ -191,6 +219,8 @@ def handle_errors(func: Callable[P, R]) -> Callable[P, R]:
             else:
                 # Soft-wrapped (one line in a log, greppable) and escaped: a message quoting
                 # "[::1]" or "[default]" is not rich markup.
+                from rich.markup import escape
+
                 message = escape(error.message)
                 err_console.print(f"[bold red]error[/] ({error.code}): {message}", soft_wrap=True)
             raise typer.Exit(exit_code_for(error)) from None

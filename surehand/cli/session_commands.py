@@ -22,7 +22,6 @@ from surehand.cli.common import (
     require_services,
     wait_for_store,
 )
-from surehand.cli.render import cases_table
 from surehand.errors import ConfigError, NoAgentForRole, OperationFailed
 
 if TYPE_CHECKING:  # the rest is imported by the commands that use it (CLI start-up time)
@@ -254,6 +253,8 @@ def recover(
     if as_json:
         emit_json(outcome.to_dict())
         return
+    from surehand.cli.render import cases_table
+
     console.print(f"[bold]{outcome.admission.value}[/]: {outcome.reason}")
     if outcome.case is not None:
         console.print(cases_table([outcome.case]))
@@ -282,6 +283,8 @@ def review(
     if as_json:
         emit_json(case.to_dict())
     else:
+        from surehand.cli.render import cases_table
+
         console.print(cases_table([case]))
 
 
@@ -300,6 +303,8 @@ def cases(
     if as_json:
         emit_json([case.to_dict() for case in found])
     else:
+        from surehand.cli.render import cases_table
+
         console.print(cases_table(found))
 
 

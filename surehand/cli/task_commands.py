@@ -22,21 +22,10 @@ from surehand.cli.common import (
     handle_errors,
     open_existing,
 )
-from surehand.cli.render import (
-    attempts_table,
-    cases_table,
-    diagnosis_table,
-    history_table,
-    operations_table,
-    report_view,
-    reports_table,
-    result_table,
-    task_table,
-    task_view,
-    tasks_table,
-)
 
-if TYPE_CHECKING:  # the rest is imported by the commands that use it (CLI start-up time)
+# The rest -- the runtime, the records, the rich renderings (surehand.cli.render) -- is imported
+# by the commands that use it: CLI start-up time (tests/test_cli_startup.py).
+if TYPE_CHECKING:
     from surehand.cli.watch import WatchSpec
     from surehand.facade import Surehand
     from surehand.model import Bucket, Task
@@ -116,6 +105,8 @@ def submit(
     if as_json:
         emit_json(result.to_dict())
     else:
+        from surehand.cli.render import result_table
+
         console.print(result_table(result))
     if result.disposition is Disposition.CONFLICT:
         assert result.conflict is not None
@@ -159,6 +150,8 @@ def report(
     if as_json:
         emit_json(result.to_dict())
         return
+    from surehand.cli.render import reports_table
+
     console.print(reports_table([result.report]))
     if result.deduplicated:
         console.print("[yellow]deduplicated[/]: an identical REPORT exists; nothing was written")
@@ -198,6 +191,8 @@ def move(
     if as_json:
         emit_json(task.to_dict())
     else:
+        from surehand.cli.render import task_table
+
         console.print(task_table(task))
 
 
@@ -257,6 +252,8 @@ def list_tasks(
     if as_json:
         emit_json([task.to_dict() for task in found])
     else:
+        from surehand.cli.render import tasks_table
+
         console.print(tasks_table(found, _notes(sh, found)))
 
 
@@ -338,17 +335,19 @@ def show(
             }
         )
         return
-    console.print(task_view(task, note))
-    console.print(history_table(history))
+    from surehand.cli import render
+
+    console.print(render.task_view(task, note))
+    console.print(render.history_table(history))
     if found_reports:
-        console.print(reports_table(found_reports))
-        console.print(report_view(found_reports[-1]))  # the latest, in full
+        console.print(render.reports_table(found_reports))
+        console.print(render.report_view(found_reports[-1]))  # the latest, in full
     if found_attempts:
-        console.print(attempts_table(found_attempts))
+        console.print(render.attempts_table(found_attempts))
     if found_operations:
-        console.print(operations_table(found_operations))
+        console.print(render.operations_table(found_operations))
     if found_cases:
-        console.print(cases_table(found_cases))
+        console.print(render.cases_table(found_cases))
 
 
 @app.command()
@@ -373,6 +372,8 @@ def diagnose(
         emit_json([item.to_dict() for item in found] if stalled else found[0].to_dict())
         return
     for item in found:
+        from surehand.cli.render import diagnosis_table
+
         console.print(diagnosis_table(item))
     if stalled and not found:
         console.print("no stalled submissions")
