@@ -294,11 +294,13 @@ class Settings(BaseSettings):
         "421 (protection against DNS rebinding). Add the names clients use behind a proxy.",
     )
     api_forwarded_allow_ips: str = Field(
-        "127.0.0.1",
+        "",
         description="Comma list of proxy addresses (IPs or networks, or *) whose "
-        "X-Forwarded-For and X-Forwarded-Proto headers the API trusts: behind a TLS proxy in "
-        "another container, list its address so that the console sees https (its cookie gets "
-        "Secure) and the real client address (sign-in throttling counts per client).",
+        "X-Forwarded-For and X-Forwarded-Proto headers the API (and MCP over HTTP) believes; "
+        "default none: from anyone else they are ignored, since any local process could "
+        "otherwise pick the address it is throttled as. Behind a TLS proxy, list its address "
+        "so that the console sees https (its cookie gets Secure) and the real client address "
+        "(failed tokens are counted per client).",
     )
     api_docs: bool = Field(
         True,
@@ -313,6 +315,20 @@ class Settings(BaseSettings):
     )
     console_session_seconds: float = Field(
         8 * 3600.0, gt=0, description="The longest a console session lasts, used or not."
+    )
+    console_searches_per_minute: int = Field(
+        60,
+        ge=1,
+        description="Text searches (a board, list or live refresh with a search) one console "
+        "principal may run per minute, with as many at once; beyond, 429 with Retry-After.",
+    )
+    search_scan_rows: int = Field(
+        5000,
+        ge=100,
+        le=1_000_000,
+        description="TASKs a text search (the console's search box, Surehand.find_tasks and "
+        "count_tasks with text) reads per query: the newest ones that pass the other filters. "
+        "A page that ends there offers the next one; a count past it is a lower bound.",
     )
     metrics_token: str = Field(
         "",

@@ -9,12 +9,9 @@ from __future__ import annotations
 
 import os
 from dataclasses import asdict, dataclass
-from typing import Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Literal
 
 import typer
-from rich.table import Table
-from sqlalchemy import select
-from sqlalchemy.exc import SQLAlchemyError
 
 from surehand.cli.app import app
 from surehand.cli.common import (
@@ -26,12 +23,12 @@ from surehand.cli.common import (
     emit_json,
     handle_errors,
 )
-from surehand.config import Settings
 from surehand.errors import ConfigError, SurehandError
-from surehand.facade import Surehand
-from surehand.model import OperationState
-from surehand.store import Store, migrate, schema
-from surehand.store.engine import sqlite_file
+
+if TYPE_CHECKING:  # the checks import what they check when they run (CLI start-up time)
+    from rich.table import Table
+
+    from surehand.config import Settings
 
 Status = Literal["ok", "warn", "fail"]
 CONNECT_TIMEOUT_S = 5
@@ -61,6 +58,8 @@ def is_deployment(settings: Settings) -> bool:
 def missing_store(settings: Settings) -> Check | None:
     """The finding for a SQLite store that does not exist (warn for `up`, which creates it;
     fail for a deployment); None when there is one, or the database is Postgres."""
+    from surehand.store.engine import sqlite_file
+
     path = sqlite_file(settings.resolved_database_url())
     if path is None or path.is_file():
         return None
@@ -83,6 +82,8 @@ def check_database(settings: Settings) -> list[Check]:
         return [missing]
     # libpq reads this: an unreachable Postgres host fails in seconds instead of minutes.
     os.environ.setdefault("PGCONNECT_TIMEOUT", str(CONNECT_TIMEOUT_S))
+    from surehand.store import Store, migrate
+
     store = Store.from_settings(settings)
     where = store.describe()
     try:
@@ -304,6 +305,8 @@ def check_probes(settings: Settings, *, read_intents: bool = True) -> list[Check
     whose probe is missing there is held after SUREHAND_PROBE_WAIT_SECONDS instead of decided.
     Says nothing when no probe is registered or named.
     """
+    from surehand.facade import Surehand
+
     try:
         sh = Surehand(settings=settings)
     except SurehandError:
@@ -331,6 +334,12 @@ def check_probes(settings: Settings, *, read_intents: bool = True) -> list[Check
 
 def _probes_named_by_open_intents(settings: Settings) -> dict[str, list[str]]:
     """Probe name -> TASK ids of the open intents naming it (empty if the store cannot say)."""
+    from sqlalchemy import select
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from surehand.model import OperationState
+    from surehand.store import Store, schema
+
     store = Store(settings.resolved_database_url(), pool_size=1)
     query = (
         select(schema.operations.c.probe, schema.operations.c.task_id)
@@ -390,6 +399,8 @@ def check(
     served role's agent and probes, the probes registered here (SUREHAND_PROBES,
     SUREHAND_AGENTS) and those open intents lack. Fails on a deployment (a shared broker)
     with no agent for a served role."""
+    from surehand.config import Settings
+
     overrides = {"database_url": database_url, "redis_url": redis_url, "broker_url": broker_url}
     settings = Settings().model_copy(update={k: v for k, v in overrides.items() if v is not None})
     checks = [*check_database(settings), *check_redis(settings), *check_broker(settings)]
@@ -411,6 +422,8 @@ def check(
 
 
 def _table(checks: list[Check]) -> Table:
+    from rich.table import Table
+
     style = {"ok": "green", "warn": "yellow", "fail": "bold red"}
     table = Table(title="surehand check")
     for column in ("check", "status", "found", "fix"):

@@ -8,12 +8,11 @@ import sys
 import threading
 from pathlib import Path
 from types import FrameType
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from surehand import logjson
-from surehand.agents import groups
 from surehand.cli.app import app
 from surehand.cli.common import (
     EXIT_ERROR,
@@ -31,11 +30,12 @@ from surehand.cli.common import (
     require_services,
     wait_for_store,
 )
-from surehand.cli.demo import run_demo
-from surehand.config import DEFAULT_HOME, Settings
-from surehand.embedded import Embedded, Progress
 from surehand.errors import ConfigError
-from surehand.facade import Surehand
+
+if TYPE_CHECKING:  # imported by the commands that use them: `surehand --help` and the other
+    # commands do not pay for the runtime (tests/test_cli_startup.py)
+    from surehand.config import Settings
+    from surehand.embedded import Embedded, Progress
 
 Host = Annotated[
     str | None,
@@ -55,6 +55,8 @@ LogLevel = Annotated[str, typer.Option(envvar="SUREHAND_LOGLEVEL", help="debug|i
 
 def _settings(**overrides: object) -> Settings:
     """Settings from the environment with the command line's explicit values on top."""
+    from surehand.config import Settings
+
     return Settings().model_copy(update={k: v for k, v in overrides.items() if v is not None})
 
 
@@ -91,6 +93,9 @@ def up(
     QA and OPS unless SUREHAND_AGENTS is set. Ctrl-C stops it cleanly (running sessions
     finish first; a second Ctrl-C exits at once). With --demo it stops after the demo.
     """
+    from surehand.cli.demo import run_demo
+    from surehand.embedded import Embedded
+
     settings = _settings(
         home=home, database_url=database_url, redis_url=redis_url, broker_url=broker_url
     )
@@ -157,6 +162,8 @@ def _stopping(as_json: bool) -> Progress:
 
 
 def _trap_signals(stop: threading.Event) -> None:
+    from surehand.agents import groups  # now: a signal handler must not import
+
     def on_signal(signum: int, _frame: FrameType | None) -> None:
         if stop.is_set():
             # A second Ctrl-C: leave now. Sessions cut off here are found lost by the next
@@ -189,6 +196,8 @@ def _announce(embedded: Embedded, *, as_json: bool, hints: bool) -> None:
         )
         sys.stdout.flush()
         return
+    from surehand.config import DEFAULT_HOME
+
     custom_home = not settings.database_url and settings.home != DEFAULT_HOME
     home = f"SUREHAND_HOME={settings.home} " if custom_home else ""
     home += invoked_as()
@@ -241,6 +250,8 @@ def api(
     require_services(settings, "api", embedded=embedded)
     logjson.install(settings.log_format)
     bind_port = settings.api_port if port is None else port
+    from surehand.facade import Surehand
+
     sh = Surehand(settings=settings)
     wait_for_store(sh, "api")
     # Recover and review requests run admission in this process: it needs the probes too.
@@ -291,6 +302,8 @@ def mcp(
 
     settings = _settings(database_url=database_url, broker_url=broker_url, tenant=tenant)
     chosen = transport or settings.mcp_transport
+    from surehand.facade import Surehand
+
     sh = Surehand(settings=settings)
     if chosen == "stdio":
         run_stdio(sh)
@@ -315,6 +328,8 @@ def flower(
     """Run Flower on surehand's Celery app: sessions show as surehand.run_session(TASK id).
 
     Extra arguments go to Flower (e.g. --basic-auth=user:pass); its FLOWER_* variables apply.
+    Flower runs in / with surehand's settings and FLOWER_* only (no API token), so nothing in
+    this directory is imported or executed: give files (--conf, --certfile) as absolute paths.
     On a loopback address its web UI and HTTP API (/api/tasks) answer without credentials
     (FLOWER_UNAUTHENTICATED_API=true unless set); on any other address it refuses to start
     without --basic-auth=user:password or FLOWER_BASIC_AUTH (or Flower's --auth).
@@ -329,9 +344,13 @@ def flower(
     bind_host = host or settings.flower_host
     _flower_auth(bind_host, ctx.args)
     os.environ["SUREHAND_BROKER_URL"] = settings.broker_url
-    argv = [
-        sys.executable,
-        "-m",
+    os.environ["SUREHAND_HOME"] = str(settings.home.resolve())
+    from surehand import children  # isolated: not this directory's modules, nor API tokens
+
+    # Celery imports the -A module with the working directory on sys.path, and Flower executes
+    # ./flowerconfig.py if there is one: it runs in / (files it is given: absolute paths).
+    os.chdir("/")
+    argv = children.python_module(
         "celery",
         "-A",
         "surehand.celery_entry",
@@ -339,8 +358,8 @@ def flower(
         f"--address={bind_host}",
         f"--port={settings.flower_port if port is None else port}",
         *ctx.args,
-    ]
-    os.execv(sys.executable, argv)
+    )
+    os.execve(sys.executable, argv, children.environment(prefixes=("FLOWER_",)))
 
 
 _FLOWER_AUTH_OPTIONS = ("--basic-auth", "--basic_auth", "--auth")
