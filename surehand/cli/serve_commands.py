@@ -178,9 +178,14 @@ def _trap_signals(stop: threading.Event) -> None:
 
 
 def _announce(embedded: Embedded, *, as_json: bool, hints: bool) -> None:
+    from surehand.store import describe_url
+
     settings = embedded.settings
     store = embedded.sh.store.describe()
     agents = "demo agent" if embedded.demo_agents else "SUREHAND_AGENTS"
+    # The URLs' passwords stay out of the terminal and its logs, as the store's does.
+    broker = describe_url(settings.broker_url) if settings.broker_url else settings.broker_url
+    leases = describe_url(settings.redis_url) if settings.redis_url else "in-process (fakeredis)"
     if as_json:
         emit_event(
             {
@@ -190,8 +195,8 @@ def _announce(embedded: Embedded, *, as_json: bool, hints: bool) -> None:
                 "database": store,
                 "roles": embedded.roles,
                 "probes": embedded.sh.registry.probe_names(),
-                "broker": settings.broker_url,
-                "leases": settings.redis_url or "in-process (fakeredis)",
+                "broker": broker,
+                "leases": leases,
             }
         )
         sys.stdout.flush()
@@ -207,7 +212,7 @@ def _announce(embedded: Embedded, *, as_json: bool, hints: bool) -> None:
         console.print(f"  HTTP API    {embedded.api_url}   (OpenAPI: {embedded.api_url}/docs)")
         console.print(f"  console     {embedded.api_url}/ui/   (sign in with an API token)")
     console.print(f"  worker      roles {', '.join(embedded.roles)} ({agents})")
-    console.print(f"  leases      {settings.redis_url or 'in-process (fakeredis)'}")
+    console.print(f"  leases      {leases}")
     console.print(f"  probes      {', '.join(embedded.sh.registry.probe_names()) or 'none'}")
     if not hints:
         return
