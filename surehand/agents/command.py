@@ -46,6 +46,7 @@ from typing import IO, Any
 from surehand.agents import session_dirs
 from surehand.agents.briefing import brief_for
 from surehand.agents.context import SessionContext
+from surehand.agents.gateway import SessionNet
 from surehand.agents.group_records import GroupRecord, GroupRecords
 from surehand.agents.groups import AgentGroup
 from surehand.agents.launch import Confinement, Launch
@@ -251,13 +252,16 @@ class CommandAgent:
         stderr: IO[bytes],
     ) -> int:
         """Run the program's process group to its end; its exit code."""
-        launch = self._launch(ctx, work_dir, grant, self._workspace(ctx))
-        group = self._start(ctx, work_dir, launch, stdout, stderr)
-        try:
-            code = self._wait(group, ctx)
-        finally:
-            group.stop()  # whatever the program left running dies with the session
-            ours = self.records.release(ctx.task.task_id, ctx.attempt.attempt_id)
+        door = self.mcp.door() if grant is not None and self.mcp is not None else None
+        label = f"{ctx.task.task_id} attempt {ctx.attempt.number}"
+        with self.confinement.net.session(label, door) as network:  # its ways out end with it
+            launch = self._launch(ctx, work_dir, grant, self._workspace(ctx), network)
+            group = self._start(ctx, work_dir, launch, stdout, stderr)
+            try:
+                code = self._wait(group, ctx)
+            finally:
+                group.stop()  # whatever the program left running dies with the session
+                ours = self.records.release(ctx.task.task_id, ctx.attempt.attempt_id)
         if not ours:
             raise AgentError("a later attempt of this TASK started here; this command was killed")
         return code
@@ -268,8 +272,8 @@ class CommandAgent:
         work_dir: Path,
         grant: AgentGrant | None,
         workspace: Workspace | None,
+        network: SessionNet | None,
     ) -> Launch:
-        door = self.mcp.door() if grant is not None and self.mcp is not None else None
         session = self._invocation(work_dir, grant, workspace)
         env = self._session_env(ctx, work_dir, grant)
         if workspace is not None:
@@ -279,7 +283,7 @@ class CommandAgent:
             name=ctx.attempt.attempt_id,
             session_dir=work_dir,
             session_env=env,
-            mcp=door,
+            network=network,
             program_env=self.program.env(session),
             writable=workspace.binds if workspace is not None else (),
         )
