@@ -78,7 +78,7 @@ class Script:
 
 @dataclass
 class ModelDouble:
-    """A model API double on 127.0.0.1: ``url`` to point the CLI at, ``requests`` it got."""
+    """A model API double on loopback: ``url`` to point the CLI at, ``requests`` it got."""
 
     script: Script
     requests: list[dict[str, Any]] = field(default_factory=list)
@@ -87,7 +87,8 @@ class ModelDouble:
     @property
     def url(self) -> str:
         assert self.server is not None
-        return f"http://127.0.0.1:{self.server.server_address[1]}"
+        host, port = self.server.server_address[:2]
+        return f"http://{host!s}:{port}"
 
     def results_of(self, body: dict[str, Any]) -> list[str]:
         raise NotImplementedError
@@ -273,9 +274,9 @@ def _handler(double: ModelDouble) -> type[BaseHTTPRequestHandler]:
 
 
 @contextmanager
-def serving(double: ModelDouble) -> Iterator[ModelDouble]:
-    """Serve ``double`` on a free loopback port while the block runs."""
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(double))
+def serving(double: ModelDouble, host: str = "127.0.0.1") -> Iterator[ModelDouble]:
+    """Serve ``double`` on a free port of ``host`` (a loopback address) while the block runs."""
+    server = ThreadingHTTPServer((host, 0), _handler(double))
     server.daemon_threads = True
     double.server = server
     thread = threading.Thread(target=server.serve_forever, daemon=True)

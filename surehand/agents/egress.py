@@ -118,7 +118,7 @@ def parse_rule(item: str) -> Rule:
             "names the worker's loopback without a port (it holds the store, the broker and "
             f"the API): list the one port, e.g. {host}:8080",
         )
-    return Rule(host, port, wildcard=wildcard)
+    return Rule(host, port, wildcard=wildcard, public_only=wildcard)
 
 
 def _split(text: str, item: str) -> tuple[str, int | None]:

@@ -149,7 +149,8 @@ class Gateway:
         handler = _to_unix(target, idle)
 
         async def start() -> asyncio.Task[None]:
-            return asyncio.create_task(relay.accept(listener, Budget(connections, owner), handler))
+            budget = Budget(connections, owner)
+            return asyncio.create_task(relay.accept({listener: handler}, budget))
 
         task = self.call(start())
 
@@ -172,26 +173,29 @@ class Gateway:
     async def _open(self, spec: SessionSpec, directory: Path) -> SessionNet:
         budget = Budget(spec.connections, f"the session of {spec.label}")
         net = SessionNet(directory, [], {}, directory / PORTAL.name, self, budget)
+        handlers = {}
         try:
             for host, port, name, handler in _routes(spec):
-                self._serve(net, directory / name, handler)
+                handlers[_listen_unix(directory / name, net.listeners)] = handler
                 net.forwards.append(Forward(host, port, directory / name))
         except BaseException:
             await net._close()
             raise
+        net.tasks.append(asyncio.create_task(relay.accept(handlers, budget)))
         proxy = next((f for f in net.forwards if f.socket.name == "proxy"), None)
         if proxy is not None:
             net.env = proxy_env(f"http://127.0.0.1:{proxy.port}")
         return net
 
-    def _serve(self, net: SessionNet, path: Path, handler: Handler) -> None:
-        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        net.listeners.append(listener)
-        listener.bind(str(path))
-        path.chmod(0o666)  # its directory is the agent user's alone
-        listener.listen(128)
-        listener.setblocking(False)
-        net.tasks.append(asyncio.create_task(relay.accept(listener, net.budget, handler)))
+
+def _listen_unix(path: Path, opened: list[socket.socket]) -> socket.socket:
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    opened.append(listener)
+    listener.bind(str(path))
+    path.chmod(0o666)  # its directory is the agent user's alone
+    listener.listen(128)
+    listener.setblocking(False)
+    return listener
 
 
 def _routes(spec: SessionSpec) -> list[tuple[str, int, str, Handler]]:

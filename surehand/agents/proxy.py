@@ -95,10 +95,10 @@ class Proxy:
             return
         if request.head is None:
             writer.write(b"HTTP/1.1 200 Connection Established\r\n\r\n")
-        else:
+            await pipe((reader, writer), upstream, self.idle)
+        else:  # the request's body goes on while its answer's head is awaited
             upstream[1].write(request.head)
-            await _answer(upstream, writer, self.idle)
-        await pipe((reader, writer), upstream, self.idle)
+            await pipe((reader, writer), upstream, self.idle, head=_answer)
 
     async def connect(self, request: Request) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
         """A connection to an address of ``request``'s host that the allowlist admits."""
@@ -177,13 +177,9 @@ async def _first_reachable(
     raise Refused("502 Bad Gateway", f"{where} cannot be reached ({'; '.join(errors)})")
 
 
-async def _answer(
-    upstream: tuple[asyncio.StreamReader, asyncio.StreamWriter],
-    writer: asyncio.StreamWriter,
-    idle: float,
-) -> None:
-    """Pass the answer's head on with ``Connection: close`` (this connection carries one)."""
-    head = await asyncio.wait_for(upstream[0].readuntil(HEAD_END), idle)
+async def _answer(upstream: asyncio.StreamReader) -> bytes:
+    """The answer's head with ``Connection: close`` (this connection carries one request)."""
+    head = await upstream.readuntil(HEAD_END)
     lines = head[: -len(HEAD_END)].decode("latin-1").split("\r\n")
     kept = [line for line in lines[1:] if line.split(":", 1)[0].strip().lower() not in _HOP_BY_HOP]
-    writer.write("\r\n".join([lines[0], *kept, "Connection: close", "", ""]).encode("latin-1"))
+    return "\r\n".join([lines[0], *kept, "Connection: close", "", ""]).encode("latin-1")

@@ -17,8 +17,7 @@ import asyncio
 import contextlib
 import logging
 import socket
-from collections.abc import Awaitable, Callable
-from typing import Any
+from collections.abc import Awaitable, Callable, Mapping
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +41,8 @@ class Budget:
         self.owner = owner
         self.writers: set[asyncio.StreamWriter] = set()
         self.tasks: set[asyncio.Task[None]] = set()
+        self.held = 0  # connections taken in now
+        self.most = 0  # the most ever held at once
         self._free = asyncio.Semaphore(limit)
         self._said = False
 
@@ -57,8 +58,17 @@ class Budget:
             )
         await self._free.acquire()
 
-    def give(self) -> None:
-        """A connection has ended."""
+    def opened(self, writer: asyncio.StreamWriter) -> None:
+        """The place taken is ``writer``'s connection's."""
+        self.writers.add(writer)
+        self.held += 1
+        self.most = max(self.most, self.held)
+
+    def give(self, writer: asyncio.StreamWriter | None = None) -> None:
+        """A connection has ended (None: the place taken went unused)."""
+        if writer is not None:
+            self.writers.discard(writer)
+            self.held -= 1
         self._free.release()
 
     def close_all(self) -> None:
@@ -69,26 +79,45 @@ class Budget:
             abort(writer)
 
 
-async def accept(listener: socket.socket, budget: Budget, handler: Handler) -> None:
-    """Serve ``listener``'s connections with ``handler``, never more than ``budget`` at once,
-    until cancelled. A failing handler ends its own connection only."""
-    loop = asyncio.get_running_loop()
-    unix = listener.family == socket.AF_UNIX
+async def accept(listeners: Mapping[socket.socket, Handler], budget: Budget) -> None:
+    """Serve the connections of ``listeners`` (non-blocking), each with its handler, never
+    more than ``budget`` at once all together, until cancelled. A failing handler ends its
+    own connection only."""
     while True:
         await budget.take()
+        listener = await _readable(list(listeners))
         try:
-            conn, _ = await loop.sock_accept(listener)
-            if unix:
+            conn, _ = listener.accept()
+            conn.setblocking(False)
+            if conn.family == socket.AF_UNIX:
                 reader, writer = await asyncio.open_unix_connection(sock=conn)
             else:
                 reader, writer = await asyncio.open_connection(sock=conn)
         except OSError:
-            budget.give()  # a connection that went before it was taken in
+            budget.give()  # gone before it was taken in (or another loop took it)
             continue
-        budget.writers.add(writer)
-        task = asyncio.create_task(_served(budget, handler, reader, writer))
+        budget.opened(writer)
+        task = asyncio.create_task(_served(budget, listeners[listener], reader, writer))
         budget.tasks.add(task)
         task.add_done_callback(budget.tasks.discard)
+
+
+async def _readable(listeners: list[socket.socket]) -> socket.socket:
+    """The first of ``listeners`` with a connection waiting."""
+    loop = asyncio.get_running_loop()
+    ready: asyncio.Future[socket.socket] = loop.create_future()
+
+    def wake(listener: socket.socket) -> None:
+        if not ready.done():
+            ready.set_result(listener)
+
+    for listener in listeners:
+        loop.add_reader(listener.fileno(), wake, listener)
+    try:
+        return await ready
+    finally:
+        for listener in listeners:
+            loop.remove_reader(listener.fileno())
 
 
 async def _served(
@@ -101,8 +130,7 @@ async def _served(
     except Exception:
         log.exception("the agents' gateway failed on a connection of %s", budget.owner)
     finally:
-        budget.writers.discard(writer)
-        budget.give()
+        budget.give(writer)
         abort(writer)  # a no-op once it was finished
 
 
@@ -112,38 +140,56 @@ async def read_head(reader: asyncio.StreamReader) -> bytes:
     return await asyncio.wait_for(reader.readuntil(HEAD_END), HEAD_SECONDS)
 
 
-async def pipe(
-    one: tuple[asyncio.StreamReader, asyncio.StreamWriter],
-    other: tuple[asyncio.StreamReader, asyncio.StreamWriter],
-    idle: float,
-) -> None:
+Stream = tuple[asyncio.StreamReader, asyncio.StreamWriter]
+Head = Callable[[asyncio.StreamReader], Awaitable[bytes]]
+
+
+async def pipe(one: Stream, other: Stream, idle: float, *, head: Head | None = None) -> None:
     """Copy both ways until both sides have ended, or nothing moved for ``idle`` seconds;
-    then close both."""
+    then close both. ``head``: what to send ``one`` first, read from ``other`` (an answer's
+    head, rewritten) while ``one``'s bytes already flow to ``other``."""
     moved = [asyncio.get_running_loop().time()]
     copies = [
         asyncio.create_task(_copy(one[0], other[1], moved)),
-        asyncio.create_task(_copy(other[0], one[1], moved)),
+        asyncio.create_task(_copy(other[0], one[1], moved, head)),
     ]
-    both = asyncio.gather(*copies)
     watch = asyncio.create_task(_watch(moved, idle))
+    clean = False
     try:
-        waiting: list[asyncio.Future[Any]] = [both, watch]
-        await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+        clean = await _both_ended(copies, watch)
     finally:
         for task in (*copies, watch):
             task.cancel()
-    if both.done() and not both.cancelled():  # both ended: what is still buffered goes out
-        await asyncio.gather(finish(one[1]), finish(other[1]))
-    else:  # idle: nothing is owed to either side
-        abort(one[1])
-        abort(other[1])
+        if not clean:  # idle, a side broke (a head too long or cut), or the session ended
+            abort(one[1])
+            abort(other[1])
+    one[1].close()  # now, not in a task that a session's end could cancel before it runs
+    other[1].close()
+    await asyncio.gather(_closed(one[1]), _closed(other[1]))  # what is buffered goes out
+
+
+async def _both_ended(copies: list[asyncio.Task[None]], watch: asyncio.Task[None]) -> bool:
+    """True once both copies have ended well; False when one broke or ``watch`` ended."""
+    pending: set[asyncio.Task[None]] = {*copies, watch}
+    while True:
+        done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+        if watch in done or any(task.exception() is not None for task in done):
+            return False
+        if all(task.done() for task in copies):
+            return True
 
 
 async def _copy(
-    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, moved: list[float]
+    reader: asyncio.StreamReader,
+    writer: asyncio.StreamWriter,
+    moved: list[float],
+    head: Head | None = None,
 ) -> None:
     loop = asyncio.get_running_loop()
     with contextlib.suppress(OSError):
+        if head is not None:
+            writer.write(await head(reader))
+            moved[0] = loop.time()
         while data := await reader.read(CHUNK):
             moved[0] = loop.time()
             writer.write(data)
@@ -161,6 +207,10 @@ async def _watch(moved: list[float], idle: float) -> None:
 async def finish(writer: asyncio.StreamWriter) -> None:
     """Close once what is buffered has gone out, within :data:`HEAD_SECONDS` (else cut)."""
     writer.close()
+    await _closed(writer)
+
+
+async def _closed(writer: asyncio.StreamWriter) -> None:
     try:
         await asyncio.wait_for(writer.wait_closed(), HEAD_SECONDS)
     except (OSError, TimeoutError):

@@ -27,6 +27,7 @@ from surehand.errors import ConfigError, NoAgentForRole, OperationFailed
 from surehand.facade import Surehand
 
 if TYPE_CHECKING:  # the rest is imported by the commands that use it (CLI start-up time)
+    from surehand.agents.command import CommandAgent
     from surehand.requests import Effect
 
 RedisUrl = Annotated[
@@ -66,9 +67,10 @@ def announce_probes(sh: Surehand) -> None:
     err_console.print(f"probes registered in this process: {', '.join(names) or 'none'}")
 
 
-def announce_confinement(sh: Surehand, roles: list[str]) -> None:
-    """Say how the command agents' programs run here (sandbox, limits, user, environment);
-    ConfigError now, not at the first session, if they cannot run as configured."""
+def announce_confinement(sh: Surehand, roles: list[str]) -> list[CommandAgent]:
+    """Say how the command agents' programs run here (sandbox, network, limits, user,
+    environment); ConfigError now, not at the first session, if they cannot run as
+    configured. The command agents, for more checks."""
     from surehand.agents.cgroups import sweep_empty
     from surehand.agents.command import CommandAgent
 
@@ -80,7 +82,8 @@ def announce_confinement(sh: Surehand, roles: list[str]) -> None:
         agent.require_ready()  # a preset without its extra or CLI stops the worker here
     for agent in commands[:1]:  # one configuration per process
         for line in agent.confinement.describe():
-            err_console.print(f"agent programs: {line}", highlight=False)
+            err_console.print(f"agent programs: {line}", highlight=False, soft_wrap=True)
+    return commands
 
 
 def require_agents(sh: Surehand, roles: list[str]) -> None:
