@@ -103,6 +103,11 @@ class ModelDouble:
         step = self.script.step(Exchange(body, results))
         return list(self.events(step, len(self.requests)))
 
+    def proxied(self) -> bool:
+        """Whether every request came through surehand's egress proxy (which sends each on a
+        connection of its own, ``Connection: close``; the CLIs keep theirs alive)."""
+        return bool(self.requests) and all(r["_connection"] == "close" for r in self.requests)
+
     def tool_names(self) -> set[str]:
         """Every tool name the CLI offered the model, over all requests."""
         return {name for body in self.requests for name in _tool_names(body)}
@@ -252,6 +257,7 @@ def _handler(double: ModelDouble) -> type[BaseHTTPRequestHandler]:
             except ValueError:
                 body = {"unparsed": raw.decode(errors="replace")}
             body["_path"] = self.path
+            body["_connection"] = self.headers.get("connection", "")  # "close": a proxy's
             events = double.answer(body)
             payload = b"".join(
                 f"event: {name}\ndata: {json.dumps(data)}\n\n".encode() for name, data in events

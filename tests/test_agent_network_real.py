@@ -280,3 +280,49 @@ def test_a_connection_flood_on_the_session_server_is_contained_while_a_sibling_w
     # descriptor each while their heads never end; the sibling's and the worker's own (its
     # session's files, sockets and relays) come and go besides.
     assert most - before < 2 * cap + 48, (before, most)
+
+
+def test_a_worker_that_cannot_sandbox_refuses_command_agents_until_none_is_chosen(
+    store: Store, broker: RedisServer, tmp_path: Path
+) -> None:
+    """``auto`` used to fall back to ``none`` with a warning in the log, and agents ran
+    unconfined (a compose image without bubblewrap did)."""
+    env = worker_env(
+        store,
+        broker,
+        tmp_path,
+        SUREHAND_AGENTS="DEV=command",
+        SUREHAND_COMMAND_AGENT=PROGRAM,
+        PATH=str(tmp_path / "no-bwrap-here"),
+    )
+    refused = spawn(["worker", "--roles", "DEV"], env, tmp_path / "refused.log")
+    with running(refused):
+        wait_until(lambda: refused.returncode is not None, timeout=60, what="it to refuse")
+    chosen = {**env, "SUREHAND_AGENT_SANDBOX": "none"}
+    with running(start_worker(chosen, tmp_path / "none.log")) as worker:
+        started = " ".join(worker.output().split())
+
+    assert refused.returncode != 0
+    assert "set SUREHAND_AGENT_SANDBOX=none to run them without a sandbox" in " ".join(
+        refused.output().split()
+    )
+    assert "agent programs: sandbox none: process group and subreaper only" in started
+    assert "agent programs: network the worker's (SUREHAND_AGENT_SANDBOX=none): WARNING" in started
+
+
+def test_a_worker_whose_agents_share_its_network_says_so_at_start(
+    store: Store, broker: RedisServer, tmp_path: Path
+) -> None:
+    env = worker_env(
+        store,
+        broker,
+        tmp_path,
+        SUREHAND_AGENTS="DEV=command",
+        SUREHAND_COMMAND_AGENT=PROGRAM,
+        SUREHAND_AGENT_NETWORK="host",
+    )
+    with running(start_worker(env, tmp_path / "worker.log")) as worker:
+        started = " ".join(worker.output().split())
+
+    assert "agent programs: network host (SUREHAND_AGENT_NETWORK=host): WARNING" in started
+    assert "reaches every service on this host's loopback" in started
