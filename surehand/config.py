@@ -136,8 +136,9 @@ class Settings(BaseSettings):
         description="How a command agent's program is confined: bwrap (its own PID, user and "
         "mount namespaces with bubblewrap: it sees no other process, nothing of the surehand "
         "home, and nothing of it outlives the session), none (a process group and a "
-        "subreaper; see the README for what that cannot promise), or auto (bwrap when it "
-        "works here, else none, said at start-up).",
+        "subreaper, the worker's network; see the README for what that cannot promise), or "
+        "auto (bwrap; where it does not work the worker refuses to run command agents until "
+        "none is chosen here by name).",
     )
     # -- the agents' network (issue 29): egress by default, an allowlist, per-session caps --
     agent_network: Literal["egress", "none", "host"] = Field(

@@ -45,7 +45,7 @@ from tests.session_helpers import attempts_of, read_task, reports_of
 from tests.test_agent_network import Answering
 from tests.test_flower import start_flower
 from tests.test_up import start_up
-from tests.test_workers import broker, lease_url, worker_env  # noqa: F401  (fixture)
+from tests.test_workers import broker, client, worker_env  # noqa: F401  (fixtures)
 
 pytestmark = pytest.mark.slow
 
@@ -161,14 +161,10 @@ def test_surehand_up_refuses_command_agents_on_its_network_beside_a_token_less_a
 # -- surehand worker ---------------------------------------------------------------------------
 
 
-@pytest.fixture
-def client(store: Store, broker: RedisServer) -> Iterator[Surehand]:
-    settings = Settings.model_validate(
-        {"database_url": store.url, "broker_url": broker.url, "redis_url": lease_url(broker)}
-    )
-    handle = Surehand(settings=settings)
-    yield handle
-    handle.close()
+def hostile_env(store: Store, broker: RedisServer, tmp_path: Path, **extra: str) -> dict[str, str]:
+    """A worker whose DEV agent is the hostile program."""
+    agent = {"SUREHAND_AGENTS": "DEV=command", "SUREHAND_COMMAND_AGENT": PROGRAM}
+    return worker_env(store, broker, tmp_path, **agent, **extra)
 
 
 def test_under_a_worker_it_reaches_no_store_redis_metadata_or_private_address_only_the_listed(
@@ -181,12 +177,10 @@ def test_under_a_worker_it_reaches_no_store_redis_metadata_or_private_address_on
     require_proc()
     proxied_at, forwarded_at = listed
     metrics = f"127.0.0.1:{free_port()}"
-    env = worker_env(
+    env = hostile_env(
         store,
         broker,
         tmp_path,
-        SUREHAND_AGENTS="DEV=command",
-        SUREHAND_COMMAND_AGENT=PROGRAM,
         SUREHAND_AGENT_EGRESS=f"{proxied_at},{forwarded_at}",
         SUREHAND_METRICS_PORT=metrics.rpartition(":")[2],
     )
@@ -251,12 +245,10 @@ def test_a_connection_flood_on_the_session_server_is_contained_while_a_sibling_w
     (16 here) and the session server's port twice that for all; heads must come within 10 s."""
     require_proc()
     cap, flooding = 16, tmp_path / "flooding"
-    env = worker_env(
+    env = hostile_env(
         store,
         broker,
         tmp_path,
-        SUREHAND_AGENTS="DEV=command",
-        SUREHAND_COMMAND_AGENT=PROGRAM,
         SUREHAND_AGENT_CONNECTIONS=str(cap),
         SUREHAND_AGENT_NETWORK=network,
     )
@@ -287,12 +279,10 @@ def test_a_worker_that_cannot_sandbox_refuses_command_agents_until_none_is_chose
 ) -> None:
     """``auto`` used to fall back to ``none`` with a warning in the log, and agents ran
     unconfined (a compose image without bubblewrap did)."""
-    env = worker_env(
+    env = hostile_env(
         store,
         broker,
         tmp_path,
-        SUREHAND_AGENTS="DEV=command",
-        SUREHAND_COMMAND_AGENT=PROGRAM,
         PATH=str(tmp_path / "no-bwrap-here"),
     )
     refused = spawn(["worker", "--roles", "DEV"], env, tmp_path / "refused.log")
@@ -313,12 +303,10 @@ def test_a_worker_that_cannot_sandbox_refuses_command_agents_until_none_is_chose
 def test_a_worker_whose_agents_share_its_network_says_so_at_start(
     store: Store, broker: RedisServer, tmp_path: Path
 ) -> None:
-    env = worker_env(
+    env = hostile_env(
         store,
         broker,
         tmp_path,
-        SUREHAND_AGENTS="DEV=command",
-        SUREHAND_COMMAND_AGENT=PROGRAM,
         SUREHAND_AGENT_NETWORK="host",
     )
     with running(start_worker(env, tmp_path / "worker.log")) as worker:

@@ -9,8 +9,10 @@ or a timeout fails the attempt (which is never retried blindly).
 
 It runs confined (:mod:`surehand.agents.launch`): in a bubblewrap sandbox where the host allows
 it (its own PID namespace; the surehand home, other sessions and local service sockets hidden;
-everything but its directory read-only), with resource limits and a session cgroup, optionally
-as another user and without a network. Its outputs are read without trusting what it can touch
+everything but its directory read-only; a network of its own that reaches its session server
+and, through the worker's allowlisting proxy, only the hosts an operator lists:
+:mod:`surehand.agents.network`), with resource limits and a session cgroup, optionally as
+another user. Its outputs are read without trusting what it can touch
 (:mod:`surehand.agents.outputs`).
 
 An LLM agent declares its effects itself through the session MCP server

@@ -163,7 +163,7 @@ class Gateway:
 
     def open_session(self, spec: SessionSpec) -> SessionNet:
         """The directory of sockets for one session, listening (see the module's text)."""
-        directory = self.root / secrets.token_hex(4)
+        directory = self.root / secrets.token_hex(8)
         directory.mkdir(mode=0o700)
         os.link(self.portal, directory / PORTAL.name)
         if spec.owner is not None:

@@ -2,9 +2,11 @@
 
 :class:`Confinement` is read from the settings once per command agent and applied to each
 session's program (:meth:`Confinement.launch`): the command line (the program inside the
-sandbox of :mod:`surehand.agents.sandbox`), the trampoline's options (resource limits, the
-user to run as, subreaper), the session's cgroup (a cap on its processes and memory together,
-:mod:`surehand.agents.cgroups`) and the environment (:mod:`surehand.agents.environment`).
+sandbox of :mod:`surehand.agents.sandbox`, its network's portal first where it has a network of
+its own: :mod:`surehand.agents.network`), the trampoline's options (resource limits, the user to
+run as, subreaper), the session's cgroup (a cap on its processes and memory together,
+:mod:`surehand.agents.cgroups`) and the environment (:mod:`surehand.agents.environment`, with
+the egress proxy's variables).
 
 Limits: the session cgroup caps processes and memory where it can be made; where it cannot,
 memory falls back to ``RLIMIT_AS`` per process, and processes to ``RLIMIT_NPROC`` for a

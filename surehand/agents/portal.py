@@ -11,12 +11,13 @@ gateway, :mod:`surehand.agents.gateway`, and bound into the sandbox), and then b
 all of its children); it dies with the sandbox, when PROGRAM, the namespace's main process,
 ends. What a connection may do is the gateway's to decide: this only carries bytes.
 
-Run with ``-I -S`` and only C modules (``_socket``, ``select``): it starts before every
+Run with ``-I -S`` and only C modules (``_socket``, ``_signal``, ``select``): it starts before every
 sandboxed program, and the ``socket`` module alone (its enums) took 10 ms to import here.
 """
 
 from __future__ import annotations
 
+import _signal  # type: ignore[import-not-found]  # (C level: signal imports enum)
 import _socket
 import os
 import select
@@ -87,6 +88,11 @@ class _End:
 
 def _serve(listeners: Sequence[Listener]) -> None:
     os.setsid()  # out of PROGRAM's group: its signals are not for the forwarder
+    # Nor are the session's: a stop's SIGTERM is passed to every process of the sandbox, and
+    # the program keeps its session server through the grace that follows (its calls are
+    # answered why it is being stopped). The forwarder ends with the sandbox's PID namespace.
+    for number in (_signal.SIGTERM, _signal.SIGINT, _signal.SIGHUP):
+        _signal.signal(number, _signal.SIG_IGN)
     os.closerange(0, 3)
     poll = select.epoll()
     targets = {listener.fileno(): (listener, target) for listener, target in listeners}

@@ -1,10 +1,16 @@
 """The session MCP server: one per worker process, offered to every command agent's session.
 
-It serves streamable HTTP on 127.0.0.1 at an ephemeral port (or the first free one of
-``SUREHAND_SESSION_MCP_PORTS``), in a daemon thread of the process that runs the sessions,
-started with the worker (or the first session). It is named ``surehand-session`` (the operator's
-server, :mod:`surehand.mcp.tools`, is ``surehand``); agent CLIs name its tools after the key of
-their MCP configuration instead, which stays ``surehand`` (``mcp__surehand__effect_begin``).
+It serves streamable HTTP in a daemon thread of the process that runs the sessions, started
+with the worker (or the first session), on a Unix socket in a directory of this user's alone;
+each sandbox with a network of its own reaches it through a relay of the agents' gateway
+(:mod:`surehand.agents.gateway`, capped per session), and the port on 127.0.0.1 (an ephemeral
+one, or the first free one of ``SUREHAND_SESSION_MCP_PORTS``), which programs that share the
+worker's network reach, is a gateway relay too, with a cap for all of them together and a
+10 s deadline for a request's head: no program can spend this process's descriptors.
+
+It is named ``surehand-session`` (the operator's server, :mod:`surehand.mcp.tools`, is
+``surehand``); agent CLIs name its tools after the key of their MCP configuration instead,
+which stays ``surehand`` (``mcp__surehand__effect_begin``).
 Each session gets a grant: a random bearer token bound to its attempt, and a URL naming its TASK,
 ``http://127.0.0.1:PORT/tasks/<task_id>/mcp``. The command agent hands both to its program
 (``SUREHAND_MCP_URL``, ``SUREHAND_MCP_TOKEN``, and MCP config files the agent CLIs read) and
