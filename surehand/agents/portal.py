@@ -11,8 +11,9 @@ gateway, :mod:`surehand.agents.gateway`, and bound into the sandbox), and then b
 all of its children); it dies with the sandbox, when PROGRAM, the namespace's main process,
 ends. What a connection may do is the gateway's to decide: this only carries bytes.
 
-Run with ``-I -S`` and only C modules (``_socket``, ``_signal``, ``select``): it starts before every
-sandboxed program, and the ``socket`` module alone (its enums) took 10 ms to import here.
+Run with ``-I -S``, importing only C modules (``_socket``, ``_signal``, ``select``): it starts
+before every sandboxed program, and the ``socket`` module alone (its enums) took 10 ms to
+import here (``collections.abc``, for one annotation, 1.4 ms).
 """
 
 from __future__ import annotations
@@ -22,7 +23,6 @@ import _socket
 import os
 import select
 import sys
-from collections.abc import Sequence
 
 _CHUNK = 64 * 1024
 _IN, _OUT = select.EPOLLIN, select.EPOLLOUT
@@ -30,7 +30,7 @@ _BROKEN = select.EPOLLERR | select.EPOLLHUP
 Listener = tuple[_socket.socket, str]
 
 
-def main(argv: Sequence[str]) -> int:
+def main(argv: list[str]) -> int:
     """Listen, start the forwarder, become PROGRAM."""
     forwards, program = _parse(argv)
     listeners = [(_listen(host, port), target) for host, port, target in forwards]
@@ -45,7 +45,7 @@ def main(argv: Sequence[str]) -> int:
     return 127  # not reached: exec raises or does not return
 
 
-def _parse(argv: Sequence[str]) -> tuple[list[tuple[str, int, str]], Sequence[str]]:
+def _parse(argv: list[str]) -> tuple[list[tuple[str, int, str]], list[str]]:
     args, forwards = list(argv), []
     while len(args) >= 2 and args[0] == "--forward":
         address, _, target = args[1].partition("=")
@@ -86,7 +86,7 @@ class _End:
         return (_IN if self.reading else 0) | (_OUT if self.out else 0)
 
 
-def _serve(listeners: Sequence[Listener]) -> None:
+def _serve(listeners: list[Listener]) -> None:
     os.setsid()  # out of PROGRAM's group: its signals are not for the forwarder
     # Nor are the session's: a stop's SIGTERM is passed to every process of the sandbox, and
     # the program keeps its session server through the grace that follows (its calls are
