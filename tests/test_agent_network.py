@@ -1,3 +1,4 @@
+# ruff: noqa: F811  (test functions take the fixtures imported below)
 """The agents' network, in one process: the egress allowlist, the gateway's proxy and relays
 (real sockets, a real gateway thread), their caps and timeouts, and the portal. Under real
 workers, ``surehand up`` and bubblewrap: tests/test_agent_network_real.py."""
@@ -8,11 +9,13 @@ import asyncio
 import ipaddress
 import json
 import logging
+import os
 import re
 import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -29,7 +32,14 @@ from surehand.agents.gateway import Gateway, SessionNet, SessionSpec
 from surehand.agents.proxy import Proxy
 from surehand.cli import app
 from surehand.errors import ConfigError
+from tests.agent_procs import require_proc
 from tests.procs import wait_until
+from tests.session_helpers import (  # noqa: F401  (harness fixtures)
+    Harness,
+    committed_task,
+    harness,
+    reports_of,
+)
 from tests.skips import missing
 
 PORTAL = Path(__file__).resolve().parent.parent / "surehand" / "agents" / "portal.py"
@@ -447,3 +457,55 @@ def test_a_stop_looks_again_within_a_millisecond_then_backs_off(
 
     assert groups.wait_for(lambda: next(answers), timeout=10)
     assert pauses == [0.001, 0.002, 0.004, 0.008, 0.016, 0.032, 0.05, 0.05]
+
+
+# -- as another user ---------------------------------------------------------------------------
+
+AS_ANOTHER_USER = """\
+import json, os, urllib.request
+call = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}
+headers = {
+    "Authorization": "Bearer " + os.environ["SUREHAND_MCP_TOKEN"],
+    "Content-Type": "application/json",
+    "Accept": "application/json, text/event-stream",
+}
+asked = urllib.request.Request(os.environ["SUREHAND_MCP_URL"], json.dumps(call).encode(), headers)
+print(urllib.request.urlopen(asked, timeout=10).status)
+print(urllib.request.urlopen(os.environ["TARGET"], timeout=10).read().decode())
+"""
+
+
+def test_an_agent_user_reaches_its_session_server_and_a_listed_host_through_its_own_sockets(
+    harness: Harness, destination: tuple[str, int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The session's sockets are the agent user's (its directory 0700, chowned), and the
+    portal runs for it on an interpreter it can run (the system's, where this one is under a
+    home it cannot enter)."""
+    require_proc()
+    if os.getuid() != 0:
+        missing("root (only a root worker can run agents as another user)")
+    host, port = destination
+    work_dir = Path(tempfile.mkdtemp(dir="/var/tmp"))  # pytest's directories are root's alone
+    work_dir.chmod(0o711)
+    (work_dir / "agent.py").write_text(AS_ANOTHER_USER)
+    (work_dir / "agent.py").chmod(0o644)
+    try:
+        sh = harness.surehand(
+            agents="DEV=command",
+            command_agent=f"/usr/bin/python3 -I {work_dir / 'agent.py'}",
+            agent_user="65534:65534",
+            agent_sandbox="bwrap",
+            agent_egress=f"{host}:{port}",
+            agent_env="TARGET",
+            work_dir=work_dir / "sessions",
+        )
+        monkeypatch.setenv("TARGET", f"http://{host}:{port}/for-the-agent-user")
+        task_id = committed_task(sh)
+
+        outcome = sh.run_session(task_id)
+    finally:
+        shutil.rmtree(work_dir)
+
+    assert outcome.outcome == "settled", outcome
+    [report] = reports_of(sh.store, task_id)
+    assert report.body.splitlines() == ["200", "GET /for-the-agent-user"]
