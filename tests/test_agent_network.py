@@ -343,6 +343,17 @@ def _closed(sock: socket.socket) -> bool:
         return True
 
 
+def test_a_request_head_over_64_kib_is_dropped_unanswered() -> None:
+    net = open_session("api.anthropic.com:443")
+    try:
+        head = b"CONNECT api.anthropic.com:443 HTTP/1.1\r\nX-Pad: " + b"a" * 70_000
+        answer = ask(socket_of(net, "proxy"), head)
+    finally:
+        net.close()
+
+    assert answer == b""
+
+
 def test_a_connection_idle_past_its_limit_is_closed(destination: tuple[str, int]) -> None:
     host, port = destination
     net = open_session(f"{host}:{port}", idle=0.5)

@@ -165,10 +165,14 @@ class Gateway:
         """The directory of sockets for one session, listening (see the module's text)."""
         directory = self.root / secrets.token_hex(8)
         directory.mkdir(mode=0o700)
-        os.link(self.portal, directory / PORTAL.name)
-        if spec.owner is not None:
-            os.chown(directory, *spec.owner)
-        return self.call(self._open(spec, directory))
+        try:
+            os.link(self.portal, directory / PORTAL.name)
+            if spec.owner is not None:
+                os.chown(directory, *spec.owner)
+            return self.call(self._open(spec, directory))
+        except BaseException:
+            shutil.rmtree(directory, ignore_errors=True)
+            raise
 
     async def _open(self, spec: SessionSpec, directory: Path) -> SessionNet:
         budget = Budget(spec.connections, f"the session of {spec.label}")

@@ -88,18 +88,27 @@ async def accept(listeners: Mapping[socket.socket, Handler], budget: Budget) -> 
         listener = await _readable(list(listeners))
         try:
             conn, _ = listener.accept()
-            conn.setblocking(False)
-            if conn.family == socket.AF_UNIX:
-                reader, writer = await asyncio.open_unix_connection(sock=conn)
-            else:
-                reader, writer = await asyncio.open_connection(sock=conn)
         except OSError:
-            budget.give()  # gone before it was taken in (or another loop took it)
+            budget.give()  # gone before it was taken in
+            continue
+        try:
+            reader, writer = await _streams(conn)
+        except OSError:
+            conn.close()
+            budget.give()
             continue
         budget.opened(writer)
         task = asyncio.create_task(_served(budget, listeners[listener], reader, writer))
         budget.tasks.add(task)
         task.add_done_callback(budget.tasks.discard)
+
+
+async def _streams(conn: socket.socket) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """Streams on an accepted connection; a head longer than :data:`HEAD_BYTES` overruns."""
+    conn.setblocking(False)
+    if conn.family == socket.AF_UNIX:
+        return await asyncio.open_unix_connection(sock=conn, limit=HEAD_BYTES)
+    return await asyncio.open_connection(sock=conn, limit=HEAD_BYTES)
 
 
 async def _readable(listeners: list[socket.socket]) -> socket.socket:
