@@ -63,7 +63,10 @@ def _listen(host: str, port: int) -> _socket.socket:
     family = _socket.AF_INET6 if ":" in host else _socket.AF_INET
     listener = _socket.socket(family, _socket.SOCK_STREAM)
     listener.setsockopt(_socket.SOL_SOCKET, _socket.SO_REUSEADDR, 1)
-    listener.bind((host, port))  # before PROGRAM runs: it may connect at once
+    try:
+        listener.bind((host, port))  # before PROGRAM runs: it may connect at once
+    except OSError as error:
+        raise SystemExit(f"surehand portal: cannot listen on {host} port {port}: {error}") from None
     listener.listen(128)
     listener.setblocking(False)
     return listener
