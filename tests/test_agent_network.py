@@ -6,6 +6,7 @@ workers, ``surehand up`` and bubblewrap: tests/test_agent_network_real.py."""
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import ipaddress
 import json
 import logging
@@ -408,24 +409,25 @@ def test_the_portal_relays_both_ways_passes_each_end_on_and_then_runs_the_progra
         "s.shutdown(socket.SHUT_WR)\n"
         "print(b''.join(iter(lambda: s.recv(65536), b'')).decode())\n"
     )
-    binary = shutil.which("bwrap")
-    if binary is None:
-        missing("bwrap (bubblewrap)")
-    # As in a session: in a network and PID namespace of its own (the forwarder dies with it).
-    sandbox = [binary, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--unshare-pid"]
     portal = [sys.executable, "-I", "-S", str(PORTAL), "--forward"]
     forward = f"127.0.0.1:47231={session_server}"
-    inside = [*portal, forward, "--", sys.executable, "-c", program]
-    done = subprocess.run(
-        [*sandbox, "--unshare-net", "--die-with-parent", "--", *inside],
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=False,
-    )
+    done = in_a_sandbox([*portal, forward, "--", sys.executable, "-c", program])
 
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip().endswith("ok")
+
+
+def in_a_sandbox(argv: list[str]) -> subprocess.CompletedProcess[str]:
+    """Run ``argv`` as a session's program runs: in a network and PID namespace of its own
+    (so a portal's forwarder dies with it)."""
+    binary = shutil.which("bwrap")
+    if binary is None:
+        missing("bwrap (bubblewrap)")
+    sandbox = [binary, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
+    namespaces = ["--unshare-pid", "--unshare-net", "--die-with-parent", "--"]
+    return subprocess.run(
+        [*sandbox, *namespaces, *argv], capture_output=True, text=True, timeout=300, check=False
+    )
 
 
 # -- what surehand check says ------------------------------------------------------------------
@@ -520,3 +522,78 @@ def test_an_agent_user_reaches_its_session_server_and_a_listed_host_through_its_
     assert outcome.outcome == "settled", outcome
     [report] = reports_of(sh.store, task_id)
     assert report.body.splitlines() == ["200", "GET /for-the-agent-user"]
+
+
+# -- every byte once ----------------------------------------------------------------------------
+
+CLIENTS = """\
+import hashlib, random, socket, threading
+wrong = []
+def client(number):
+    rnd = random.Random(number)
+    with socket.create_connection(("127.0.0.1", 47232)) as sock:
+        answers = sock.makefile("rb")
+        for _ in range(3):  # one connection, kept alive
+            body = rnd.randbytes(rnd.randint(0, 200_000))
+            sock.sendall(b"POST / HTTP/1.1\\r\\nContent-Length: %d\\r\\n\\r\\n" % len(body) + body)
+            answers.readline()
+            length = int(answers.readline().split(b":")[1])
+            answers.readline()
+            if answers.read(length) != hashlib.sha256(body).hexdigest().encode() + body[::-1]:
+                wrong.append(number)
+threads = [threading.Thread(target=client, args=(n,)) for n in range(20)]
+for thread in threads:
+    thread.start()
+for thread in threads:
+    thread.join()
+print(len(wrong), "wrong")
+"""
+
+
+@pytest.fixture
+def digesting_server(tmp_path: Path) -> Iterator[Path]:
+    """Answers each request with its body's SHA-256 and the body reversed (keep-alive)."""
+    path = tmp_path / "digest.sock"
+    listener = socket.socket(socket.AF_UNIX)
+    listener.bind(str(path))
+    listener.listen(64)
+
+    def answer(conn: socket.socket) -> None:
+        with conn, conn.makefile("rb") as requests:
+            while requests.readline():
+                length = int(requests.readline().split(b":")[1])
+                requests.readline()
+                body = requests.read(length)
+                answer = hashlib.sha256(body).hexdigest().encode() + body[::-1]
+                conn.sendall(
+                    b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % len(answer) + answer
+                )
+
+    def serve() -> None:
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=answer, args=(conn,), daemon=True).start()
+
+    threading.Thread(target=serve, daemon=True).start()
+    yield path
+    listener.close()
+
+
+def test_the_portal_and_the_gateway_carry_every_byte_once_in_order_both_ways(
+    digesting_server: Path,
+) -> None:
+    """Twenty programs' connections at once through a session capped at four: the rest wait
+    their turn, and every request and answer arrives whole, once."""
+    net = open_session("", connections=4, mcp=(47232, digesting_server))
+    forwards = [arg for forward in net.forwards for arg in ("--forward", forward.argument())]
+    portal = [sys.executable, "-I", "-S", str(net.portal), *forwards, "--"]
+    try:
+        done = in_a_sandbox([*portal, sys.executable, "-c", CLIENTS])
+    finally:
+        net.close()
+
+    assert (done.returncode, done.stdout.strip()) == (0, "0 wrong"), done.stderr
+    assert net.budget.most == 4
