@@ -137,11 +137,14 @@ class Answering(BaseHTTPRequestHandler):
 
     def _answer(self) -> None:
         length = int(self.headers.get("content-length") or 0)
-        body = f"{self.command} {self.path} {self.rfile.read(length).decode()}".strip().encode()
+        body = f"{self.command} {self.path} {self.rfile.read(length).decode()}".strip()
+        if self.command == "POST":  # and the Host it was asked for
+            body += f" Host: {self.headers.get('host')}"
+        body_bytes = body.encode()
         self.send_response(200)
-        self.send_header("content-length", str(len(body)))
+        self.send_header("content-length", str(len(body_bytes)))
         self.end_headers()
-        self.wfile.write(body)
+        self.wfile.write(body_bytes)
 
     do_GET = do_POST = _answer
 
@@ -193,7 +196,7 @@ def test_a_listed_destination_is_reached_through_the_proxy_by_plain_http_and_by_
         proxy = socket_of(net, "proxy")
         plain = ask(
             proxy,
-            f"POST http://{host}:{port}/v1/messages?beta=true HTTP/1.1\r\nHost: {host}\r\n"
+            f"POST http://{host}:{port}/v1/messages?beta=true HTTP/1.1\r\nHost: evil.example\r\n"
             "Proxy-Connection: keep-alive\r\nContent-Length: 5\r\n\r\nhello".encode(),
         )
         with socket.socket(socket.AF_UNIX) as tunnel:
@@ -209,7 +212,7 @@ def test_a_listed_destination_is_reached_through_the_proxy_by_plain_http_and_by_
     head, _, body = plain.partition(b"\r\n\r\n")
     assert head.startswith(b"HTTP/1.1 200")
     assert b"Connection: close" in head  # one request per connection: the client knows
-    assert body == b"POST /v1/messages?beta=true hello"
+    assert body == f"POST /v1/messages?beta=true hello Host: {host}:{port}".encode()
     assert established == b"HTTP/1.1 200 Connection Established\r\n\r\n"
     assert tunneled.endswith(b"GET /through")
     assert net.env["HTTPS_PROXY"] == net.env["http_proxy"] == "http://127.0.0.1:3128"

@@ -151,9 +151,17 @@ def parse(head: bytes) -> Request:
     path = parts.path or "/"
     path += f"?{parts.query}" if parts.query else ""
     host = normalise(parts.hostname)
-    kept = [line for line in lines[1:] if line.split(":", 1)[0].strip().lower() not in _HOP_BY_HOP]
-    origin = [f"{method} {path} {version}", *kept, "Connection: close", "", ""]
-    return Request(method, host, port, "\r\n".join(origin).encode("latin-1"))
+    # The Host header is the checked destination's: another would steer the request to another
+    # site served at the same address.
+    kept = _without(lines[1:], {*_HOP_BY_HOP, "host"})
+    authority = parts.netloc.rpartition("@")[2]
+    origin = [f"{method} {path} {version}", f"Host: {authority}", *kept, "Connection: close"]
+    return Request(method, host, port, "\r\n".join([*origin, "", ""]).encode("latin-1"))
+
+
+def _without(lines: list[str], names: set[str]) -> list[str]:
+    """Header lines but those named ``names`` (lower case)."""
+    return [line for line in lines if line.split(":", 1)[0].strip().lower() not in names]
 
 
 def _authority(target: str) -> tuple[str, int]:
@@ -181,5 +189,5 @@ async def _answer(upstream: asyncio.StreamReader) -> bytes:
     """The answer's head with ``Connection: close`` (this connection carries one request)."""
     head = await upstream.readuntil(HEAD_END)
     lines = head[: -len(HEAD_END)].decode("latin-1").split("\r\n")
-    kept = [line for line in lines[1:] if line.split(":", 1)[0].strip().lower() not in _HOP_BY_HOP]
+    kept = _without(lines[1:], _HOP_BY_HOP)
     return "\r\n".join([lines[0], *kept, "Connection: close", "", ""]).encode("latin-1")
