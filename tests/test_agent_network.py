@@ -6,6 +6,7 @@ workers, ``surehand up`` and bubblewrap: tests/test_agent_network_real.py."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import ipaddress
 import json
@@ -19,7 +20,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -280,20 +281,12 @@ def test_a_wildcard_or_a_preset_never_admits_a_non_public_address_an_exact_entry
 # -- caps and timeouts -----------------------------------------------------------------------
 
 
-@pytest.fixture
-def session_server(tmp_path: Path) -> Iterator[Path]:
-    """A stand-in for the session MCP server's Unix socket: answers ``ok`` to each request."""
-    path = tmp_path / "mcp.sock"
+@contextlib.contextmanager
+def unix_server(path: Path, answer: Callable[[socket.socket], None]) -> Iterator[Path]:
+    """A Unix socket at ``path``, each connection answered by ``answer`` in a thread."""
     listener = socket.socket(socket.AF_UNIX)
     listener.bind(str(path))
     listener.listen(64)
-
-    def answer(conn: socket.socket) -> None:
-        with conn:
-            data = b""
-            while b"\r\n\r\n" not in data and (chunk := conn.recv(4096)):
-                data += chunk
-            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok")
 
     def serve() -> None:
         while True:
@@ -304,8 +297,25 @@ def session_server(tmp_path: Path) -> Iterator[Path]:
             threading.Thread(target=answer, args=(conn,), daemon=True).start()
 
     threading.Thread(target=serve, daemon=True).start()
-    yield path
-    listener.close()
+    try:
+        yield path
+    finally:
+        listener.close()
+
+
+def answer_ok(conn: socket.socket) -> None:
+    with conn:
+        data = b""
+        while b"\r\n\r\n" not in data and (chunk := conn.recv(4096)):
+            data += chunk
+        conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok")
+
+
+@pytest.fixture
+def session_server(tmp_path: Path) -> Iterator[Path]:
+    """A stand-in for the session MCP server's Unix socket: answers ``ok`` to each request."""
+    with unix_server(tmp_path / "mcp.sock", answer_ok) as path:
+        yield path
 
 
 def test_one_sessions_flood_holds_its_own_cap_while_a_sibling_is_answered(
@@ -553,36 +563,21 @@ print(len(wrong), "wrong")
 """
 
 
+def answer_digest(conn: socket.socket) -> None:
+    with conn, conn.makefile("rb") as requests:
+        while requests.readline():
+            length = int(requests.readline().split(b":")[1])
+            requests.readline()
+            body = requests.read(length)
+            answer = hashlib.sha256(body).hexdigest().encode() + body[::-1]
+            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % len(answer) + answer)
+
+
 @pytest.fixture
 def digesting_server(tmp_path: Path) -> Iterator[Path]:
     """Answers each request with its body's SHA-256 and the body reversed (keep-alive)."""
-    path = tmp_path / "digest.sock"
-    listener = socket.socket(socket.AF_UNIX)
-    listener.bind(str(path))
-    listener.listen(64)
-
-    def answer(conn: socket.socket) -> None:
-        with conn, conn.makefile("rb") as requests:
-            while requests.readline():
-                length = int(requests.readline().split(b":")[1])
-                requests.readline()
-                body = requests.read(length)
-                answer = hashlib.sha256(body).hexdigest().encode() + body[::-1]
-                conn.sendall(
-                    b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % len(answer) + answer
-                )
-
-    def serve() -> None:
-        while True:
-            try:
-                conn, _ = listener.accept()
-            except OSError:
-                return
-            threading.Thread(target=answer, args=(conn,), daemon=True).start()
-
-    threading.Thread(target=serve, daemon=True).start()
-    yield path
-    listener.close()
+    with unix_server(tmp_path / "digest.sock", answer_digest) as path:
+        yield path
 
 
 def test_the_portal_and_the_gateway_carry_every_byte_once_in_order_both_ways(
