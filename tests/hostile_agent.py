@@ -19,7 +19,8 @@ unless the probe's point is to break the output itself. Probes:
   output past 1.5 GiB and write there; ``nul_stdout``: print a NUL byte;
 - ``tools``: call the session tools with NUL, line breaks and Markdown in names and arguments,
   and post a body over the server's limit; reports each answer's code;
-- ``sleep``: a well-behaved sibling that works ``seconds`` and reports.
+- ``sleep``: a well-behaved sibling that works ``seconds`` and reports;
+- the network probes of ``tests/hostile_net.py`` (``reach``, ``flood``, ``calls``).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from typing import Any
 
 import anyio
 import httpx2
+from hostile_net import PROBES as NET_PROBES  # type: ignore[import-not-found]  # (tests/ runs it)
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
@@ -264,6 +266,7 @@ def sleep_probe(params: dict[str, Any]) -> dict[str, Any]:
 
 PROBES = {
     "flood": hostile_journal.flood_probe,  # tests/hostile_journal.py
+    **NET_PROBES,
     "env": env_probe,
     "siblings": siblings_probe,
     "files": files_probe,

@@ -8,7 +8,7 @@ It only reads: a SQLite store that does not exist yet is reported, never created
 from __future__ import annotations
 
 import os
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import TYPE_CHECKING, Annotated, Literal
 
 import typer
@@ -193,21 +193,29 @@ def check_agent_programs(settings: Settings) -> list[Check]:
         confinement = Confinement.from_settings(settings)
     except SurehandError as error:
         return [Check("agent programs", "fail", error.message, "fix the setting it names")]
-    sandboxed = confinement.sandbox.mode == "bwrap"
-    found = [
-        Check(f"agent {line.split(' ', 1)[0]}", "ok", line.split(" ", 1)[1])
+    found = {
+        line.split(" ", 1)[0]: Check(f"agent {line.split(' ', 1)[0]}", "ok", line.split(" ", 1)[1])
         for line in confinement.describe()
-    ]
-    if not sandboxed:
-        found[0] = Check(
-            "agent sandbox",
-            "warn",
-            found[0].detail,
+    }
+    if confinement.sandbox.mode != "bwrap":
+        found["sandbox"] = _warn(
+            found["sandbox"],
             "install bubblewrap (apt-get install bubblewrap): without it an agent sees the "
-            "host's processes and files as the worker's user does (README: What an agent can "
-            "reach)",
+            "host's processes, files and network as the worker's user does (README: What an "
+            "agent can reach)",
         )
-    return [*found, *_check_preset(settings)]
+    if confinement.net.shares_host:
+        found["network"] = _warn(
+            found["network"],
+            "let agents run in a network of their own (SUREHAND_AGENT_NETWORK=egress, the "
+            "default, with bubblewrap) and list what they may reach in SUREHAND_AGENT_EGRESS; "
+            "here Postgres, Redis, the API and Flower must all require credentials",
+        )
+    return [*found.values(), *_check_preset(settings)]
+
+
+def _warn(check: Check, fix: str) -> Check:
+    return replace(check, status="warn", fix=fix)
 
 
 def _check_preset(settings: Settings) -> list[Check]:

@@ -30,10 +30,12 @@ from surehand.cli.common import (
     require_services,
     wait_for_store,
 )
+from surehand.cli.session_commands import announce_confinement
 from surehand.errors import ConfigError
 
 if TYPE_CHECKING:  # imported by the commands that use them: `surehand --help` and the other
     # commands do not pay for the runtime (tests/test_cli_startup.py)
+    from surehand.agents.command import CommandAgent
     from surehand.config import Settings
     from surehand.embedded import Embedded, Progress
 
@@ -106,6 +108,9 @@ def up(
         concurrency=concurrency or settings.up_concurrency,
         with_api=api,
     )
+    commands = announce_confinement(embedded.sh, embedded.roles)
+    if api:
+        refuse_agents_at_an_open_api(settings, commands)
     stop = threading.Event()
     _trap_signals(stop)
     embedded.start()
@@ -125,6 +130,25 @@ def up(
     else:
         err_console.print("stopped cleanly")
     raise typer.Exit(code)
+
+
+def refuse_agents_at_an_open_api(settings: Settings, commands: list[CommandAgent]) -> None:
+    """ConfigError if command agents share the network of a token-less API: every caller on
+    loopback is its local ADMIN, so an agent could review any held TASK (issue 29)."""
+    from surehand.doors.auth import Authenticator
+
+    if not commands or not Authenticator(settings).open:
+        return
+    network = commands[0].confinement.net
+    if network.shares_host:
+        raise ConfigError(
+            "surehand up serves a token-less API on loopback, and its command agents share "
+            f"this host's network ({network.describe()}): an agent would act there as the "
+            "local ADMIN. Set SUREHAND_API_TOKENS, let agents run in a network of their own "
+            "(SUREHAND_AGENT_NETWORK=egress, the default, with bubblewrap), or start it with "
+            "--no-api",
+            setting="SUREHAND_AGENT_NETWORK",
+        )
 
 
 def _missing_extra(extra: str, error: ImportError) -> ConfigError:

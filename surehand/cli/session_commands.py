@@ -25,6 +25,7 @@ from surehand.cli.common import (
 from surehand.errors import ConfigError, NoAgentForRole, OperationFailed
 
 if TYPE_CHECKING:  # the rest is imported by the commands that use it (CLI start-up time)
+    from surehand.agents.command import CommandAgent
     from surehand.facade import Surehand
     from surehand.requests import Effect
 
@@ -70,9 +71,10 @@ def announce_probes(sh: Surehand) -> None:
     )
 
 
-def announce_confinement(sh: Surehand, roles: list[str]) -> None:
-    """Say how the command agents' programs run here (sandbox, limits, user, environment);
-    ConfigError now, not at the first session, if they cannot run as configured."""
+def announce_confinement(sh: Surehand, roles: list[str]) -> list[CommandAgent]:
+    """Say how the command agents' programs run here (sandbox, network, limits, user,
+    environment); ConfigError now, not at the first session, if they cannot run as
+    configured. The command agents, for more checks."""
     from surehand.agents.cgroups import sweep_empty
     from surehand.agents.command import CommandAgent
 
@@ -85,6 +87,7 @@ def announce_confinement(sh: Surehand, roles: list[str]) -> None:
     for agent in commands[:1]:  # one configuration per process
         for line in agent.confinement.describe():
             err_console.print(f"agent programs: {line}", highlight=False, soft_wrap=True)
+    return commands
 
 
 def require_agents(sh: Surehand, roles: list[str]) -> None:
