@@ -83,11 +83,14 @@ def test_a_cancellation_wakes_the_waiting_session_and_its_program_is_stopped(
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="session") as pool:
         running = pool.submit(agent, ctx)
         wait_until((tmp_path / "started").exists, timeout=30, what="the program to start")
+        looked_while_running = list(looks)
         ctx.stop("lease_lost", "the lease was lost")  # as the heartbeat's on_lost does
         with pytest.raises(AgentError, match="the lease was lost; the command was stopped"):
             running.result(timeout=45)  # a wait nothing woke would sleep its 60 s safety nap
 
-    assert len(looks) <= 10, looks  # the stop's own looks while the program ends
+    # At its start only; the stop's own looks, backing off from 1 ms while the program ends,
+    # are as many as a loaded machine makes them and are not counted.
+    assert len(looked_while_running) <= 4, looked_while_running
 
 
 def test_without_pidfds_the_session_polls_and_still_sees_its_program_end(

@@ -43,6 +43,8 @@ GROWS = "\u0344"  # one character that NFC turns into two (U+0308 U+0301)
 LONG_TASK_ID = "TASK-20260101-" + "1" * 19  # 33 characters: one more than the column holds
 EXIT_INVALID = 5
 
+LOOPBACK = ("127.0.0.1", 50000)  # the token-less API answers loopback clients only
+
 
 @pytest.fixture
 def sh(store: Store) -> Iterator[Surehand]:
@@ -55,7 +57,7 @@ def sh(store: Store) -> Iterator[Surehand]:
 @pytest.fixture
 def http(sh: Surehand) -> Iterator[TestClient]:
     """The HTTP door on the same store, open local-ADMIN mode."""
-    with TestClient(create_app(sh), base_url="http://127.0.0.1") as client:
+    with TestClient(create_app(sh), base_url="http://127.0.0.1", client=LOOPBACK) as client:
         yield client
 
 
@@ -123,7 +125,7 @@ def test_review_with_a_bad_effect_is_refused_by_every_door(rig: Rig) -> None:
     result = CliRunner().invoke(cli_app, [*args, "--database-url", rig.store.url])
     assert result.exit_code == EXIT_INVALID, result.output
     assert json.loads(result.stdout)["error"]["field"] == "effect"
-    with TestClient(create_app(rig.sh), base_url="http://127.0.0.1") as client:
+    with TestClient(create_app(rig.sh), base_url="http://127.0.0.1", client=LOOPBACK) as client:
         answer = client.post(f"/v1/cases/{case_id}/review", json={"effect": "Present", "note": "x"})
     assert answer.status_code == 400
     assert answer.json()["field"] == "effect"
