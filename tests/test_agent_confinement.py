@@ -17,6 +17,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -29,18 +30,24 @@ from surehand.agents.session_dirs import sweep
 from surehand.config import Settings
 from surehand.dispatcher.sessions import Session
 from surehand.errors import AgentOutputRefused, ConfigError
+from surehand.facade import Surehand
 from surehand.fcop.render import render_recovery
-from surehand.model import Admission, AttemptCause, AttemptState, EffectFact
+from surehand.model import Admission, AttemptCause, AttemptState, Bucket, EffectFact
+from surehand.store import Store
 from tests.agent_procs import require_proc
+from tests.agent_runtime import reachable_runtime, runtime_home
+from tests.procs import RedisServer, running, spawn, start_worker, wait_until
 from tests.recovery_helpers import Rig, rig
 from tests.session_helpers import (  # noqa: F401  (harness fixtures)
     Harness,
     attempts_of,
     committed_task,
     harness,
+    read_task,
     reports_of,
 )
 from tests.skips import missing
+from tests.test_workers import broker, client, worker_env  # noqa: F401  (fixtures)
 
 __all__ = ["rig"]  # fixture
 
@@ -286,30 +293,102 @@ def test_bwrap_asked_for_where_it_does_not_run_is_a_config_error_and_auto_says_w
         sandbox._resolve.cache_clear()
 
 
-@pytest.mark.parametrize("mode", ["bwrap", "none"])
-def test_agents_can_run_as_a_dedicated_user(harness: Harness, tmp_path: Path, mode: str) -> None:
-    require_proc()
+@pytest.fixture(scope="module")
+def agent_runtime() -> Iterator[Path]:
+    """A surehand installation uid 65534 can reach, in a directory it can enter (the tests'
+    own may sit where it cannot: a clone under a 0700 directory, a Python under /root)."""
     if os.getuid() != 0:
         missing("root (only a root worker can run agents as another user)")
+    home = runtime_home()
+    try:
+        yield reachable_runtime(home)
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
+
+
+def agent_user_env(
+    store: Store, broker: RedisServer, tmp_path: Path, work_dir: Path, **extra: str
+) -> dict[str, str]:
+    """A worker running agents as uid 65534, with nothing bound that it cannot reach (the
+    tests' own directories are root's alone) and this checkout off its import path."""
+    return worker_env(
+        store,
+        broker,
+        tmp_path,
+        SUREHAND_AGENTS="DEV=command",
+        SUREHAND_AGENT_USER="65534:65534",
+        SUREHAND_WORK_DIR=str(work_dir),
+        SUREHAND_AGENT_BIND="",
+        PYTHONPATH="",
+        **extra,
+    )
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["bwrap", "none"])
+def test_agents_can_run_as_a_dedicated_user(
+    store: Store,
+    broker: RedisServer,
+    client: Surehand,
+    agent_runtime: Path,
+    tmp_path: Path,
+    mode: str,
+) -> None:
+    require_proc()
     work_dir = Path(tempfile.mkdtemp(dir="/var/tmp"))  # pytest's directories are root's alone
     work_dir.chmod(0o711)
+    program = (
+        "sh -c 'id -u; test -w . && echo can-write; "
+        'ls -A .. 2>/dev/null | grep -cvx "$(basename "$PWD")"; '  # others it sees
+        "surehand effect --name note -- echo effect-ran'"
+    )
+    env = agent_user_env(
+        store, broker, tmp_path, work_dir / "sessions",
+        SUREHAND_COMMAND_AGENT=program, SUREHAND_AGENT_SANDBOX=mode,
+    )  # fmt: skip
     try:
-        sh = harness.surehand(
-            agents="DEV=command",
-            command_agent="sh -c 'id -u; test -w . && echo can-write; "
-            'ls -A .. 2>/dev/null | grep -cvx "$(basename "$PWD")"; true\'',  # others it sees
-            agent_user="65534:65534",
-            agent_sandbox=mode,
-            work_dir=work_dir / "sessions",
-        )
-        task_id = committed_task(sh)
-
-        outcome = sh.run_session(task_id)
-
-        assert outcome.outcome == "settled", outcome
-        [report] = reports_of(sh.store, task_id)
-        assert report.body.splitlines() == ["65534", "can-write", "0"]
+        command = [str(agent_runtime.parent / "surehand")]
+        with running(start_worker(env, tmp_path / "worker.log", surehand=command)) as worker:
+            task_id = committed_task(client)
+            wait_until(
+                lambda: (
+                    read_task(store, task_id).bucket is not Bucket.INBOX
+                    and bool(reports_of(store, task_id) or attempts_of(store, task_id)[-1].error)
+                ),
+                timeout=90,
+                what="the session to end",
+            )
+            log = worker.output()
+        [report] = reports_of(store, task_id)
+        assert report.body.splitlines() == ["65534", "can-write", "0", "effect-ran"], log[-3000:]
     finally:
+        shutil.rmtree(work_dir)
+
+
+@pytest.mark.slow
+def test_a_worker_whose_agent_user_cannot_enter_its_virtualenv_refuses_to_start(
+    store: Store, broker: RedisServer, tmp_path: Path
+) -> None:
+    """Issue 30: the start check covers every path the sandbox binds for the agent user (its
+    virtualenv here, under a directory only root enters) and names the one that blocks it,
+    instead of every session failing in bubblewrap."""
+    if os.getuid() != 0:
+        missing("root (only a root worker can run agents as another user)")
+    locked = Path(tempfile.mkdtemp(dir="/var/tmp"))  # 0700: only root enters
+    work_dir = Path(tempfile.mkdtemp(dir="/var/tmp"))
+    try:
+        python = reachable_runtime(locked)
+        env = agent_user_env(store, broker, tmp_path, work_dir, SUREHAND_COMMAND_AGENT="true")
+        worker = spawn(["worker", "--roles", "DEV"], env, tmp_path / "worker.log",
+                       surehand=[str(python.parent / "surehand")])  # fmt: skip
+        with running(worker):
+            worker.process.wait(timeout=60)
+        output = worker.output()
+        assert worker.returncode not in (0, None), output[-3000:]
+        assert f"{locked}/venv (SUREHAND_AGENT_USER): {locked} does not let it through" in output
+        assert "chmod o+x" in output
+    finally:
+        shutil.rmtree(locked)
         shutil.rmtree(work_dir)
 
 

@@ -43,13 +43,19 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import IO, Any
 
-from surehand.agents import session_dirs
+from surehand.agents import quotas, session_dirs
 from surehand.agents.briefing import brief_for
 from surehand.agents.context import SessionContext
 from surehand.agents.group_records import GroupRecord, GroupRecords
 from surehand.agents.groups import AgentGroup
 from surehand.agents.launch import Confinement, Launch
-from surehand.agents.outputs import OUTPUTS_DIR, open_private, read_report_file, tail_of
+from surehand.agents.outputs import (
+    OUTPUTS_DIR,
+    keep_tail,
+    open_private,
+    read_report_file,
+    tail_of,
+)
 from surehand.agents.presets import (
     TOKEN_ENV,
     URL_ENV,
@@ -129,7 +135,7 @@ class CommandAgent:
     @functools.cached_property
     def confinement(self) -> Confinement:
         """How this process confines programs (resolved once; ConfigError if it cannot)."""
-        return Confinement.from_settings(self.settings)
+        return Confinement.from_settings(self.settings, self.program.base)
 
     def require_ready(self) -> None:
         """ConfigError now (worker start, ``surehand check``) if this agent's program cannot
@@ -227,12 +233,16 @@ class CommandAgent:
             open_private(outputs, "stdout.txt") as stdout,
             open_private(outputs, "stderr.txt") as stderr,
         ):
-            code = self._run(ctx, work_dir, grant, stdout, stderr)
-            output = self._report_text(work_dir, stdout)
-            if code != 0:
-                raise AgentError(
-                    f"command exited with {code}: {tail_of(stderr)[-500:]}", exit_code=code
-                )
+            try:
+                code = self._run(ctx, work_dir, grant, stdout, stderr)
+                output = self._report_text(work_dir, stdout)
+                if code != 0:
+                    raise AgentError(
+                        f"command exited with {code}: {tail_of(stderr)[-500:]}", exit_code=code
+                    )
+            finally:  # what is kept of the outputs is what can be read of them: bounded
+                keep_tail(stdout)
+                keep_tail(stderr)
         return output or f"(command exited 0 with no output; see {outputs})"
 
     def _report_text(self, work_dir: Path, stdout: IO[bytes]) -> str:
@@ -250,17 +260,44 @@ class CommandAgent:
         stdout: IO[bytes],
         stderr: IO[bytes],
     ) -> int:
-        """Run the program's process group to its end; its exit code."""
-        launch = self._launch(ctx, work_dir, grant, self._workspace(ctx))
+        """Run the program's process group to its end, its disk use watched; its exit code."""
+        workspace = self._workspace(ctx)
+        launch = self._launch(ctx, work_dir, grant, workspace)
+        watched = self._watched(ctx, work_dir, workspace)  # its baseline, before it starts
         group = self._start(ctx, work_dir, launch, stdout, stderr)
+        if self.confinement.sandbox.mode == BWRAP:
+            watched.sandbox_pid = functools.partial(quotas.sandbox_pid, group.pgid)
+        self.quota_watch.watch(watched)
         try:
-            code = self._wait(group, ctx)
+            code = self._wait(group, ctx, watched)
         finally:
+            self.quota_watch.forget(watched)
             group.stop()  # whatever the program left running dies with the session
             ours = self.records.release(ctx.task.task_id, ctx.attempt.attempt_id)
+            if watched.exceeded is not None:
+                shutil.rmtree(work_dir, ignore_errors=True)  # the flood goes with it
         if not ours:
             raise AgentError("a later attempt of this TASK started here; this command was killed")
         return code
+
+    def _watched(
+        self, ctx: SessionContext, work_dir: Path, workspace: Workspace | None
+    ) -> quotas.Watched:
+        """The session's places under the quota: its directory, its outputs, and what of its
+        workspace lies in the work directory (its own worktree; a shared one is nobody's)."""
+        roots = [work_dir, self.work_dir / OUTPUTS_DIR / ctx.attempt.attempt_id]
+        if workspace is not None:
+            roots += [path for path in workspace.binds if path.is_relative_to(self.work_dir)]
+        watched = quotas.Watched(
+            ctx.attempt.attempt_id, tuple(roots), self.confinement.quota, threading.Event()
+        )
+        watched.baseline = watched.usage()
+        return watched
+
+    @functools.cached_property
+    def quota_watch(self) -> quotas.QuotaWatch:
+        """This process's watch over its sessions' disk use."""
+        return quotas.watch_for(self.settings)
 
     def _launch(
         self,
@@ -357,29 +394,37 @@ class CommandAgent:
             env.update({URL_ENV: grant.url, TOKEN_ENV: grant.token})
         return env
 
-    def _wait(self, group: AgentGroup, ctx: SessionContext) -> int:
-        """The program's exit code, once it ends; stops it when the session is cancelled or the
-        timeout passes. Sleeps until one of them happens: the program's end and the session's
-        cancellation both set ``wake`` (see :mod:`surehand.agents.exits`); only where one of
-        them cannot does it look every ``_POLL`` seconds."""
+    def _wait(self, group: AgentGroup, ctx: SessionContext, watched: quotas.Watched) -> int:
+        """The program's exit code, once it ends; stops it when the session is cancelled, the
+        timeout passes or it goes over its quota. Sleeps until one of them happens: the
+        program's end, the session's cancellation and the quota watch all set ``wake`` (see
+        :mod:`surehand.agents.exits`); only where one of them cannot does it look every
+        ``_POLL`` seconds."""
         deadline = time.monotonic() + self.timeout
-        wake = threading.Event()
+        wake = watched.wake
         with group.waking(wake) as on_end, ctx.waking(wake) as on_cancel:
             nap = _SAFETY_NAP if on_end and on_cancel else _POLL
             while True:
                 wake.clear()  # before looking: whatever happens from here on sets it again
                 if (code := group.poll()) is not None:
                     break
-                self._stop_if_over(group, ctx, deadline)
+                self._stop_if_over(group, ctx, deadline, watched)
                 left = deadline - time.monotonic()
                 wake.wait(min(nap, left))
         if group.interrupted:
             ctx.interrupt()  # an interruption, not the agent's failure: the attempt is not failed
             raise AgentError("the worker shut down; the command was stopped")
+        watched.raise_if_over()
         return code
 
-    def _stop_if_over(self, group: AgentGroup, ctx: SessionContext, deadline: float) -> None:
-        """Stop the program (AgentError) if its session was cancelled or its time is up."""
+    def _stop_if_over(
+        self, group: AgentGroup, ctx: SessionContext, deadline: float, watched: quotas.Watched
+    ) -> None:
+        """Stop the program if its session was cancelled or its time is up (AgentError), or
+        it went over its disk quota (killed at once: SessionInterrupted)."""
+        if watched.exceeded is not None:
+            group.kill()
+            watched.raise_if_over()
         if ctx.cancelled:
             group.stop()
             why = ctx.stopped[1] if ctx.stopped else "the session lost its lease"
