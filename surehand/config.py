@@ -219,6 +219,12 @@ class Settings(BaseSettings):
         ge=0,
         description="The same for free files (inodes) on that file system; 0 turns it off.",
     )
+    work_dir_retry_seconds: float = Field(
+        30.0,
+        gt=0,
+        description="How long a worker that had no room for a session waits before the TASK's "
+        "message is tried again (by any worker of its role).",
+    )
     # -- end of the view and quota block --
     agent_workspace: str = Field(
         "",

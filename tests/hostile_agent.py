@@ -19,7 +19,8 @@ unless the probe's point is to break the output itself. Probes:
   output past 1.5 GiB and write there; ``nul_stdout``: print a NUL byte;
 - ``tools``: call the session tools with NUL, line breaks and Markdown in names and arguments,
   and post a body over the server's limit; reports each answer's code;
-- ``sleep``: a well-behaved sibling that works ``seconds`` and reports.
+- ``sleep``: a well-behaved sibling that works ``seconds`` and reports;
+- the view's and the quotas' probes, in ``tests/hostile_view.py``.
 """
 
 from __future__ import annotations
@@ -269,6 +270,11 @@ PROBES = {
     "tools": tools_probe,
     "sleep": sleep_probe,
 }
+try:  # more probes, in modules beside this one (a script: its directory is on the path)
+    from tests.hostile_view import PROBES as VIEW_PROBES
+except ImportError:
+    from hostile_view import PROBES as VIEW_PROBES  # type: ignore[import-not-found,no-redef]
+PROBES.update(VIEW_PROBES)
 
 
 def main() -> None:

@@ -235,7 +235,9 @@ def _in_system(path: Path) -> bool:
 
 @functools.cache
 def _system_dirs() -> tuple[Path, ...]:
-    return tuple(dict.fromkeys(Path(name).resolve() for name in SYSTEM))
+    """The system directories, as named and as resolved (``/bin`` and ``/usr/bin``)."""
+    named = [Path(name) for name in SYSTEM]
+    return tuple(dict.fromkeys([*named, *(path.resolve() for path in named)]))
 
 
 def _under(path: Path, directory: Path) -> bool:

@@ -31,7 +31,6 @@ log = logging.getLogger(__name__)
 
 
 CLAIM_RETRY_SECONDS = 5.0
-NO_SPACE_RETRY_SECONDS = 30.0
 
 
 class SessionTask(Task):  # type: ignore[type-arg]
@@ -58,9 +57,8 @@ class SessionTask(Task):  # type: ignore[type-arg]
             # queue, for this worker once it has room again or for another one, as often as
             # it takes (the sweep also republishes a TASK left in inbox).
             log.warning("%s not started: %s", task_id, error)
-            raise self.retry(
-                exc=error, countdown=NO_SPACE_RETRY_SECONDS, max_retries=None
-            ) from error
+            wait = self._runner().services.settings.work_dir_retry_seconds
+            raise self.retry(exc=error, countdown=wait, max_retries=None) from error
 
 
 class ReconcileTask(Task):  # type: ignore[type-arg]
