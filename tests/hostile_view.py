@@ -5,7 +5,9 @@ session's quotas: what of the host it can see, and what it can fill.
   the checkout's dotfiles, ``/etc/shadow``...), what ``/`` holds, and whether ``/``, ``/etc``,
   ``/usr`` and ``/dev`` take a new file;
 - ``disk_flood``: write ``mib`` MiB in 1 MiB pieces into the session directory;
-- ``files_flood``: make ``files`` empty files in ``where`` (the session directory, or ``/tmp``);
+- ``files_flood``: make ``files`` empty files in ``where`` (the session directory, or ``/tmp``)
+  and hold them ``hold`` seconds (a tmpfs's files go with the sandbox: a flood that matters
+  is one that is held);
 - ``tmpfs_flood``: fill ``/tmp``, ``/dev/shm`` and ``/run`` until each refuses (at most
   ``mib`` MiB each), then free them; how much each took and how it refused.
 
@@ -15,6 +17,7 @@ Each reports what it found; a probe stopped by its quota reports nothing (its se
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -65,6 +68,7 @@ def files_flood_probe(params: dict[str, Any]) -> dict[str, Any]:
     for number in range(int(params["files"])):
         (where / f"f{number}").touch()
         made += 1
+    time.sleep(float(params.get("hold", 0)))
     return {"made": made}
 
 

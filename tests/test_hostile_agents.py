@@ -39,6 +39,7 @@ from tests.test_workers import broker, worker_env  # noqa: F401  (fixture)
 pytestmark = pytest.mark.slow
 
 AGENT = Path(__file__).parent / "hostile_agent.py"
+VIEW_PROBES = Path(__file__).parent / "hostile_view.py"  # loaded beside it
 SECRETS = {
     "SUREHAND_API_TOKENS": "SECRET-admin-token-0123456789abcdef=ops:ADMIN:default",
     "SUREHAND_METRICS_TOKEN": "SECRET-metrics-token-0123456789abcdef",
@@ -121,7 +122,7 @@ def deployment(
         SUREHAND_COMMAND_AGENT="codex",
         SUREHAND_AGENT_SANDBOX=str(request.param),
         SUREHAND_CODEX_SANDBOX="danger-full-access",  # a stand-in: no helpers under /tmp
-        SUREHAND_AGENT_BIND=f"{bin_dir}:ro",  # the stand-in CLI, nothing else of tmp_path
+        SUREHAND_AGENT_BIND=f"{bin_dir}:ro,{AGENT}:ro,{VIEW_PROBES}:ro",  # nothing of tmp_path
         SUREHAND_AGENT_ENV="OPENAI_API_KEY",
         SUREHAND_AGENT_MEMORY_MIB=str(MEMORY_MIB),
         SUREHAND_CONCURRENCY="4",
@@ -248,7 +249,7 @@ def expected(mode: str, sqlite: bool) -> dict[str, Any]:
             "groups": bwrap,
             "outputs": bwrap,
             "secret": "refused: No such file or directory" if bwrap else "done: SECRET of the host",
-            "write_rootfs": "refused: Read-only file system" if bwrap else ANY_DONE,
+            "write_rootfs": "refused: No such file or directory" if bwrap else ANY_DONE,  # no /var
         },
         "escape": {"left_behind": ANY_MARK, "left_running": []},
         "fork_bomb": {"capped": True},

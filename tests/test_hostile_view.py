@@ -136,7 +136,9 @@ def test_a_flooding_agent_is_stopped_by_its_quota_while_a_sibling_and_new_tasks_
         "files": deployment.submit("files_flood", files=QUOTA_FILES * 10),
     }
     if bwrap:  # the fallback has no /tmp of its own: nothing of the session to count there
-        floods["tmp_files"] = deployment.submit("files_flood", files=QUOTA_FILES * 10, where="/tmp")
+        floods["tmp_files"] = deployment.submit(
+            "files_flood", files=QUOTA_FILES * 10, where="/tmp", hold=30
+        )
     for name, task_id in [*floods.items(), ("sibling", sibling)]:
         wait_until(
             functools.partial(deployment.finished, task_id), timeout=180, what=f"the {name} TASK"
@@ -153,11 +155,10 @@ def test_a_flooding_agent_is_stopped_by_its_quota_while_a_sibling_and_new_tasks_
     assert deployment.worker.returncode is None
 
 
+@pytest.mark.parametrize("deployment", ["bwrap"], indirect=True)  # the fallback has no tmpfs
 def test_the_sandboxs_tmpfs_mounts_are_sized_and_the_rest_is_read_only(
     deployment: Deployment,
 ) -> None:
-    if deployment.mode != "bwrap":
-        not_applicable("the fallback's limits are the same on every store")
     task_id = deployment.run("tmpfs_flood", mib=TMPFS_MIB * 4)
 
     found = deployment.findings(task_id)

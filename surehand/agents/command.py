@@ -274,8 +274,10 @@ class CommandAgent:
             self.quota_watch.forget(watched)
             group.stop()  # whatever the program left running dies with the session
             ours = self.records.release(ctx.task.task_id, ctx.attempt.attempt_id)
+            watched.check()  # the last word: what it left once all of it stopped
             if watched.exceeded is not None:
                 shutil.rmtree(work_dir, ignore_errors=True)  # the flood goes with it
+        watched.raise_if_over()  # also one that ended between two rounds of the watch
         if not ours:
             raise AgentError("a later attempt of this TASK started here; this command was killed")
         return code
@@ -414,7 +416,6 @@ class CommandAgent:
         if group.interrupted:
             ctx.interrupt()  # an interruption, not the agent's failure: the attempt is not failed
             raise AgentError("the worker shut down; the command was stopped")
-        watched.raise_if_over()
         return code
 
     def _stop_if_over(

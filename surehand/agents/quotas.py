@@ -10,14 +10,17 @@ the baseline: a successor's worktree does not count against it.
 
 One thread per worker process (:class:`QuotaWatch`) measures every running session, every
 ``SUREHAND_AGENT_QUOTA_CHECK_SECONDS`` or 20 times as long as the last round took, whichever is
-longer (so the watch costs at most about 5% of a core). A session found over its quota, or with
-a directory the worker cannot measure (a failure of the watch blocks the agent, never lets it
-through), is killed at once and ends *interrupted* with cause ``quota_exceeded``: its TASK goes
-through admission like any interruption, and the attempt's error says what was measured.
+longer (so the watch costs at most about 5% of a core), and once more when all of its program
+has stopped. A session found over its quota, or with a directory the worker cannot measure (a
+failure of the watch blocks the agent, never lets it through), is killed at once, its session
+directory removed, and it ends *interrupted* with cause ``quota_exceeded`` (also one that ended
+between two rounds: its result is not taken): its TASK goes through admission like any
+interruption, and the attempt's error says what was measured.
 
-What it cannot promise: between two rounds a program writes at the disk's speed, so a session
-can pass its quota by what it writes in one interval (``bench/quota.py`` measures it); a file
-is also capped by ``SUREHAND_AGENT_FILE_SIZE_MIB``. Keep ``SUREHAND_WORK_DIR_MIN_FREE_MIB``
+What it cannot promise: between two rounds a program writes as fast as the disk takes it, so
+a session can pass its quota by what it writes in one interval before it is stopped and its
+directory removed (``bench/quota.py`` measures it); each file is also capped by
+``SUREHAND_AGENT_FILE_SIZE_MIB``. Keep ``SUREHAND_WORK_DIR_MIN_FREE_MIB``
 above the worker's concurrency times the quota, and the work directory off the store's file
 system (compose/DEPLOYMENT.md).
 
