@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from surehand.agents import quotas, sandbox, view
+from surehand.agents import quota_watch, quotas, sandbox, view
 from surehand.agents.launch import require_reachable
 from surehand.agents.outputs import MAX_OUTPUT, keep_tail, open_private, tail_of
 from surehand.agents.quotas import Quota, Usage, Watched
@@ -205,6 +205,25 @@ def test_a_watched_session_over_its_quota_is_marked_and_its_waiter_woken(tmp_pat
         watched.raise_if_over()
     assert getattr(interrupted.value, "cause", None) == "quota_exceeded"
     assert Usage(10, 10).over(Quota(100, 100)) is None
+
+
+def test_the_watch_measures_at_once_when_a_file_system_loses_more_than_a_session_may_add(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Between its regular rounds (here a minute apart) the watch looks at the free space of
+    the sessions' file systems every tick: a drop past the tightest headroom starts a round."""
+    watch = quota_watch.QuotaWatch(every=60.0)
+    watched = Watched("a1", (tmp_path,), Quota(8 * 1024 * 1024, 1000), threading.Event())
+    watched.added = Usage(6 * 1024 * 1024, 10)  # 2 MiB and 990 files left
+    free = iter([Usage(100 * 1024 * 1024, 5000), *[Usage(97 * 1024 * 1024, 5000)] * 1000])
+    monkeypatch.setattr(quota_watch, "_free", lambda _path: next(free))
+    monkeypatch.setattr(quota_watch, "TICK", 0.001)
+
+    assert watch.until_next_round([watched]) is True  # 3 MiB gone: more than its 2 MiB of headroom
+
+    watch.every = 0.05
+    free = iter([Usage(100 * 1024 * 1024, 5000)] * 1000)
+    assert watch.until_next_round([watched]) is False  # nothing lost: the regular round comes
 
 
 def test_a_finished_sessions_outputs_keep_only_what_is_read_of_them(tmp_path: Path) -> None:

@@ -67,6 +67,7 @@ from surehand.agents.presets import (
     operator_servers,
     program_for,
 )
+from surehand.agents.quota_watch import QuotaWatch, watch_for
 from surehand.agents.sandbox import BWRAP
 from surehand.agents.session_door import AgentGrant, SessionDoor, SessionDoorFactory
 from surehand.agents.workspaces import Workspace, Workspaces, prepare
@@ -297,9 +298,9 @@ class CommandAgent:
         return watched
 
     @functools.cached_property
-    def quota_watch(self) -> quotas.QuotaWatch:
+    def quota_watch(self) -> QuotaWatch:
         """This process's watch over its sessions' disk use."""
-        return quotas.watch_for(self.settings)
+        return watch_for(self.settings)
 
     def _launch(
         self,

@@ -8,14 +8,15 @@ counted in no session's quota). Its sandbox's ``/tmp``, ``/dev/shm`` and ``/run`
 files too (their bytes are bounded by their size). What is there when the program starts is
 the baseline: a successor's worktree does not count against it.
 
-One thread per worker process (:class:`QuotaWatch`) measures every running session, every
-``SUREHAND_AGENT_QUOTA_CHECK_SECONDS`` or 20 times as long as the last round took, whichever is
-longer (so the watch costs at most about 5% of a core), and once more when all of its program
-has stopped. A session found over its quota, or with a directory the worker cannot measure (a
-failure of the watch blocks the agent, never lets it through), is killed at once, its session
-directory removed, and it ends *interrupted* with cause ``quota_exceeded`` (also one that ended
-between two rounds: its result is not taken): its TASK goes through admission like any
-interruption, and the attempt's error says what was measured.
+A thread per worker process (:mod:`surehand.agents.quota_watch`) measures every running
+session, in rounds every ``SUREHAND_AGENT_QUOTA_CHECK_SECONDS`` (longer when rounds are costly)
+and at once when a file system the sessions write on loses more than one of them may still
+add; and once more when all of a session's program has stopped. A session found over its
+quota, or with a directory the worker cannot measure (a failure of the watch blocks the agent,
+never lets it through), is killed at once, its session directory removed, and it ends
+*interrupted* with cause ``quota_exceeded`` (also one that ended between two rounds: its
+result is not taken): its TASK goes through admission like any interruption, and the
+attempt's error says what was measured.
 
 What it cannot promise: between two rounds a program writes as fast as the disk takes it, so
 a session can pass its quota by what it writes in one interval before it is stopped and its
@@ -37,7 +38,6 @@ import logging
 import os
 import stat
 import threading
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -49,7 +49,6 @@ from surehand.model import AttemptCause
 log = logging.getLogger(__name__)
 
 MIB = 1024 * 1024
-COST_FACTOR = 20  # a round waits at least this many times as long as it took
 TMPFS = ("tmp", "dev/shm", "run")  # the sandbox's own, measured through /proc/PID/root
 
 
@@ -181,6 +180,7 @@ class Watched:
     wake: threading.Event
     sandbox_pid: Callable[[], int | None] = lambda: None
     baseline: Usage = field(default_factory=Usage)
+    added: Usage = field(default_factory=Usage)  # at the last measurement
     exceeded: str | None = None
 
     def check(self) -> None:
@@ -188,12 +188,18 @@ class Watched:
         if self.exceeded is not None:
             return
         try:
-            usage = self.usage() - self.baseline
+            self.added = self.usage() - self.baseline
         except Unmeasurable as error:
             self.over(f"the watch of its disk use failed ({error.strerror})")
             return
-        if (why := usage.over(self.quota)) is not None:
+        if (why := self.added.over(self.quota)) is not None:
             self.over(why)
+
+    def headroom(self) -> Usage:
+        """What it may still add, as of its last measurement."""
+        return Usage(
+            self.quota.disk_bytes - self.added.disk_bytes, self.quota.files - self.added.files
+        )
 
     def usage(self) -> Usage:
         found = measure(self.roots)
@@ -214,61 +220,6 @@ class Watched:
             "The attempt is interrupted and admission decides from the recorded effect facts",
             cause=AttemptCause.QUOTA_EXCEEDED.value,
         )
-
-
-class QuotaWatch:
-    """The thread that measures this process's running sessions (started with the first)."""
-
-    def __init__(self, every: float) -> None:
-        self.every = every
-        self._sessions: dict[str, Watched] = {}
-        self._lock = threading.Lock()
-        self._thread: threading.Thread | None = None
-        self.last_round = 0.0  # seconds the last round took (bench/quota.py reports it)
-
-    def watch(self, watched: Watched) -> Watched:
-        """Watch ``watched`` (its baseline measured already) until :meth:`forget`."""
-        with self._lock:
-            self._sessions[watched.name] = watched
-            if self._thread is None or not self._thread.is_alive():
-                self._thread = threading.Thread(
-                    target=self._run, name="surehand-quota-watch", daemon=True
-                )
-                self._thread.start()
-        return watched
-
-    def forget(self, watched: Watched) -> None:
-        with self._lock:
-            self._sessions.pop(watched.name, None)
-
-    def check_all(self) -> None:
-        """One round over every watched session."""
-        with self._lock:
-            sessions = list(self._sessions.values())
-        started = time.monotonic()
-        for watched in sessions:
-            try:
-                watched.check()
-            except Exception:  # the watch must outlive any one session's surprise
-                log.exception("quota watch of session %s failed", watched.name)
-                watched.over("the watch of its disk use failed")
-        self.last_round = time.monotonic() - started
-
-    def _run(self) -> None:
-        while True:
-            self.check_all()
-            time.sleep(max(self.every, COST_FACTOR * self.last_round))
-
-
-_watches: dict[float, QuotaWatch] = {}
-_watches_lock = threading.Lock()
-
-
-def watch_for(settings: Settings) -> QuotaWatch:
-    """This process's watch (one per check interval: one in practice)."""
-    with _watches_lock:
-        every = settings.agent_quota_check_seconds
-        return _watches.setdefault(every, QuotaWatch(every))
 
 
 def require_free_space(settings: Settings) -> None:
