@@ -230,8 +230,9 @@ class Settings(BaseSettings):
         "",
         description="Where command agent sessions work: a comma list of [ROLE=]SPEC, a role's "
         "entry overriding the one without. SPEC: a directory (shared, bound read-write into the "
-        "sandbox) or worktree:/path/to/repo (a fresh git worktree per TASK on the branch "
-        "surehand/<task id>; its successors find it). The claude preset gets it with --add-dir, "
+        "sandbox) or worktree:/path/to/repo (a clone of its own per TASK on the branch "
+        "surehand/<task id>, fetched into the repository when a session ends; its successors "
+        "find it). The claude preset gets it with --add-dir, "
         "codex with -C, programs in SUREHAND_WORKSPACE (README: Claude Code and Codex doing "
         "real work).",
     )
@@ -259,8 +260,45 @@ class Settings(BaseSettings):
     )
     claude_read_only_commands: str = Field(
         "",
-        description="Comma list of Bash commands (a command and its first words, e.g. git "
-        "status,ls) the claude hooks do not journal, when used without shell operators.",
+        description="Retired: it listed Bash commands the claude hooks did not journal. Every "
+        "Bash command first runs a shell setup the agent can rewrite, and git runs filters, "
+        "diff drivers and hooks from repository config the agent can write, so no command can "
+        "be exempt: every Bash command is journaled, and a worker with this set refuses to "
+        "start until it is unset.",
+    )
+    # --- the journal: Claude Code's hooks, the session tools' limits (issue 29, journal) ----
+    claude_hook_timeout_seconds: int = Field(
+        60,
+        ge=1,
+        le=600,
+        description="How long Claude Code waits for the session server to answer a hook "
+        "(each tool call's journaling); an answer that does not come in time blocks the call.",
+    )
+    session_tools_max_operations: int = Field(
+        500,
+        ge=1,
+        description="Operations (effect_begin and the hooks' journaled calls) one session may "
+        "record; more are refused with session_limit (a journaled call is then denied).",
+    )
+    session_tools_max_reports: int = Field(
+        100,
+        ge=1,
+        description="REPORT revisions (report and progress calls) one session may ask for; "
+        "more are refused with session_limit (its final message is still its REPORT).",
+    )
+    session_tools_max_mib: int = Field(
+        32,
+        ge=1,
+        description="MiB of arguments (REPORT bodies, effect args, outcomes, journaled tool "
+        "input and output) one session may send to be stored; more is refused with "
+        "session_limit.",
+    )
+    session_tools_calls_per_minute: int = Field(
+        300,
+        ge=1,
+        description="Calls to the session tools and journaled hook events one session may "
+        "make in any 60 seconds; more are refused with session_limit (retryable) until the "
+        "minute passes.",
     )
     codex_sandbox: Literal["auto", "read-only", "workspace-write", "danger-full-access"] = Field(
         "auto",

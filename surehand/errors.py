@@ -246,6 +246,24 @@ class OperationFailed(SessionError):
     code = "operation_failed"
 
 
+class SessionLimitReached(SessionError):
+    """A session asked its session server for more than its limits allow (REPORT revisions,
+    operations or bytes); nothing was written. The message names the limit and its setting."""
+
+    code = "session_limit"
+
+    def __init__(self, message: str, *, limit: str, **details: Any) -> None:
+        super().__init__(message, limit=limit, **details)
+        self.limit = limit
+
+
+class SessionRateLimited(SessionLimitReached):
+    """A session called its session server more often than its rate allows; nothing was
+    written. The same call may succeed after ``retry_after`` seconds."""
+
+    retryable = True
+
+
 # --- queue ----------------------------------------------------------------------------------
 
 

@@ -38,6 +38,9 @@ import httpx2
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script
+from tests import hostile_journal  # the probes of tests/hostile_journal.py
+
 SECRET_MARKS = ("postgresql", "redis://", "sqlite:", "SECRET")
 
 
@@ -261,6 +264,7 @@ def sleep_probe(params: dict[str, Any]) -> dict[str, Any]:
 
 
 PROBES = {
+    "flood": hostile_journal.flood_probe,  # tests/hostile_journal.py
     "env": env_probe,
     "siblings": siblings_probe,
     "files": files_probe,

@@ -170,12 +170,17 @@ def submitted(client: Surehand) -> str:
     return created.task_id
 
 
-def settled_by(client: Surehand, store: Store, task_id: str, worker: Proc) -> None:
+def settled_by(
+    client: Surehand, store: Store, task_id: str, worker: Proc, *, or_held: bool = False
+) -> None:
+    """Wait until the TASK is settled for review (``or_held``: or held for its approver)."""
+
     def settled() -> bool:
         if worker.returncode is not None:
             pytest.fail(f"the worker exited:\n{worker.output()[-3000:]}")
         client.reconciler.run_once()
-        return read_task(store, task_id).bucket is Bucket.REVIEW
+        task = read_task(store, task_id)
+        return task.bucket is Bucket.REVIEW or (or_held and task.hold is not None)
 
     wait_until(settled, timeout=180, interval=0.5, what=f"{task_id} to be settled")
 
@@ -218,14 +223,20 @@ def test_claude_declares_an_effect_edits_the_workspace_and_its_undeclared_bash_i
     assert ledger.read_text() == "ticket\n"
     assert pushed.read_text() == "pushed\n"
     assert (workspace / "NOTES.md").read_text() == "keys rotated\n"
-    ticket, bash, failed = operations_of(store, task_id)
+    ticket, inside, bash, failed = operations_of(store, task_id)
     assert (ticket.name, ticket.state, ticket.external_receipt) == (
         "ticket.create",
         OperationState.SUCCEEDED,
         "OPS-1",
     )
-    # The Bash inside the declared effect is not journaled again; the undeclared one is.
-    assert (bash.name, bash.state) == ("claude:Bash", OperationState.SUCCEEDED)
+    # The Bash inside the declared effect is journaled too, linked to it; so is the other.
+    assert (inside.name, inside.state) == ("claude:Bash", OperationState.SUCCEEDED)
+    assert inside.declared_within == (ticket.operation_id,)
+    assert (bash.name, bash.state, bash.declared_within) == (
+        "claude:Bash",
+        OperationState.SUCCEEDED,
+        (),
+    )
     assert bash.args == {"undeclared": True, "tool": "Bash", "input": {"command": push}}
     # A command that failed is settled from PostToolUseFailure: failed, with its exit.
     assert (failed.name, failed.state) == ("claude:Bash", OperationState.FAILED)
@@ -334,8 +345,8 @@ def test_a_worker_killed_mid_command_holds_the_task_naming_it_and_the_command_di
 
     [case] = reconciling_client.cases()
     assert (case.effect_fact, case.admission) == (EffectFact.UNKNOWN, Admission.HOLD_FOR_REVIEW)
-    ticket, bash = operations_of(store, task_id)
-    assert ticket.state is OperationState.SUCCEEDED
+    ticket, inside, bash = operations_of(store, task_id)
+    assert ticket.state is inside.state is OperationState.SUCCEEDED
     assert (bash.name, bash.state) == ("claude:Bash", OperationState.INTENT)
     assert bash.args["input"] == {"command": command}
     assert command in where_to_check(read_task(store, task_id), bash)[0]  # the case page

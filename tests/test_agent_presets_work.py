@@ -1,20 +1,17 @@
-"""Presets that can do real work: what they need is checked at start, the session tools carry
-the annotations Codex needs to run them, and the Claude Code hooks choose which calls to
-journal and block a call whenever they cannot journal it."""
+"""Presets that can do real work: what they need is checked at start, and the session tools
+carry the annotations Codex needs to run them (the Claude Code hooks' decisions:
+tests/test_claude_hook_decisions.py)."""
 
 # ruff: noqa: F811  (test functions take the fixtures imported below)
 
 from __future__ import annotations
 
-import io
-import json
 import sys
 from pathlib import Path
 
 import anyio
 import pytest
 
-from surehand.agents import claude_hook
 from surehand.agents.command import CommandAgent
 from surehand.cli.check_command import check_agent_programs
 from surehand.errors import ConfigError
@@ -23,8 +20,6 @@ from surehand.mcp.session_tools import SessionTools
 from surehand.runtime import session_door
 from tests.session_helpers import Harness, harness  # noqa: F401  (harness fixture)
 from tests.test_misconfig import UNUSED_REDIS, store_url, surehand  # noqa: F401  (fixture)
-
-EFFECTFUL = ("Bash", "WebFetch", "mcp__*")
 
 
 def test_a_preset_without_the_mcp_extra_stops_the_worker_at_start_and_check_says_so(
@@ -129,160 +124,3 @@ def test_every_session_tool_carries_the_annotations_codex_needs_to_run_it() -> N
         assert hints is not None, tool.name
         assert hints.open_world_hint is False, tool.name
         assert hints.read_only_hint is True or hints.destructive_hint is False, tool.name
-
-
-@pytest.mark.parametrize(
-    ("tool", "tool_input", "journaled"),
-    [
-        ("Bash", {"command": "git push origin main"}, True),
-        ("Bash", {"command": "git status"}, False),
-        ("Bash", {"command": "git status; curl -X POST https://x"}, True),
-        ("Bash", {"command": "ls $(curl https://x)"}, True),
-        ("mcp__github__create_pull_request", {"title": "x"}, True),
-        ("mcp__surehand__effect_begin", {"name": "x", "args": {}}, False),
-        ("Read", {"file_path": "/etc/hosts"}, False),
-        ("WebFetch", {"url": "https://example.org"}, True),
-    ],
-)
-def test_the_hooks_journal_effectful_calls_but_not_read_only_ones(
-    tool: str, tool_input: dict[str, str], journaled: bool
-) -> None:
-    read_only = ("git status", "ls")
-
-    assert claude_hook.is_effectful(tool, tool_input, EFFECTFUL, read_only) is journaled
-
-
-def test_a_journaled_call_is_the_same_effect_whatever_the_agent_says_about_it() -> None:
-    first = claude_hook.operation_of("Bash", {"command": "make deploy", "description": "ship"})
-    again = claude_hook.operation_of("Bash", {"command": "make deploy", "description": "go"})
-
-    assert (
-        first
-        == again
-        == (
-            "claude:Bash",
-            {"undeclared": True, "tool": "Bash", "input": {"command": "make deploy"}},
-        )
-    )
-    name, _ = claude_hook.operation_of("mcp__github__create_pull_request", {"title": "x"})
-    assert name == "claude:mcp/github/create_pull_request"
-
-
-def test_a_pre_hook_that_cannot_reach_its_session_blocks_the_call(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
-    monkeypatch.delenv("SUREHAND_MCP_URL", raising=False)
-    monkeypatch.setenv("SUREHAND_SESSION_DIR", str(tmp_path))
-    call = {"tool_name": "Bash", "tool_input": {"command": "git push"}, "tool_use_id": "t1"}
-    monkeypatch.setattr("sys.stdin", io.StringIO(json.dumps(call)))
-
-    status = claude_hook.main(["pre", "--effectful", "Bash", "--allowed", "Bash"])
-
-    assert status == claude_hook.BLOCK
-    assert "surehand could not journal this tool call" in capsys.readouterr().err
-
-
-def test_a_pre_hook_given_garbage_blocks_the_call(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setenv("SUREHAND_SESSION_DIR", str(tmp_path))
-    monkeypatch.setattr("sys.stdin", io.StringIO("not json"))
-
-    assert claude_hook.main(["pre", "--effectful", "Bash"]) == claude_hook.BLOCK
-
-
-ALLOWED = ("mcp__surehand", "Bash(git push:*)", "Bash(make test)", "mcp__github", "Web*")
-
-
-@pytest.mark.parametrize(
-    ("tool", "tool_input", "mode", "permitted"),
-    [
-        ("Bash", {"command": "git push origin main"}, "default", True),
-        ("Bash", {"command": "git push"}, "default", True),
-        ("Bash", {"command": "git pushy"}, "default", False),
-        ("Bash", {"command": "rm -rf build"}, "default", False),
-        ("Bash", {"command": "git push; rm -rf build"}, "default", False),
-        ("Bash", {"command": "make test"}, "default", True),
-        ("Bash", {"command": "make test-all"}, "default", False),
-        ("mcp__github__create_pull_request", {}, "default", True),
-        ("mcp__slack__post_message", {}, "default", False),
-        ("WebFetch", {"url": "https://x.example"}, "default", True),
-        ("mcp__slack__post_message", {}, "bypassPermissions", True),
-    ],
-)
-def test_the_hooks_permit_only_what_the_operators_rules_allow(
-    tool: str, tool_input: dict[str, str], mode: str, permitted: bool
-) -> None:
-    assert claude_hook.permits(tool, tool_input, ALLOWED, mode) is permitted
-
-
-@pytest.mark.parametrize(
-    ("rule", "url", "permitted"),
-    [
-        ("WebFetch(domain:docs.example)", "https://docs.example/a", True),
-        ("WebFetch(domain:docs.example)", "https://evil.example/docs.example", False),
-        ("Bash(npm run *)", "", False),
-    ],
-)
-def test_a_web_fetch_rule_permits_its_domain_only(rule: str, url: str, permitted: bool) -> None:
-    assert claude_hook.permits("WebFetch", {"url": url}, (rule,), "default") is permitted
-
-
-class Hook:
-    """One run of the pre hook in process, its session server replaced by a recorder."""
-
-    def __init__(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-        self.monkeypatch = monkeypatch
-        self.calls: list[tuple[str, dict[str, object]]] = []
-        monkeypatch.setenv("SUREHAND_SESSION_DIR", str(tmp_path))
-        monkeypatch.setattr(claude_hook, "_call", self._record)
-
-    def _record(self, tool: str, arguments: dict[str, object]) -> dict[str, object]:
-        self.calls.append((tool, arguments))
-        return {"status": "begun", "operation_id": 7}
-
-    def pre(self, command: str, capsys: pytest.CaptureFixture[str], **extra: object) -> str:
-        call = {"tool_name": "Bash", "tool_input": {"command": command, **extra}}
-        self.monkeypatch.setattr("sys.stdin", io.StringIO(json.dumps(call | {"tool_use_id": "t"})))
-        options = ["pre", "--effectful", "Bash", "--allowed", "Bash(git push:*)"]
-        assert claude_hook.main(options) == 0
-        decision = json.loads(capsys.readouterr().out)["hookSpecificOutput"]
-        return f"{decision['permissionDecision']}: {decision['permissionDecisionReason']}"
-
-
-def test_the_pre_hook_journals_then_allows_a_permitted_call(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
-    hook = Hook(tmp_path, monkeypatch)
-
-    decision = hook.pre("git push origin main", capsys)
-
-    assert decision == "allow: surehand journaled it as operation 7"
-    [(tool, arguments)] = hook.calls
-    assert (tool, arguments["name"]) == ("effect_begin", "claude:Bash")
-
-
-def test_the_pre_hook_denies_a_call_the_operator_did_not_permit_and_journals_nothing(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
-    # Left to Claude Code, the refusal would come after the intent was recorded, and a refused
-    # call gets no after event: the intent would stay open and hold the TASK.
-    hook = Hook(tmp_path, monkeypatch)
-
-    decision = hook.pre("rm -rf build", capsys)
-
-    assert decision.startswith("deny: surehand: Bash is not permitted in this session")
-    assert hook.calls == []
-
-
-def test_the_pre_hook_denies_a_background_command_it_could_not_see_end(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
-    # Claude Code answers a background command at once: the after event would record it
-    # succeeded while it still runs.
-    hook = Hook(tmp_path, monkeypatch)
-
-    decision = hook.pre("git push origin main", capsys, run_in_background=True)
-
-    assert decision.startswith("deny: surehand records this command's outcome when it ends")
-    assert hook.calls == []

@@ -102,4 +102,6 @@ def test_claude_runs_what_the_operator_permits_journaled_and_is_denied_the_rest(
     assert not (workspace / "bg").exists()
     results = json.dumps(model.requests[-1])
     assert "Bash is not permitted in this session" in results
-    assert "run it in the foreground" in results
+    # Claude Code runs nothing in the background here (CLAUDE_CODE_DISABLE_BACKGROUND_TASKS):
+    # it refuses the parameter before the hooks see the call.
+    assert "unexpected parameter `run_in_background`" in results

@@ -4,10 +4,12 @@ CLI variable, healthchecks and ordering are in place, and the guide covers opera
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
 import os
 import re
 import shutil
+import sys
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -207,3 +209,168 @@ def test_the_config_check_fails_when_the_override_changes_more_than_images(
     )
     with pytest.raises(AssertionError, match="changes api's \\['command'\\]"):
         config_check().both_file_sets_resolve(podman_compose(), override)
+
+
+# -- issue 29 item 2: the deployment's own doors need credentials; agents run sandboxed ----
+
+COMPOSE_TEXT = (COMPOSE / "docker-compose.yml").read_text(encoding="utf-8")
+REQUIRED = "${{{name}:?"  # compose's "required, with this message" form
+WORKERS = ("worker-dev", "worker-ops")
+
+
+def test_no_password_has_a_default() -> None:
+    """Every password the compose file names is required (``${X:?...}``): none falls back to
+    a default anyone can read here (it was ``${POSTGRES_PASSWORD:-surehand}``)."""
+    uses = re.findall(r"\$\{(\w*PASSWORD\w*)(:?[-?+]?)", COMPOSE_TEXT)
+    assert {name for name, _ in uses} == {"POSTGRES_PASSWORD", "REDIS_PASSWORD"}
+    assert {form for _, form in uses} == {":?"}, uses
+
+
+def test_postgres_requires_its_password_and_the_url_carries_it(
+    services: dict[str, dict[str, Any]],
+) -> None:
+    password = services["postgres"]["environment"]["POSTGRES_PASSWORD"]
+    assert password.startswith(REQUIRED.format(name="POSTGRES_PASSWORD"))
+    for name, spec in services.items():
+        if name in {"postgres", "redis"}:
+            continue
+        url = spec["environment"]["SUREHAND_DATABASE_URL"]
+        userinfo = url.split("://", 1)[1].rsplit("@", 1)[0]
+        assert userinfo.startswith("surehand:" + REQUIRED.format(name="POSTGRES_PASSWORD")), name
+
+
+def test_redis_requires_a_password_for_the_broker_and_the_leases(
+    services: dict[str, dict[str, Any]],
+) -> None:
+    redis = services["redis"]
+    command = redis["command"]
+    assert command[command.index("--requirepass") + 1].startswith(
+        REQUIRED.format(name="REDIS_PASSWORD")
+    )
+    # redis-cli exits 0 on NOAUTH: the health check authenticates and passes only on PONG.
+    assert redis["environment"]["REDISCLI_AUTH"].startswith(REQUIRED.format(name="REDIS_PASSWORD"))
+    assert redis["healthcheck"]["test"] == ["CMD-SHELL", "redis-cli ping | grep -qx PONG"]
+    for name, spec in services.items():
+        if name in {"postgres", "redis"}:
+            continue
+        for variable in ("SUREHAND_BROKER_URL", "SUREHAND_REDIS_URL"):
+            url = spec["environment"][variable]
+            assert url.startswith("redis://:" + REQUIRED.format(name="REDIS_PASSWORD")), name
+
+
+def test_the_guide_and_the_readme_set_both_passwords_in_the_quick_start() -> None:
+    guide = (COMPOSE / "DEPLOYMENT.md").read_text(encoding="utf-8")
+    readme = (COMPOSE.parent / "README.md").read_text(encoding="utf-8")
+    deployment = readme.split("## Running the deployment (Docker, podman)", 1)[1]
+    for text in (guide, deployment):
+        quick_start = text.split("```bash", 1)[1].split("```", 1)[0]
+        for name in ("POSTGRES_PASSWORD", "REDIS_PASSWORD"):
+            assert f"export {name}=" in quick_start
+    assert "compose/ sets both" not in readme  # it did not (issue 29)
+
+
+def test_the_worker_image_installs_bubblewrap() -> None:
+    dockerfile = (COMPOSE / "Dockerfile").read_text(encoding="utf-8")
+    install = re.search(r"apt-get install -y --no-install-recommends bubblewrap", dockerfile)
+    assert install is not None
+    assert install.start() < dockerfile.index("USER surehand")  # as root, before the drop
+
+
+def sandbox_options() -> tuple[str, ...]:
+    """compose/check's copy of the workers' options (check.d/sandboxed.py), as podman flags."""
+    sys.path.insert(0, str(COMPOSE / "check.d"))
+    try:
+        module = importlib.import_module("sandboxed")
+    finally:
+        sys.path.remove(str(COMPOSE / "check.d"))
+    found: tuple[str, ...] = module.COMPOSE_OPTIONS
+    return found
+
+
+def test_the_workers_get_what_bwrap_needs_and_nothing_else_does(
+    services: dict[str, dict[str, Any]],
+) -> None:
+    """The workers (only they run agents) carry the engine options bubblewrap needs in a
+    container, never run agents unconfined (SUREHAND_AGENT_SANDBOX=bwrap by default), and are
+    what compose/check runs under podman."""
+    for name in WORKERS:
+        spec = services[name]
+        resolved = [
+            opt.replace("${WORKER_SECCOMP:-unconfined}", "unconfined")
+            for opt in spec["security_opt"]
+        ]
+        flags = {f"--security-opt={opt}" for opt in resolved} | {
+            f"--cap-drop={cap}" for cap in spec["cap_drop"]
+        }
+        assert flags == set(sandbox_options()), name
+        assert "no-new-privileges:true" in resolved
+        assert spec["cap_drop"] == ["ALL"]
+        assert spec["environment"]["SUREHAND_AGENT_SANDBOX"] == "${SUREHAND_AGENT_SANDBOX:-bwrap}"
+        assert spec.get("user") is None  # the image's unprivileged user (uid 10001)
+    for name, spec in services.items():
+        if name not in WORKERS:
+            assert "security_opt" not in spec, name
+        assert "cap_add" not in spec, name
+
+
+def test_the_guide_says_what_each_sandbox_option_grants() -> None:
+    guide = (COMPOSE / "DEPLOYMENT.md").read_text(encoding="utf-8")
+    section = guide.split("## Agent sandboxes in the worker containers", 1)[1].split("\n## ", 1)[0]
+    for option in (
+        "seccomp=unconfined",
+        "WORKER_SECCOMP",
+        "apparmor=unconfined",
+        "systempaths=unconfined",
+        "no-new-privileges:true",
+        "cap_drop",
+        "unmask=/proc/*",
+        "SUREHAND_AGENT_SANDBOX",
+    ):
+        assert option in section, option
+
+
+@needs_podman_compose
+def test_the_default_file_does_not_resolve_without_either_password() -> None:
+    shown = config_check().passwords_required(podman_compose())
+    assert "does not resolve" in shown
+
+
+def test_the_workers_start_lines_reach_a_log_shipper_one_line_each(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A worker with a command agent says how its programs run in four lines on stderr, each
+    whole however long (compose/check found 'agent programs: sandbox bwrap: ...' cut in two
+    at 80 columns in a container's log, the second half a line of its own)."""
+    from surehand.cli.session_commands import announce_confinement
+    from surehand.facade import Surehand
+
+    names = [f"CHECK_LONG_VARIABLE_NAME_{n}" for n in range(12)]  # a long environment line
+    monkeypatch.setenv("SUREHAND_AGENTS", "QA=command")
+    monkeypatch.setenv("SUREHAND_COMMAND_AGENT", "true")
+    monkeypatch.setenv("SUREHAND_AGENT_SANDBOX", "none")
+    monkeypatch.setenv("SUREHAND_AGENT_ENV", ",".join(names))
+    for name in names:
+        monkeypatch.setenv(name, "x")
+    with Surehand(database_url=f"sqlite:///{tmp_path}/store.sqlite3") as sh:
+        announce_confinement(sh, ["QA"])
+    lines = capsys.readouterr().err.splitlines()
+    assert [line.split(" ", 3)[:3] for line in lines] == [
+        ["agent", "programs:", "sandbox"],
+        ["agent", "programs:", "limits"],
+        ["agent", "programs:", "user"],
+        ["agent", "programs:", "environment"],
+    ]
+    assert all(name in lines[3] for name in names)
+
+
+def test_beats_health_check_does_not_judge_a_sandbox_it_never_uses(
+    services: dict[str, dict[str, Any]],
+) -> None:
+    """Beat runs no agent and has no sandbox options: its health check (`surehand check`)
+    with a command agent configured would fail on bwrap in its container (net's `auto`
+    refuses to fall back), so it leaves the sandbox out, explicitly."""
+    assert services["beat"]["healthcheck"]["test"] == [
+        "CMD-SHELL",
+        "SUREHAND_AGENT_SANDBOX=none surehand check",
+    ]
+    assert "SUREHAND_AGENT_SANDBOX" not in services["beat"].get("environment", {})

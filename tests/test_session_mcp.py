@@ -74,15 +74,19 @@ def mcp(sh: Surehand) -> Iterator[SessionMcp]:
     server.stop()
 
 
-def granted(mcp: SessionMcp, session: Session) -> tuple[Grant, threading.Event]:
-    cancelled = threading.Event()
-    ctx = SessionContext(
+def context_of(session: Session, cancelled: threading.Event | None = None) -> SessionContext:
+    """The context a worker would give ``session``'s agent."""
+    return SessionContext(
         task=session.task,
         attempt=session.attempt,
         port=cast(SessionPort, None),
-        cancelled=cancelled,
+        cancelled=cancelled or threading.Event(),
     )
-    return mcp.grant(ctx), cancelled
+
+
+def granted(mcp: SessionMcp, session: Session) -> tuple[Grant, threading.Event]:
+    cancelled = threading.Event()
+    return mcp.grant(context_of(session, cancelled)), cancelled
 
 
 def test_an_effect_begun_and_ended_over_mcp_is_recorded_and_then_already_done(

@@ -74,12 +74,14 @@ def test_claude_runs_print_mode_on_the_session_mcp_config_with_its_tools_allowed
         "--strict-mcp-config",
         "--allowedTools",
         "mcp__surehand",
+        "--setting-sources=",  # no settings file the agent can write is read
         "--output-format",
         "text",
         "--model",
         "sonnet",
     ]
     assert program.report_file is None  # the text output is the final message
+    assert program.env(SESSION) == {"CLAUDE_CODE_DISABLE_BACKGROUND_TASKS": "1"}
 
 
 def test_claude_gets_the_operators_tools_servers_workspace_and_the_journaling_hooks() -> None:
@@ -99,8 +101,19 @@ def test_claude_gets_the_operators_tools_servers_workspace_and_the_journaling_ho
     assert set(hooks) == {"PreToolUse", "PostToolUse", "PostToolUseFailure"}
     [pre] = hooks["PreToolUse"]
     assert pre["matcher"] == "*"
-    assert "surehand/agents/claude_hook.py pre" in pre["hooks"][0]["command"]
-    assert pre["hooks"][0]["command"].endswith("|| exit 2")  # a hook that cannot start blocks
+    # Straight to the session server, with the session's token: nothing in the sandbox to
+    # kill, and no answer, an error or a timeout blocks the call.
+    assert pre["hooks"] == [
+        {
+            "type": "http",
+            "url": URL.removesuffix("/mcp") + "/hooks/pre",
+            "headers": {"Authorization": "Bearer ${SUREHAND_MCP_TOKEN}"},
+            "allowedEnvVars": ["SUREHAND_MCP_TOKEN"],
+            "timeout": 60,
+            "onFailure": "block",
+        }
+    ]
+    assert hooks["PostToolUseFailure"][0]["hooks"][0]["url"].endswith("/hooks/failure")
 
 
 def test_codex_runs_exec_with_the_server_and_sandbox_as_config_overrides_only() -> None:

@@ -1,6 +1,7 @@
-"""Where a session works (``SUREHAND_AGENT_WORKSPACE``): a directory or a fresh git worktree
-per TASK, chosen per role; a successor finds its predecessor's tree; a program commits there
-from inside the sandbox and never writes the repository's own checkout."""
+"""Where a session works (``SUREHAND_AGENT_WORKSPACE``): a directory or a clone of its own per
+TASK, chosen per role; a successor finds its predecessor's tree; a program commits there from
+inside the sandbox, never writes the repository's own checkout or git directory, and nothing it
+plants in its clone runs when the worker uses git outside the sandbox."""
 
 # ruff: noqa: F811  (test functions take the fixtures imported below)
 
@@ -12,16 +13,22 @@ from pathlib import Path
 
 import pytest
 
-from surehand.agents.workspaces import Spec, Workspaces, prepare
+from surehand.agents import worker_git
+from surehand.agents.claude_hook import HookPolicy
+from surehand.agents.command import CommandAgent
+from surehand.agents.context import SessionContext
+from surehand.agents.workspaces import Spec, Workspaces, prepare, publish
 from surehand.errors import ConfigError
 from tests.session_helpers import (  # noqa: F401  (harness fixture)
     Harness,
+    claimed,
     committed_task,
     harness,
     reports_of,
 )
 from tests.skips import missing
 from tests.test_command_agent import command_surehand
+from tests.test_session_mcp import context_of
 
 
 def git(repo: Path, *args: str) -> str:
@@ -80,8 +87,23 @@ def test_each_task_gets_its_own_worktree_on_its_own_branch_and_a_successor_finds
     assert not (other.path / "work.txt").exists()
     assert git(first.path, "branch", "--show-current") == "surehand/T-1"
     assert git(other.path, "branch", "--show-current") == "surehand/T-2"
-    assert Path(git(repo, "rev-parse", "--git-common-dir")).name == ".git"
-    assert first.binds == (first.path, (repo / ".git").resolve())
+    assert (first.path / ".git").is_dir()  # a clone of its own, not a worktree's link
+    assert first.binds == ((first.path, True), ((repo / ".git" / "objects").resolve(), False))
+
+
+def test_a_tasks_clone_has_the_repositorys_remotes_and_identity_and_no_way_back_into_it(
+    tmp_path: Path, repo: Path
+) -> None:
+    git(repo, "remote", "add", "origin", "https://git.example.com/app.git")
+
+    workspace = prepare(Spec(repo, worktree=True), "T-1", tmp_path / "sessions")
+
+    assert workspace.remotes == (("origin", "https://git.example.com/app.git"),)
+    assert git(workspace.path, "remote", "-v").split() == [
+        "origin", "https://git.example.com/app.git", "(fetch)",
+        "origin", "https://git.example.com/app.git", "(push)",
+    ]  # fmt: skip
+    assert git(workspace.path, "config", "user.email") == "agent@example.com"
 
 
 def test_a_worktree_removed_by_hand_is_made_again_on_the_tasks_branch(
@@ -92,6 +114,7 @@ def test_a_worktree_removed_by_hand_is_made_again_on_the_tasks_branch(
     (first.path / "work.txt").write_text("committed work\n")
     git(first.path, "add", "work.txt")
     git(first.path, "commit", "-q", "-m", "work")
+    assert publish(first)  # as the worker does when a session ends
     subprocess.run(["rm", "-rf", str(first.path)], check=True)
 
     again = prepare(spec, "T-1", tmp_path / "sessions")
@@ -126,3 +149,159 @@ def test_a_sessions_program_commits_in_its_tasks_worktree_and_the_main_checkout_
     assert git(repo, "show", f"surehand/{task_id}:fix.txt") == "fixed"
     assert (repo / "README").read_text() == "app\n"
     assert not (repo / "fix.txt").exists()
+
+
+def test_a_worktree_of_an_earlier_surehand_becomes_a_clone_keeping_its_uncommitted_work(
+    tmp_path: Path, repo: Path
+) -> None:
+    tree = tmp_path / "sessions" / ".worktrees" / "T-1"
+    git(repo, "worktree", "add", "-q", "-b", "surehand/T-1", str(tree), "HEAD")
+    (tree / "half.txt").write_text("not committed yet\n")
+    (tree / "README").write_text("app, edited\n")
+
+    workspace = prepare(Spec(repo, worktree=True), "T-1", tmp_path / "sessions")
+
+    assert workspace.path == tree
+    assert (tree / ".git").is_dir()
+    assert git(tree, "branch", "--show-current") == "surehand/T-1"
+    assert git(tree, "status", "--porcelain").split() == ["M", "README", "??", "half.txt"]
+    assert git(repo, "worktree", "list", "--porcelain").count("worktree ") == 1
+
+
+def test_the_worker_runs_no_hook_or_fsmonitor_an_agent_planted_in_its_clone(
+    tmp_path: Path, repo: Path
+) -> None:
+    """Everything git could run from a repository's own config, planted in a TASK's clone
+    (the only git directory its agent can write), is never run by the worker's git: not when
+    it brings the branch back, not when the successor or another TASK gets its tree."""
+    spec, sessions = Spec(repo, worktree=True), tmp_path / "sessions"
+    workspace = prepare(spec, "T-1", sessions)
+    (workspace.path / "work.txt").write_text("done\n")
+    git(workspace.path, "add", "work.txt")
+    git(workspace.path, "commit", "-q", "-m", "work")
+    ran = tmp_path / "ran"
+    evil = tmp_path / "evil.sh"
+    evil.write_text(f'#!/bin/sh\necho "$0 $*" >> {ran}\nenv >> {ran}\n')
+    evil.chmod(0o755)
+    hooks = workspace.path / ".git" / "hooks"
+    for hook in ("post-checkout", "reference-transaction", "pre-auto-gc", "post-merge"):
+        (hooks / hook).write_text(evil.read_text())
+        (hooks / hook).chmod(0o755)
+    git(workspace.path, "config", "core.fsmonitor", str(evil))
+    git(workspace.path, "config", "core.hooksPath", str(hooks))
+    git(workspace.path, "config", "uploadpack.packObjectsHook", str(evil))
+
+    assert publish(workspace)
+    prepare(spec, "T-1", sessions)
+    prepare(spec, "T-2", sessions)
+
+    assert not ran.exists(), ran.read_text()
+    assert git(repo, "show", "surehand/T-1:work.txt") == "done"
+
+
+def test_the_workers_git_gets_none_of_the_workers_secrets(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SUREHAND_API_TOKENS", "SECRET-token-0123456789=ops:ADMIN:default")
+    monkeypatch.setenv("GIT_DIR", "/elsewhere")
+
+    env = worker_git.environment()
+
+    assert "SUREHAND_API_TOKENS" not in env
+    assert "GIT_DIR" not in env
+    assert env["GIT_CONFIG_GLOBAL"] == "/dev/null"
+    assert env["GIT_CONFIG_NOSYSTEM"] == "1"
+
+
+HOSTILE_GIT = """\
+cd "$SUREHAND_WORKSPACE"
+if grep -q HOSTILE "$SUREHAND_TASK_FILE"; then
+  common=$(git rev-parse --git-common-dir)
+  printf '#!/bin/sh\\necho planted >> {ran}\\n' > "$common/hooks/post-checkout" 2>/dev/null
+  chmod +x "$common/hooks/post-checkout" 2>/dev/null
+  git config core.fsmonitor "echo fsmonitor >> {ran}; :" 2>/dev/null
+  printf '#!/bin/sh\\necho planted >> {ran}\\n' > {repo}/.git/hooks/post-checkout 2>/dev/null \\
+    || echo "repository's hooks read-only"
+  git update-ref refs/heads/surehand/{victim} HEAD && echo "rewrote the victim's ref here"
+  echo hostile > {repo}/.git/refs/heads/surehand/{victim} 2>/dev/null \\
+    || echo "repository's refs read-only"
+else
+  echo "$SUREHAND_TASK_ID" > work.txt
+  git add work.txt && git commit -q -m "$SUREHAND_TASK_ID"
+  echo committed
+fi
+"""
+
+
+def test_a_hostile_agent_cannot_arm_git_against_the_worker_or_move_another_tasks_branch(
+    harness: Harness, tmp_path: Path, repo: Path
+) -> None:
+    """An agent plants a post-checkout hook and an fsmonitor wherever its git directory is,
+    and rewrites another TASK's branch: the next TASK's tree is made by the worker without
+    running either, and the other TASK's branch is as its own session left it."""
+    if shutil.which("bwrap") is None:
+        missing("bwrap (bubblewrap)")
+    ran = tmp_path / "ran"
+    scripts = tmp_path / "scripts"
+    scripts.mkdir()
+    sh = command_surehand(
+        harness,
+        scripts,
+        HOSTILE_GIT.format(ran=ran, repo=repo, victim="none"),
+        agent_workspace=f"DEV=worktree:{repo}",
+        agent_sandbox="bwrap",
+        agent_bind=f"{tmp_path}:ro",  # the script; the repository stays read-only
+    )
+    victim = committed_task(sh)
+    assert sh.run_session(victim).outcome == "settled"
+    victim_head = git(repo, "rev-parse", f"surehand/{victim}")
+    (scripts / "agent.sh").write_text(HOSTILE_GIT.format(ran=ran, repo=repo, victim=victim))
+
+    hostile = committed_task(sh, body="HOSTILE: arm git against the worker")
+    assert sh.run_session(hostile).outcome == "settled"
+    later = committed_task(sh)
+    assert sh.run_session(later).outcome == "settled"
+
+    assert not ran.exists(), ran.read_text()  # no planted hook ran, in or out of the sandbox
+    [report] = reports_of(sh.store, hostile)
+    assert "repository's hooks read-only" in report.body
+    assert "repository's refs read-only" in report.body
+    assert git(repo, "rev-parse", f"surehand/{victim}") == victim_head
+    assert git(repo, "show", f"surehand/{later}:work.txt") == later
+
+
+class _GrantRecorded(Exception):
+    """Raised by the recording door: the session need not start for the test."""
+
+
+class _RecordingDoor:
+    def __init__(self) -> None:
+        self.policies: list[HookPolicy | None] = []
+
+    def grant(self, ctx: SessionContext, hooks: HookPolicy | None = None) -> object:
+        self.policies.append(hooks)
+        raise _GrantRecorded
+
+    def revoke(self, grant: object) -> None:
+        raise AssertionError("nothing was granted")
+
+    def door(self) -> tuple[int, Path]:
+        raise AssertionError("no door is needed")
+
+
+def test_a_worktree_sessions_push_rule_names_its_repositorys_remotes_and_no_other(
+    harness: Harness, repo: Path
+) -> None:
+    git(repo, "remote", "add", "upstream", "https://git.example.com/app.git")
+    door = _RecordingDoor()
+    settings = harness.settings(
+        agents="DEV=command", command_agent="claude", agent_workspace=f"DEV=worktree:{repo}"
+    )
+    agent = CommandAgent.from_settings(settings, lambda _settings: door)  # type: ignore[arg-type,return-value]
+    sh = harness.surehand()
+    session = claimed(sh.services, committed_task(sh))
+
+    with pytest.raises(_GrantRecorded):
+        agent(context_of(session))
+
+    [policy] = door.policies
+    assert policy is not None
+    assert policy.git_remotes == ("upstream",)

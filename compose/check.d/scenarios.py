@@ -1,4 +1,5 @@
-"""compose/check's scenarios, run in order against one stack (issue 23, "Must show").
+"""compose/check's scenarios, run in order against one stack (issue 23, "Must show"; issue 29
+item 2's in sandboxed.py).
 
 Each prints one ``check: <name>: ok (...)`` line with what it measured, or raises CheckFailed;
 ``main`` tears the stack down whatever happens (``--keep`` leaves it up to look at).
@@ -16,7 +17,8 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from stack import CheckFailed, Stack, wait_for
+from sandboxed import credentials_required, sandbox_options, sandboxed_agent
+from stack import CheckFailed, Stack, say, wait_for
 
 WORKER = "worker-dev"
 UP_TIMEOUT = 240.0
@@ -25,10 +27,6 @@ FIELDS = {"time", "level", "logger", "message"}  # what a log shipper keys on
 
 def in_review(stack: Stack, task_id: str) -> bool:
     return stack.bucket(task_id) == "review"
-
-
-def say(name: str, detail: str) -> None:
-    print(f"check: {name}: ok ({detail})", flush=True)
 
 
 def come_up(stack: Stack) -> dict[str, float]:
@@ -54,6 +52,8 @@ def come_up(stack: Stack) -> dict[str, float]:
     for name in stack.containers(WORKER) + stack.containers("worker-ops"):
         seen[name] = watch_health_until_healthy(stack, name)
     took["workers up"] = time.monotonic() - started
+    for name in stack.containers("beat") + stack.containers("flower"):
+        seen[name] = watch_health_until_healthy(stack, name)
     say("up from nothing", ", ".join(f"{k} {v:.1f} s" for k, v in took.items()))
     failed = {name: statuses for name, statuses in seen.items() if statuses}
     say(
@@ -64,7 +64,7 @@ def come_up(stack: Stack) -> dict[str, float]:
             if failed
             else "nothing to see (each answered its first check)"
         )
-        + "; then the API and every worker healthy",
+        + "; then the API, every worker, beat and Flower healthy",
     )
     return took
 
@@ -563,6 +563,8 @@ def all_once(stack: Stack, tasks: list[str]) -> None:
 
 SCENARIOS: list[tuple[str, Callable[[Stack], Any]]] = [
     ("migrations", migrations_once),
+    ("credentials", credentials_required),
+    ("sandbox-options", sandbox_options),
     ("logs", logs_are_json),
     ("scale", scale_to_three),
     ("kill", kill_a_worker),
@@ -570,6 +572,7 @@ SCENARIOS: list[tuple[str, Callable[[Stack], Any]]] = [
     ("partition", partition),
     ("redis", redis_restart_is_health),
     ("postgres", postgres_restart),
+    ("sandbox", sandboxed_agent),
     ("logs", logs_are_json),  # again: every line of the whole run
 ]
 
@@ -610,7 +613,7 @@ def main() -> int:
 
 
 def dump_logs(stack: Stack) -> None:
-    for service in ("migrate", "api", WORKER, "beat"):
+    for service in ("migrate", "api", WORKER, "worker-ops", "beat"):
         for name in stack.containers(service, running=False):
             tail = stack.podman("logs", "--tail", "15", name, check=False)
             print(f"--- {name}\n{tail.stdout}{tail.stderr}", file=sys.stderr)

@@ -50,6 +50,11 @@ def free_port() -> int:
         return port
 
 
+def say(name: str, detail: str) -> None:
+    """A scenario's one line: what it showed, with what it measured."""
+    print(f"check: {name}: ok ({detail})", flush=True)
+
+
 def wait_for(what: str, probe: Callable[[], T | None], timeout: float, every: float = 1.0) -> T:
     """``probe()``'s first truthy answer, or CheckFailed naming ``what`` after ``timeout`` s."""
     deadline = time.monotonic() + timeout
@@ -73,6 +78,9 @@ class Stack:
     flower_auth: str = field(default_factory=lambda: "check:" + secrets.token_urlsafe(12))
     api_port: int = field(default_factory=free_port)
     flower_port: int = field(default_factory=free_port)
+    # The compose file has no default passwords: generated for each run, as the guide says.
+    postgres_password: str = field(default_factory=lambda: secrets.token_urlsafe(24))
+    redis_password: str = field(default_factory=lambda: secrets.token_urlsafe(24))
 
     @property
     def ledger_path(self) -> Path:
@@ -86,7 +94,10 @@ class Stack:
             SUREHAND_API_TOKENS=f"{self.token}=check:ADMIN:default",
             SUREHAND_METRICS_TOKEN=secrets.token_urlsafe(24),
             FLOWER_BASIC_AUTH=self.flower_auth,
-            SUREHAND_AGENTS="DEV=ledger_agent:ledger,QA=demo,OPS=demo",
+            POSTGRES_PASSWORD=self.postgres_password,
+            REDIS_PASSWORD=self.redis_password,
+            # QA: the hostile probe (check.d/probe_agent.py) as a command agent, sandboxed.
+            SUREHAND_AGENTS="DEV=ledger_agent:ledger,QA=command,OPS=demo",
             SUREHAND_API_PORT=str(self.api_port),
             FLOWER_PORT=str(self.flower_port),
             # Short leases: a lost worker is found in seconds, not the default's ~50 s.
@@ -201,19 +212,23 @@ class Stack:
         except (OSError, urllib.error.URLError, ValueError):
             return {}
 
-    def submit(self, subject: str, key: str | None = None, timeout: float = 10) -> str:
-        """Submit a TASK to DEV over HTTP; its id."""
+    def submit(
+        self, subject: str, key: str | None = None, timeout: float = 10, recipient: str = "DEV"
+    ) -> str:
+        """Submit a TASK to ``recipient`` (DEV: the ledger agent) over HTTP; its id."""
         created = self.api(
             "POST",
             "/v1/tasks",
-            {"sender": "PM", "recipient": "DEV", "subject": subject},
+            {"sender": "PM", "recipient": recipient, "subject": subject},
             timeout=timeout,
             Idempotency_Key=key or f"check-{secrets.token_hex(6)}",
         )
         task_id: str = created["task_id"]
         return task_id
 
-    def submit_retrying(self, subject: str, timeout: float) -> tuple[str, list[str]]:
+    def submit_retrying(
+        self, subject: str, timeout: float, recipient: str = "DEV"
+    ) -> tuple[str, list[str]]:
         """Submit a TASK as a client told to retry does: the same Idempotency-Key again after a
         retryable answer (503, or 409 in progress) or no answer at all, until one succeeds.
         Its id and every answer before it (``503``, ``409``, ``no answer``)."""
@@ -222,7 +237,7 @@ class Stack:
         deadline = time.monotonic() + timeout
         while True:
             try:
-                return self.submit(subject, key, timeout=30), answers
+                return self.submit(subject, key, timeout=30, recipient=recipient), answers
             except urllib.error.HTTPError as error:
                 if error.code not in (409, 503):
                     answer = f"{error.code} {error.read()!r}"
@@ -257,6 +272,14 @@ class Stack:
         except OSError:  # refused or reset: the API is restarting
             return ""
         return found
+
+    def address(self, name: str) -> str:
+        """The container's address on the compose network."""
+        networks = "{{range .NetworkSettings.Networks}}{{.IPAddress}} {{end}}"
+        found = self.podman("inspect", name, "--format", networks).stdout.split()
+        if not found:
+            raise CheckFailed(f"{name} has no address on a network")
+        return found[0]
 
     def ledger(self, task_id: str | None = None) -> list[dict[str, Any]]:
         if not self.ledger_path.exists():

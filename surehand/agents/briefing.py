@@ -48,6 +48,8 @@ class BriefedEffect:
     value: Any
     error: str | None
     confirmed_by: str | None
+    # A call the hooks journaled inside the agent's own declared effects: their operation ids.
+    declared_within: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -133,6 +135,7 @@ def _effect(op: Operation, *, bound: bool) -> BriefedEffect:
         value=outcome.get("value"),
         error=op.error,
         confirmed_by=outcome.get("source"),
+        declared_within=op.declared_within,
     )
 
 

@@ -1,259 +1,229 @@
-"""Claude Code hooks that journal the effects an agent never declared.
+"""What Claude Code's hooks decide about a tool call: pass it, deny it, or journal it.
 
 An LLM that runs ``git push`` or calls another MCP server's tool without ``effect_begin``
 leaves no record, and after a crash surehand could not know the effect happened. So the claude
-preset passes Claude Code hooks (``--settings``, inline: nothing in the session directory to
-edit) that run this module around every tool call:
+preset gives Claude Code ``type: "http"`` hooks (:func:`surehand.agents.presets.hook_settings`)
+that post every tool call to the session server, which decides here, from the operator's
+settings alone (:class:`HookPolicy`, held in the session's grant), and journals it
+(:mod:`surehand.mcp.session_hooks`). Nothing in the sandbox runs for a hook and nothing the
+agent writes is read: a call is effectful or not, permitted or not, by these rules only.
 
-- ``PreToolUse``: a call of an *effectful* tool (``SUREHAND_CLAUDE_EFFECTFUL``: fnmatch
-  patterns, by default ``Bash`` and other MCP servers' tools, not ``WebFetch``, which only
-  GETs; a request of another method goes through Bash and is journaled; a Bash command
-  that is one of the operator's read-only commands, without shell operators, is not) made
-  while the agent has no effect of its own open is decided here, not by Claude Code: a call
-  the operator's tools do not permit (:func:`permits`), or a background command (its outcome
-  would be recorded before it ends), is denied; a permitted one is recorded as an operation
-  intent through the session MCP server (``effect_begin``, as this session: the token of its
-  environment) and then allowed. Deciding here is what keeps the journal whole: the hook
+- A call of an *effectful* tool (``SUREHAND_CLAUDE_EFFECTFUL``: fnmatch patterns, by default
+  ``Bash`` and other MCP servers' tools; never the session's own tools) is decided here, not
+  by Claude Code: one the operator's tools do not permit (:func:`permission`), or a background
+  command (its outcome would be recorded before it ends), is denied; a permitted one is
+  journaled as an operation intent, then allowed -- also while the agent's own declared effect
+  is open (the record is linked to it). Deciding here is what keeps the journal whole: the hook
   fires before Claude Code's own permission check, and a call that check refused would get no
-  after event, leaving its intent open for ever. If the TASK already recorded the same call as
-  succeeded (a successor repeating its predecessor's command), the call is blocked with the
-  recorded outcome; if the server refuses (a stale attempt, an unsafe repeat) it is blocked
-  with the reason.
-- ``PostToolUse`` / ``PostToolUseFailure``: the intent is settled (``effect_end``) as
-  succeeded, with the tool's response, or failed, with its error.
+  after event, leaving its intent open for ever.
+- Any other call passes: Claude Code's own permission check decides it.
 
-An intent left open only by an interruption makes admission hold the TASK for review: the case
-names the exact command. Every failure of the hook itself blocks the call (exit status 2; any
-other status would let Claude Code run it). What the hooks cannot see: what a command does
-beyond its exit (a daemon it starts, the far side's own effects), and anything the agent does
-by a way Claude Code does not call a tool. A deny rule of Claude Code's own settings (managed
-settings) still refuses a call this hook allowed: its intent stays open and the TASK is held,
-which is safe but needs a review.
+A git command that only a scoped rule permits is checked (:mod:`surehand.agents.git_rules`)
+and runs with ``-c core.fsmonitor=false -c core.hooksPath=/dev/null -c
+protocol.ext.allow=never`` put before its subcommand (the hook's ``updatedInput``), so neither
+``--receive-pack`` nor a hook or monitor armed in the repository's config runs; its record
+keeps the command as the agent wrote it.
 """
 
 from __future__ import annotations
 
-import argparse
 import fnmatch
-import json
-import os
 import re
-import sys
-from collections.abc import Sequence
-from pathlib import Path
-from typing import Any
+import shlex
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
 from urllib.parse import urlsplit
 
-BLOCK = 2  # the only status that makes Claude Code refuse a PreToolUse call
+from surehand.agents import git_rules
+
 SESSION_TOOLS = "mcp__surehand__"
-STATE_DIR = ".surehand-hooks"
 SHELL_OPERATORS = re.compile(r"[;&|<>`$()\n\\]")
-MAX_RESPONSE = 8000
-EVENTS = {"PreToolUse": "pre", "PostToolUse": "post", "PostToolUseFailure": "failure"}
-# The settings that install this file as the hooks: surehand.agents.presets.hook_settings.
+DEFAULT_EFFECTFUL = ("Bash", "mcp__*")  # WebFetch only GETs
+GIT_HARDENING = (
+    "-c",
+    "core.fsmonitor=false",
+    "-c",
+    "core.hooksPath=/dev/null",
+    "-c",
+    "protocol.ext.allow=never",
+)
+Action = Literal["pass", "deny", "journal"]
 
 
-def is_effectful(
-    tool: str, tool_input: dict[str, Any], effectful: Sequence[str], read_only: Sequence[str]
-) -> bool:
+@dataclass(frozen=True)
+class HookPolicy:
+    """What the operator's settings say about one session's tool calls.
+
+    ``allowed``: the ``--allowedTools`` rules (the session tools and
+    ``SUREHAND_CLAUDE_TOOLS``); ``git_remotes``: the remotes (names or URLs) a scoped
+    ``git push`` rule may push to."""
+
+    effectful: tuple[str, ...] = DEFAULT_EFFECTFUL
+    allowed: tuple[str, ...] = ("mcp__surehand",)
+    git_remotes: tuple[str, ...] = git_rules.DEFAULT_REMOTES
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What to answer a ``PreToolUse`` event: pass it on, deny it (``reason``), or journal it
+    and allow it (with ``updated_input`` to run instead, if any)."""
+
+    action: Action
+    reason: str = ""
+    updated_input: Mapping[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """Whether the operator's rules permit a call; why not; what to run instead."""
+
+    permitted: bool
+    reason: str = ""
+    updated_input: Mapping[str, Any] | None = field(default=None)
+
+
+PASS = Decision("pass")
+
+
+def decide(
+    policy: HookPolicy, tool: str, tool_input: Mapping[str, Any], permission_mode: str
+) -> Decision:
+    """The decision about one call, from the policy alone."""
+    if not is_effectful(tool, policy.effectful):
+        return PASS
+    verdict = permission(tool, tool_input, policy, permission_mode)
+    if not verdict.permitted:
+        return Decision("deny", verdict.reason)
+    if tool == "Bash" and tool_input.get("run_in_background"):
+        return Decision(
+            "deny",
+            "surehand records this command's outcome when it ends: "
+            "run it in the foreground (without run_in_background)",
+        )
+    return Decision("journal", updated_input=verdict.updated_input)
+
+
+def is_effectful(tool: str, effectful: Sequence[str]) -> bool:
     """Whether a call may change the outside world and must be journaled."""
-    if tool.startswith(SESSION_TOOLS) or not any(fnmatch.fnmatchcase(tool, p) for p in effectful):
+    if tool.startswith(SESSION_TOOLS):
         return False
-    if tool != "Bash":
-        return True
-    command = str(tool_input.get("command", "")).strip()
-    if SHELL_OPERATORS.search(command):
-        return True
-    return not any(command == ok or command.startswith(f"{ok} ") for ok in read_only)
+    return any(fnmatch.fnmatchcase(tool, pattern) for pattern in effectful)
 
 
-def permits(
-    tool: str, tool_input: dict[str, Any], allowed: Sequence[str], permission_mode: str
-) -> bool:
-    """Whether the operator's tools (``--allowedTools`` rules) permit this call. The hook
-    decides an effectful call with this (allow or deny), so what it journals is what runs.
+def permission(
+    tool: str, tool_input: Mapping[str, Any], policy: HookPolicy, permission_mode: str
+) -> Verdict:
+    """Whether the operator's rules permit this call.
 
     Rules: ``Tool`` (every call), ``mcp__server`` (its tools), a pattern with ``*``,
     ``Bash(command)`` (exactly), ``Bash(prefix:*)`` (the prefix as whole words),
     ``Bash(glob*)`` and ``WebFetch(domain:host)``. A scoped Bash rule never permits a command
-    with shell operators (Claude Code checks each part of one; this hook does not split
-    them), so a compound command needs the plain ``Bash`` rule."""
+    with shell operators (Claude Code checks each part of one; these rules do not split them),
+    so a compound command needs the plain ``Bash`` rule; a git command it permits is checked
+    by :mod:`surehand.agents.git_rules`."""
     if permission_mode == "bypassPermissions":
-        return True
-    return any(_rule_permits(entry, tool, tool_input) for entry in allowed)
+        return Verdict(True)
+    refusals = []
+    for entry in policy.allowed:
+        verdict = _rule(entry, tool, tool_input, policy.git_remotes)
+        if verdict is not None and verdict.permitted:
+            return verdict
+        if verdict is not None:
+            refusals.append(verdict.reason)
+    allowed = ", ".join(policy.allowed) or "nothing"
+    why = f" ({'; '.join(refusals)})" if refusals else ""
+    return Verdict(
+        False,
+        f"surehand: {tool} is not permitted in this session{why} (the operator allows: {allowed})",
+    )
 
 
-def _rule_permits(entry: str, tool: str, tool_input: dict[str, Any]) -> bool:
+def _rule(
+    entry: str, tool: str, tool_input: Mapping[str, Any], remotes: Sequence[str]
+) -> Verdict | None:
+    """The rule's verdict on the call, or None when the rule does not speak of it."""
     name, scoped, spec = entry.partition("(")
     if not scoped:
-        return tool == name or tool.startswith(f"{name}__") or fnmatch.fnmatchcase(tool, name)
+        matched = tool == name or tool.startswith(f"{name}__") or fnmatch.fnmatchcase(tool, name)
+        return Verdict(True) if matched else None
     if name != tool or not spec.endswith(")"):
-        return False
+        return None
     spec = spec[:-1].strip()
     if spec in ("", "*"):
-        return True
+        return Verdict(True)
     if tool == "Bash":
-        return _command_permitted(spec, str(tool_input.get("command", "")).strip())
+        return _command_rule(spec, str(tool_input.get("command", "")).strip(), tool_input, remotes)
     if tool == "WebFetch" and spec.startswith("domain:"):
-        return urlsplit(str(tool_input.get("url", ""))).hostname == spec.removeprefix("domain:")
-    return False
+        host = urlsplit(str(tool_input.get("url", ""))).hostname
+        return Verdict(True) if host == spec.removeprefix("domain:") else None
+    return None
 
 
-def _command_permitted(spec: str, command: str) -> bool:
+def _command_rule(
+    spec: str, command: str, tool_input: Mapping[str, Any], remotes: Sequence[str]
+) -> Verdict | None:
     if SHELL_OPERATORS.search(command):
-        return False
+        return None
+    try:
+        words = shlex.split(command)
+    except ValueError:
+        return None
+    if not git_rules.is_git(words):
+        return Verdict(True) if _matches(spec, command) else None
+    return _git_rule(spec, command, words, tool_input, remotes)
+
+
+def _git_rule(
+    spec: str,
+    command: str,
+    words: list[str],
+    tool_input: Mapping[str, Any],
+    remotes: Sequence[str],
+) -> Verdict | None:
+    """A git command under a scoped rule: matched without its ``-C`` options, then checked,
+    and hardened against what the repository's config may run."""
+    try:
+        git = git_rules.parse(words)
+    except git_rules.GitRefused as refused:
+        return Verdict(False, str(refused)) if _matches(spec, command) else None
+    if not (_matches(spec, command) or _matches(spec, shlex.join(git.words))):
+        return None
+    try:
+        git_rules.check(git, remotes)
+    except git_rules.GitRefused as refused:
+        return Verdict(False, str(refused))
+    hardened = shlex.join([words[0], *GIT_HARDENING, *words[1:]])
+    return Verdict(True, updated_input={**tool_input, "command": hardened})
+
+
+def _matches(spec: str, command: str) -> bool:
     if spec.endswith(":*"):
         prefix = spec[:-2].strip()
         return command == prefix or command.startswith(f"{prefix} ")
     return fnmatch.fnmatchcase(command, spec)
 
 
-def operation_of(tool: str, tool_input: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+def operation_of(tool: str, tool_input: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
     """The operation name and args a call is journaled as: the same call, the same effect."""
-    identity = {"command": tool_input.get("command")} if tool == "Bash" else tool_input
+    identity = {"command": tool_input.get("command")} if tool == "Bash" else dict(tool_input)
     name = "claude:" + re.sub(r"[^A-Za-z0-9._:/@+-]+", "-", tool.replace("__", "/"))
     return name[:255], {"undeclared": True, "tool": tool, "input": identity}
 
 
-class Journal:
-    """One hook run: the call, the options, and this session's hook state directory."""
-
-    def __init__(self, payload: dict[str, Any], options: argparse.Namespace) -> None:
-        self.payload = payload
-        self.tool = str(payload.get("tool_name", ""))
-        self.input = payload.get("tool_input") or {}
-        self.effectful = _items(options.effectful)
-        self.read_only = _items(options.read_only)
-        self.allowed = _items(options.allowed)
-        self.state = Path(os.environ.get("SUREHAND_SESSION_DIR", ".")) / STATE_DIR
-        self.state.mkdir(mode=0o700, exist_ok=True)
-
-    def pre(self) -> int:
-        if not is_effectful(self.tool, self.input, self.effectful, self.read_only):
-            return 0
-        if self._declared():
-            return 0  # the agent declared this effect itself (effect_begin ... effect_end)
-        mode = str(self.payload.get("permission_mode", ""))
-        if not permits(self.tool, self.input, self.allowed, mode):
-            return _decide(
-                "deny",
-                f"surehand: {self.tool} is not permitted in this session "
-                f"(the operator allows: {', '.join(self.allowed) or 'nothing'})",
-            )
-        if self.tool == "Bash" and self.input.get("run_in_background"):
-            return _decide(
-                "deny",
-                "surehand records this command's outcome when it ends: "
-                "run it in the foreground (without run_in_background)",
-            )
-        name, args = operation_of(self.tool, self.input)
-        begun = _call("effect_begin", {"name": name, "args": args})
-        if begun.get("status") == "already_done":
-            print(_already_done(begun), file=sys.stderr)
-            return BLOCK
-        self._call_file().write_text(json.dumps({"operation_id": begun["operation_id"]}))
-        return _decide("allow", f"surehand journaled it as operation {begun['operation_id']}")
-
-    def post(self, failed: bool) -> int:
-        self._track_declared()
-        path = self._call_file()
-        if not path.exists():
-            return 0
-        operation_id = json.loads(path.read_text())["operation_id"]
-        outcome: dict[str, Any]
-        if failed:
-            error = str(self.payload.get("error") or "the tool call failed")[-4000:]
-            outcome = {"outcome": "failed", "error": error}
-        else:
-            response = json.dumps(self.payload.get("tool_response"), default=str)
-            outcome = {"outcome": "succeeded", "value": {"response": response[-MAX_RESPONSE:]}}
-        _call("effect_end", {"operation_id": operation_id, **outcome})
-        path.unlink()
-        return 0
-
-    def _call_file(self) -> Path:
-        call_id = re.sub(r"[^A-Za-z0-9_-]", "_", str(self.payload.get("tool_use_id", "call")))
-        return self.state / f"{call_id}.json"
-
-    def _declared_file(self) -> Path:
-        return self.state / "declared.json"
-
-    def _declared(self) -> set[int]:
-        path = self._declared_file()
-        return set(json.loads(path.read_text())) if path.exists() else set()
-
-    def _track_declared(self) -> None:
-        """Follow the agent's own effect_begin / effect_end (their after events)."""
-        declared = self._declared()
-        if self.tool == f"{SESSION_TOOLS}effect_begin":
-            answer = _answer(self.payload.get("tool_response"))
-            if answer.get("status") == "begun":
-                declared.add(int(answer["operation_id"]))
-        elif self.tool == f"{SESSION_TOOLS}effect_end":
-            declared.discard(int(self.input.get("operation_id", -1)))
-        else:
-            return
-        self._declared_file().write_text(json.dumps(sorted(declared)))
+def allow(reason: str, updated_input: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """Claude Code's hook answer that allows the call (and runs ``updated_input`` instead)."""
+    output: dict[str, Any] = {
+        "hookEventName": "PreToolUse",
+        "permissionDecision": "allow",
+        "permissionDecisionReason": reason,
+    }
+    if updated_input is not None:
+        output["updatedInput"] = dict(updated_input)
+    return {"hookSpecificOutput": output}
 
 
-def _decide(decision: str, reason: str) -> int:
-    """Answer Claude Code's permission question for this call (exit 0 with the decision)."""
-    output = {"hookEventName": "PreToolUse", "permissionDecision": decision}
-    print(json.dumps({"hookSpecificOutput": {**output, "permissionDecisionReason": reason}}))
-    return 0
-
-
-def _items(text: str) -> list[str]:
-    return [item.strip() for item in text.split(",") if item.strip()]
-
-
-def _answer(response: Any) -> dict[str, Any]:
-    """The JSON object a session tool answered, wherever Claude Code put it."""
-    if isinstance(response, dict) and "status" in response:
-        return response
-    if isinstance(response, str):
-        try:
-            return _answer(json.loads(response))
-        except ValueError:
-            return {}
-    parts = response.values() if isinstance(response, dict) else response
-    for part in parts if isinstance(parts, (list, type({}.values()))) else []:
-        found = _answer(part)
-        if found:
-            return found
-    return {}
-
-
-def _already_done(answer: dict[str, Any]) -> str:
-    return (
-        f"surehand: this call already ran for this TASK (operation {answer.get('operation_id')}, "
-        f"attempt {answer.get('attempt')}); it was NOT run again. Its recorded outcome: "
-        f"{json.dumps(answer.get('outcome'), default=str)[:2000]}"
-    )
-
-
-def _call(tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
-    from surehand.agents.session_client import call_tool, session_grant
-
-    url, token = session_grant()
-    return call_tool(url, token, tool, arguments)
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run one hook: the event's payload on stdin; the status Claude Code acts on."""
-    parser = argparse.ArgumentParser(prog="surehand-claude-hook")
-    parser.add_argument("event", choices=sorted(EVENTS.values()))
-    parser.add_argument("--effectful", default="")
-    parser.add_argument("--read-only", default="")
-    parser.add_argument("--allowed", default="")
-    options = parser.parse_args(argv)
-    try:
-        journal = Journal(json.load(sys.stdin), options)
-        return journal.pre() if options.event == "pre" else journal.post(options.event == "failure")
-    except Exception as error:  # every failure of the journal blocks the call it guards
-        print(f"surehand could not journal this tool call: {error}", file=sys.stderr)
-        return BLOCK if options.event == "pre" else 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+def deny(reason: str) -> dict[str, Any]:
+    """Claude Code's hook answer that refuses the call; the model reads ``reason``."""
+    output = {"hookEventName": "PreToolUse", "permissionDecision": "deny"}
+    return {"hookSpecificOutput": {**output, "permissionDecisionReason": reason}}

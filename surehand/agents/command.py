@@ -46,6 +46,7 @@ from typing import IO, Any
 from surehand.agents import quotas, session_dirs
 from surehand.agents.briefing import brief_for
 from surehand.agents.context import SessionContext
+from surehand.agents.git_rules import DEFAULT_REMOTES
 from surehand.agents.group_records import GroupRecord, GroupRecords
 from surehand.agents.groups import AgentGroup
 from surehand.agents.launch import Confinement, Launch
@@ -70,7 +71,7 @@ from surehand.agents.presets import (
 from surehand.agents.quota_watch import QuotaWatch, watch_for
 from surehand.agents.sandbox import BWRAP
 from surehand.agents.session_door import AgentGrant, SessionDoor, SessionDoorFactory
-from surehand.agents.workspaces import Workspace, Workspaces, prepare
+from surehand.agents.workspaces import Workspace, Workspaces, prepare, publish
 from surehand.config import Settings
 from surehand.errors import AgentError, ConfigError
 from surehand.fcop.render import render_recovery, render_task
@@ -123,10 +124,12 @@ class CommandAgent:
 
     def __call__(self, ctx: SessionContext) -> str:
         mcp = self.mcp
-        grant = mcp.grant(ctx) if mcp is not None else None
+        workspace = self._workspace(ctx)
+        policy = self.program.hook_policy(_remote_names(workspace))
+        grant = mcp.grant(ctx, policy) if mcp is not None else None
         self.running.add(ctx.attempt.attempt_id)
         try:
-            return self._session(ctx, grant)
+            return self._session(ctx, grant, workspace)
         finally:
             self.running.discard(ctx.attempt.attempt_id)
             if mcp is not None and grant is not None:
@@ -227,7 +230,9 @@ class CommandAgent:
         """The store the briefing of a successor is read from (engines shared per process)."""
         return Store.from_settings(self.settings)
 
-    def _session(self, ctx: SessionContext, grant: AgentGrant | None) -> str:
+    def _session(
+        self, ctx: SessionContext, grant: AgentGrant | None, workspace: Workspace | None
+    ) -> str:
         work_dir = self._prepare(ctx, grant)
         outputs = self.work_dir / OUTPUTS_DIR / ctx.attempt.attempt_id
         with (
@@ -235,7 +240,7 @@ class CommandAgent:
             open_private(outputs, "stderr.txt") as stderr,
         ):
             try:
-                code = self._run(ctx, work_dir, grant, stdout, stderr)
+                code = self._run(ctx, work_dir, grant, workspace, (stdout, stderr))
                 output = self._report_text(work_dir, stdout)
                 if code != 0:
                     raise AgentError(
@@ -258,14 +263,14 @@ class CommandAgent:
         ctx: SessionContext,
         work_dir: Path,
         grant: AgentGrant | None,
-        stdout: IO[bytes],
-        stderr: IO[bytes],
+        workspace: Workspace | None,
+        outputs: tuple[IO[bytes], IO[bytes]],
     ) -> int:
-        """Run the program's process group to its end, its disk use watched; its exit code."""
-        workspace = self._workspace(ctx)
+        """Run the program's process group to its end, its disk use watched (``outputs``: its
+        standard output and error); its exit code."""
         launch = self._launch(ctx, work_dir, grant, workspace)
         watched = self._watched(ctx, work_dir, workspace)  # its baseline, before it starts
-        group = self._start(ctx, work_dir, launch, stdout, stderr)
+        group = self._start(ctx, work_dir, launch, *outputs)
         if self.confinement.sandbox.mode == BWRAP:
             watched.sandbox_pid = functools.partial(quotas.sandbox_pid, group.pgid)
         self.quota_watch.watch(watched)
@@ -278,6 +283,8 @@ class CommandAgent:
             watched.check()  # the last word: what it left once all of it stopped
             if watched.exceeded is not None:
                 shutil.rmtree(work_dir, ignore_errors=True)  # the flood goes with it
+            elif workspace is not None:
+                publish(workspace)  # only once nothing of the program runs in the clone
         watched.raise_if_over()  # also one that ended between two rounds of the watch
         if not ours:
             raise AgentError("a later attempt of this TASK started here; this command was killed")
@@ -290,7 +297,7 @@ class CommandAgent:
         workspace lies in the work directory (its own worktree; a shared one is nobody's)."""
         roots = [work_dir, self.work_dir / OUTPUTS_DIR / ctx.attempt.attempt_id]
         if workspace is not None:
-            roots += [path for path in workspace.binds if path.is_relative_to(self.work_dir)]
+            roots += [path for path, _ in workspace.binds if path.is_relative_to(self.work_dir)]
         watched = quotas.Watched(
             ctx.attempt.attempt_id, tuple(roots), self.confinement.quota, threading.Event()
         )
@@ -321,7 +328,7 @@ class CommandAgent:
             session_env=env,
             mcp=door,
             program_env=self.program.env(session),
-            writable=workspace.binds if workspace is not None else (),
+            workspace=workspace.binds if workspace is not None else (),
         )
 
     def _invocation(
@@ -444,6 +451,14 @@ class CommandAgent:
         session_dirs.sweep(self.work_dir, retention=retention, keep=set(self.running))
 
 
+def _remote_names(workspace: Workspace | None) -> tuple[str, ...]:
+    """The remotes a scoped push rule lets the session push to: its clone's (the
+    repository's), else ``origin`` (a shared directory's remotes the worker never reads)."""
+    if workspace is None or workspace.repo is None:
+        return DEFAULT_REMOTES
+    return tuple(name for name, _url in workspace.remotes)
+
+
 def preset_options(settings: Settings) -> PresetOptions:
     """What the settings let a preset do (tools, MCP configs, hooks, Codex's sandbox)."""
 
@@ -457,4 +472,5 @@ def preset_options(settings: Settings) -> PresetOptions:
         effectful=items(settings.claude_effectful),
         read_only_commands=items(settings.claude_read_only_commands),
         codex_sandbox=settings.codex_sandbox,
+        hook_timeout=settings.claude_hook_timeout_seconds,
     )

@@ -146,12 +146,12 @@ class Confinement:
         session_env: Mapping[str, str],
         mcp: tuple[int, Path] | None = None,
         program_env: Mapping[str, str] | None = None,
-        writable: Sequence[Path] = (),
+        workspace: Sequence[tuple[Path, bool]] = (),
     ) -> Launch:
         """Confine ``program`` for the session ``name`` (its attempt id) in ``session_dir``;
         ``mcp``: the session server's port and Unix socket, when the network is cut;
-        ``program_env``: what a preset's CLI needs in its environment; ``writable``: the
-        session's workspace, bound read-write."""
+        ``program_env``: what a preset's CLI needs in its environment; ``workspace``: what the
+        session's workspace needs bound, as (path, writable)."""
         env = environment.agent_environment(
             session_env, home=session_dir / "home", setting=self.env_setting, program=program_env
         )
@@ -164,7 +164,7 @@ class Confinement:
             program,
             session_dir=session_dir,
             hidden=self.hidden,
-            binds=[*self.binds, *((path, True) for path in writable), *self._portal_bind(mcp)],
+            binds=[*self.binds, *workspace, *self._portal_bind(mcp)],
             portal=self._portal(mcp),
             program_mounts=view.program_mounts(program[0], env.get("PATH", "")),
             tmpfs_bytes=self.tmpfs_bytes,

@@ -17,19 +17,24 @@ tools for Claude Code (``SUREHAND_CLAUDE_TOOLS``: ``Bash``, ``Edit``, ``mcp__git
 their own MCP servers (``SUREHAND_CLAUDE_MCP_CONFIG``), Codex's sandbox mode
 (``SUREHAND_CODEX_SANDBOX``), and a workspace, the repository the agent works in
 (``SUREHAND_AGENT_WORKSPACE``: ``--add-dir`` for Claude Code, ``-C`` for Codex). Claude Code's
-tool calls are journaled by hooks (:mod:`surehand.agents.claude_hook`).
+tool calls are journaled by ``http`` hooks to the session server
+(:mod:`surehand.agents.claude_hook`, :mod:`surehand.mcp.session_hooks`). Claude Code reads no
+settings file but the preset's own (``--setting-sources=``): the session directory is its
+working directory and home, and a ``.claude/settings.json`` the agent writes there could
+otherwise drop the hooks (``disableAllHooks``, live, mid-session) or allow it a tool.
 """
 
 from __future__ import annotations
 
 import json
 import shlex
-import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from surehand.agents.claude_hook import DEFAULT_EFFECTFUL, HookPolicy
+from surehand.agents.git_rules import DEFAULT_REMOTES
 from surehand.errors import ConfigError
 
 SERVER_NAME = "surehand"
@@ -37,10 +42,16 @@ URL_ENV = "SUREHAND_MCP_URL"
 TOKEN_ENV = "SUREHAND_MCP_TOKEN"
 LAST_MESSAGE = "last-message.txt"
 PRESETS = ("claude", "codex")
-# Run by path (python -I FILE), not imported from here: a tool call the hook does not journal
-# then loads nothing of surehand (a hook runs twice per tool call).
-CLAUDE_HOOK = Path(__file__).resolve().with_name("claude_hook.py")
 HOOK_EVENTS = {"PreToolUse": "pre", "PostToolUse": "post", "PostToolUseFailure": "failure"}
+# Claude Code then refuses run_in_background and never moves a running command to the
+# background itself: a journaled command's outcome is recorded when it has ended.
+CLAUDE_ENV = {"CLAUDE_CODE_DISABLE_BACKGROUND_TASKS": "1"}
+READ_ONLY_RETIRED = (
+    "SUREHAND_CLAUDE_READ_ONLY_COMMANDS is retired: no Bash command can be exempt from the "
+    "journal (every one first runs a shell setup the agent can rewrite, and git runs filters, "
+    "diff drivers and hooks from repository config it can write); unset it: every Bash "
+    "command is journaled"
+)
 CODEX_SANDBOXES = ("auto", "read-only", "workspace-write", "danger-full-access")
 
 AGENT_PROMPT = """\
@@ -67,9 +78,10 @@ class PresetOptions:
     claude_tools: tuple[str, ...] = ()
     claude_mcp_configs: tuple[str, ...] = ()
     claude_hooks: bool = True
-    effectful: tuple[str, ...] = ("Bash", "mcp__*")  # WebFetch only GETs
-    read_only_commands: tuple[str, ...] = ()
+    effectful: tuple[str, ...] = DEFAULT_EFFECTFUL
+    read_only_commands: tuple[str, ...] = ()  # retired: a value is a ConfigError
     codex_sandbox: str = "auto"
+    hook_timeout: int = 60  # seconds Claude Code waits for a hook's answer
 
     def __post_init__(self) -> None:
         if self.codex_sandbox not in CODEX_SANDBOXES:
@@ -78,6 +90,20 @@ class PresetOptions:
                 f"{', '.join(CODEX_SANDBOXES)}",
                 setting="SUREHAND_CODEX_SANDBOX",
             )
+        if self.read_only_commands:
+            raise ConfigError(READ_ONLY_RETIRED, setting="SUREHAND_CLAUDE_READ_ONLY_COMMANDS")
+
+    @property
+    def claude_allowed(self) -> tuple[str, ...]:
+        """The tools Claude Code may use: the session's own and the operator's."""
+        return (f"mcp__{SERVER_NAME}", *self.claude_tools)
+
+    def hook_policy(self, git_remotes: Sequence[str] = DEFAULT_REMOTES) -> HookPolicy | None:
+        """What the claude preset's hooks decide by (None without hooks); ``git_remotes``:
+        the remotes a scoped ``git push`` rule may push to."""
+        if not self.claude_hooks:
+            return None
+        return HookPolicy(self.effectful, self.claude_allowed, tuple(git_remotes))
 
 
 @dataclass(frozen=True)
@@ -111,10 +137,17 @@ class Program:
             return codex_argv(self.base, session, self.options)
         return list(self.base)
 
+    def hook_policy(self, git_remotes: Sequence[str] = DEFAULT_REMOTES) -> HookPolicy | None:
+        """What this program's hooks decide by: the claude preset's (None for any other)."""
+        return self.options.hook_policy(git_remotes) if self.preset == "claude" else None
+
     def env(self, session: Invocation) -> dict[str, str]:
-        """Variables the preset's CLI needs besides the session's (Codex: its home)."""
+        """Variables the preset's CLI needs besides the session's (Codex: its home; Claude
+        Code: no background tasks)."""
         if self.preset == "codex":
             return {"CODEX_HOME": str(session.session_dir / "home" / ".codex")}
+        if self.preset == "claude":
+            return dict(CLAUDE_ENV)
         return {}
 
 
@@ -148,12 +181,12 @@ def prompt_for(session: Invocation) -> str:
 
 def claude_argv(base: Sequence[str], session: Invocation, options: PresetOptions) -> list[str]:
     """``claude -p PROMPT`` on the session's MCP config (the operator's servers in it), the
-    session tools and the operator's allowed, hooks journaling its tool calls, text out."""
-    tools = [f"mcp__{SERVER_NAME}", *options.claude_tools]
+    session tools and the operator's allowed, hooks journaling its tool calls, no settings
+    file but these (``--setting-sources=``: not the project's, local or user's), text out."""
     workspace = ["--add-dir", str(session.workspace)] if session.workspace else []
     hooks = []
-    if options.claude_hooks:
-        settings = hook_settings(options.effectful, options.read_only_commands, tools)
+    if options.claude_hooks and session.mcp_url is not None:
+        settings = hook_settings(session.mcp_url, options.hook_timeout)
         hooks = ["--settings", json.dumps(settings)]
     return [
         base[0],
@@ -165,8 +198,9 @@ def claude_argv(base: Sequence[str], session: Invocation, options: PresetOptions
         ".mcp.json",
         "--strict-mcp-config",
         "--allowedTools",
-        ",".join(tools),
+        ",".join(options.claude_allowed),
         *workspace,
+        "--setting-sources=",
         *hooks,
         "--output-format",
         "text",
@@ -210,27 +244,32 @@ def codex_sandbox(setting: str, session: Invocation) -> str:
     return "danger-full-access" if session.sandboxed else "workspace-write"
 
 
-def hook_settings(
-    effectful: Sequence[str], read_only: Sequence[str], allowed: Sequence[str]
-) -> dict[str, Any]:
-    """Claude Code settings with :mod:`surehand.agents.claude_hook` as the hook of every tool
-    call; ``allowed``: the tools Claude Code may run (``--allowedTools``), the only ones
-    journaled."""
-    options = ["--effectful", ",".join(effectful), "--read-only", ",".join(read_only)]
-    options += ["--allowed", ",".join(allowed)]
+def hook_settings(mcp_url: str, timeout: int) -> dict[str, Any]:
+    """Claude Code settings whose hooks post every tool call to the session server
+    (:mod:`surehand.mcp.session_hooks`), beside its MCP door: ``type: "http"`` with the
+    session's token from the environment, an explicit ``timeout`` and ``onFailure: "block"``
+    (no answer, an error status or a timeout blocks the call; Claude Code 2.1.332 checked)."""
 
-    def command(event: str) -> str:
-        run = shlex.join([sys.executable, "-I", str(CLAUDE_HOOK), event, *options])
-        # Exit status 2 is the only one with which Claude Code refuses a PreToolUse call: a
-        # hook that cannot even start must still block it.
-        return f"{run} || exit {2 if event == 'pre' else 1}"
+    def hook(event: str) -> dict[str, Any]:
+        return {
+            "type": "http",
+            "url": hook_url(mcp_url, event),
+            "headers": {"Authorization": f"Bearer ${{{TOKEN_ENV}}}"},
+            "allowedEnvVars": [TOKEN_ENV],
+            "timeout": timeout,
+            "onFailure": "block",
+        }
 
     return {
         "hooks": {
-            name: [{"matcher": "*", "hooks": [{"type": "command", "command": command(event)}]}]
-            for name, event in HOOK_EVENTS.items()
+            name: [{"matcher": "*", "hooks": [hook(event)]}] for name, event in HOOK_EVENTS.items()
         }
     }
+
+
+def hook_url(mcp_url: str, event: str) -> str:
+    """``…/tasks/<id>/mcp`` → ``…/tasks/<id>/hooks/<event>``."""
+    return f"{mcp_url.removesuffix('/mcp')}/hooks/{event}"
 
 
 def mcp_configs(mcp_url: str, servers: dict[str, Any] | None = None) -> dict[str, str]:

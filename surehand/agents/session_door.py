@@ -12,6 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
 
+from surehand.agents.claude_hook import HookPolicy
 from surehand.agents.context import SessionContext
 from surehand.config import Settings
 
@@ -29,8 +30,9 @@ class AgentGrant(Protocol):
 class SessionDoor(Protocol):
     """A process's session server: grants per attempt, revoked when the session ends."""
 
-    def grant(self, ctx: SessionContext) -> AgentGrant:
-        """A new grant for ``ctx``'s attempt."""
+    def grant(self, ctx: SessionContext, hooks: HookPolicy | None = None) -> AgentGrant:
+        """A new grant for ``ctx``'s attempt; ``hooks``: what Claude Code's hooks decide by
+        (None: the session has no hooks)."""
         ...
 
     def revoke(self, grant: AgentGrant) -> None:

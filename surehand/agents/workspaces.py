@@ -5,13 +5,21 @@ for TASKs to that recipient. A SPEC is either
 
 - ``/srv/repos/app``: that directory, shared by every session of the role, bound read-write
   into the sandbox; or
-- ``worktree:/srv/repos/app``: a fresh ``git worktree`` of that repository for each TASK, on
-  the branch ``surehand/<task id>`` made from the repository's ``HEAD``, under the work
-  directory (``.worktrees/<task id>``, which the session sweep leaves alone: the branch is the
-  TASK's work). A successor attempt of the TASK finds its predecessors' tree as they left it.
-  The worktree is bound read-write, and so is the repository's git directory (a commit writes
-  its objects and the branch there): an agent can write any ref of that repository, never the
-  files of its main checkout.
+- ``worktree:/srv/repos/app``: a working tree of that repository for each TASK, on the branch
+  ``surehand/<task id>`` (made from the repository's ``HEAD``, or the branch as the TASK last
+  left it), under the work directory (``.worktrees/<task id>``, which the session sweep leaves
+  alone: the branch is the TASK's work). A successor attempt of the TASK finds its
+  predecessors' tree as they left it.
+
+A TASK's tree is a **clone of its own** (``git clone --shared``: it borrows the repository's
+objects read-only, writes its own), never a ``git worktree``: a worktree shares the
+repository's git directory, and an agent that can write that directory can plant hooks or a
+``core.fsmonitor`` the worker itself would run, and rewrite every other TASK's branch. So only
+the clone is bound read-write into the sandbox, with the repository's object store read-only;
+the clone's remotes are the repository's (a push goes where the repository's would). When a
+session ends, the worker fetches the clone's ``surehand/<task id>`` into the repository
+(:func:`publish`): the only ref of the repository a session's work can move is its own TASK's.
+Every git command the worker runs for this is hardened (:mod:`surehand.agents.worker_git`).
 
 The session's CLI gets the workspace as each needs it (``--add-dir`` for Claude Code, ``-C``
 for Codex; :mod:`surehand.agents.presets`), and programs find it in ``SUREHAND_WORKSPACE``.
@@ -19,18 +27,23 @@ for Codex; :mod:`surehand.agents.presets`), and programs find it in ``SUREHAND_W
 
 from __future__ import annotations
 
+import logging
 import re
-import subprocess
+import shutil
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from surehand.agents import worker_git
 from surehand.errors import AgentError, ConfigError
+
+log = logging.getLogger(__name__)
 
 SETTING = "SUREHAND_AGENT_WORKSPACE"
 WORKTREE = "worktree:"
 WORKTREES_DIR = ".worktrees"
-_GIT_TIMEOUT = 60.0
+BRANCH_PREFIX = "surehand/"
+IDENTITY = ("user.name", "user.email")
 
 
 @dataclass(frozen=True)
@@ -50,7 +63,7 @@ class Spec:
                 "(the repository the agents work in), optionally after worktree:",
                 setting=SETTING,
             )
-        if worktree and _git(path, "rev-parse", "--git-common-dir") is None:
+        if worktree and worker_git.run(path, "rev-parse", "--git-common-dir") is None:
             raise ConfigError(
                 f"{SETTING} entry {text!r}: {path} is not a git repository (worktree: needs "
                 "one; git must be on PATH)",
@@ -61,10 +74,15 @@ class Spec:
 
 @dataclass(frozen=True)
 class Workspace:
-    """A session's working tree and what must be bound (read-write) for it to work there."""
+    """A session's working tree, what must be bound for it to work there (path, writable),
+    and for a TASK's clone: the repository, the TASK's branch and the repository's remotes
+    (name, URL), the only places a scoped push rule lets its work go."""
 
     path: Path
-    binds: tuple[Path, ...]
+    binds: tuple[tuple[Path, bool], ...]
+    repo: Path | None = None
+    branch: str | None = None
+    remotes: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -95,11 +113,6 @@ class Workspaces:
         """The entry for TASKs to ``role`` (its own, else the default; None: no workspace)."""
         return self.by_role.get(role, self.default)
 
-    def shared_binds(self) -> tuple[Path, ...]:
-        """The plain directories (bound for every session; worktrees are bound per TASK)."""
-        specs = [self.default, *self.by_role.values()]
-        return tuple(dict.fromkeys(s.path for s in specs if s is not None and not s.worktree))
-
 
 def _split(entry: str) -> tuple[str, str]:
     head, sep, rest = entry.partition("=")
@@ -109,28 +122,111 @@ def _split(entry: str) -> tuple[str, str]:
 
 
 def prepare(spec: Spec, task_id: str, work_dir: Path) -> Workspace:
-    """The session's workspace: the directory itself, or the TASK's worktree (made by the
-    first attempt, found by its successors). AgentError when git cannot make it."""
+    """The session's workspace: the directory itself, or the TASK's clone (made by the first
+    attempt, found as it was left by its successors). AgentError when git cannot make it."""
     if not spec.worktree:
-        return Workspace(spec.path, (spec.path,))
+        return Workspace(spec.path, ((spec.path, True),))
     common = _common_dir(spec.path)
     tree = work_dir / WORKTREES_DIR / _safe(task_id)
-    if not (tree / ".git").exists():
-        _add_worktree(spec.path, tree, f"surehand/{_safe(task_id)}")
-    return Workspace(tree, (tree, common))
+    branch = f"{BRANCH_PREFIX}{_safe(task_id)}"
+    if (tree / ".git").is_file():
+        _convert_worktree(spec.path, common, tree, branch)
+    elif not (tree / ".git").exists():
+        _clone(spec.path, common, tree, branch)
+    objects = common / "objects"
+    return Workspace(
+        tree,
+        ((tree, True), (objects, False)),
+        repo=spec.path,
+        branch=branch,
+        remotes=remotes_of(spec.path),
+    )
 
 
-def _add_worktree(repo: Path, tree: Path, branch: str) -> None:
+def publish(workspace: Workspace) -> bool:
+    """Bring the TASK's branch from its clone into the repository (forced: the branch is the
+    TASK's to rewrite); False, logged, when git refuses (a clone its agent broke). Run by the
+    worker after each session, hardened: git reads the clone as data only."""
+    if workspace.repo is None or workspace.branch is None:
+        return True
+    ref = f"refs/heads/{workspace.branch}"
+    done = worker_git.run(
+        workspace.repo,
+        "fetch",
+        "--quiet",
+        "--no-tags",
+        "--no-write-fetch-head",
+        "--no-recurse-submodules",
+        str(workspace.path),
+        f"+{ref}:{ref}",
+    )
+    if done is None:
+        log.warning(
+            "could not bring %s from %s into %s; the repository keeps its last published state",
+            workspace.branch,
+            workspace.path,
+            workspace.repo,
+        )
+    return done is not None
+
+
+def remotes_of(repo: Path) -> tuple[tuple[str, str], ...]:
+    """The repository's remotes as (name, URL), read as data."""
+    listed = worker_git.run(repo, "config", "--get-regexp", r"^remote\..*\.url$") or ""
+    found = []
+    for line in listed.splitlines():
+        key, _, url = line.partition(" ")
+        found.append((key.removeprefix("remote.").removesuffix(".url"), url))
+    return tuple(found)
+
+
+def _clone(repo: Path, common: Path, tree: Path, branch: str) -> None:
+    """A clone borrowing ``repo``'s objects, on ``branch`` (the repository's own, if the TASK
+    published one, else a new one from HEAD), with the repository's remotes."""
     tree.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    _git(repo, "worktree", "prune")  # a tree removed by hand leaves its registration behind
-    exists = _git(repo, "rev-parse", "--verify", "--quiet", f"refs/heads/{branch}") is not None
-    args = [str(tree), branch] if exists else ["-b", branch, str(tree), "HEAD"]
-    if _git(repo, "worktree", "add", *args) is None:
-        raise AgentError(f"git could not add a worktree of {repo} at {tree} (branch {branch})")
+    partial = tree.with_name(f"{tree.name}.partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    _must(tree.parent, "clone", "--quiet", "--shared", "--no-checkout", str(repo), str(partial))
+    _adopt_remotes(partial, repo)
+    published = worker_git.run(repo, "rev-parse", "--verify", "--quiet", f"refs/heads/{branch}")
+    start = published or worker_git.run(repo, "rev-parse", "--verify", "--quiet", "HEAD")
+    if start is None:
+        raise AgentError(f"{repo} has no commit to start {branch} from; nothing ran")
+    _must(partial, "checkout", "--quiet", "-b", branch, start)
+    partial.rename(tree)  # a crash before this leaves only the partial clone, made again
+
+
+def _adopt_remotes(clone: Path, repo: Path) -> None:
+    """The clone's remotes and committer identity become the repository's (its link back to
+    ``repo`` goes: the worker, not the agent, brings the TASK's work there)."""
+    _must(clone, "remote", "remove", "origin")
+    for name, url in remotes_of(repo):
+        _must(clone, "remote", "add", name, url)
+    for key in IDENTITY:
+        if value := worker_git.run(repo, "config", "--get", key):
+            _must(clone, "config", key, value)
+
+
+def _convert_worktree(repo: Path, common: Path, tree: Path, branch: str) -> None:
+    """A ``git worktree`` of an earlier surehand becomes a clone in place: the files stay as
+    the last attempt left them (uncommitted changes included), the index is the branch's, and
+    the repository forgets the worktree."""
+    admin = Path(tree.joinpath(".git").read_text().removeprefix("gitdir:").strip())
+    staged = tree.with_name(f"{tree.name}.git-partial")
+    shutil.rmtree(staged, ignore_errors=True)
+    _must(tree.parent, "clone", "--quiet", "--shared", "--bare", str(repo), str(staged))
+    (tree / ".git").unlink()
+    staged.rename(tree / ".git")
+    _must(tree, "config", "--bool", "core.bare", "false")
+    _adopt_remotes(tree, repo)
+    _must(tree, "symbolic-ref", "HEAD", f"refs/heads/{branch}")
+    _must(tree, "read-tree", "HEAD")  # the index only: the working files are left as they are
+    if admin.parent == common / "worktrees":
+        shutil.rmtree(admin, ignore_errors=True)
 
 
 def _common_dir(repo: Path) -> Path:
-    found = _git(repo, "rev-parse", "--git-common-dir")
+    found = worker_git.run(repo, "rev-parse", "--git-common-dir")
     if found is None:
         raise AgentError(f"{repo} is no longer a git repository; nothing ran")
     return (repo / found).resolve()
@@ -140,16 +236,8 @@ def _safe(task_id: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]", "_", task_id)
 
 
-def _git(repo: Path, *args: str) -> str | None:
-    """git's output in ``repo``; None when it fails (or git is missing)."""
-    try:
-        done = subprocess.run(
-            ["git", "-C", str(repo), *args],
-            capture_output=True,
-            text=True,
-            timeout=_GIT_TIMEOUT,
-            check=False,
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return done.stdout.strip() if done.returncode == 0 else None
+def _must(repo: Path, *args: str) -> str:
+    done = worker_git.run(repo, *args)
+    if done is None:
+        raise AgentError(f"git {args[0]} failed in {repo} while making a TASK's clone; nothing ran")
+    return done

@@ -63,7 +63,10 @@ def announce_probes(sh: Surehand) -> None:
     """Load the agents and probes now (a bad SUREHAND_AGENTS or SUREHAND_PROBES entry stops
     the process at start, not at its first admission) and say which probes it can ask."""
     names = sh.registry.probe_names()
-    err_console.print(f"probes registered in this process: {', '.join(names) or 'none'}")
+    # One line each however long (soft_wrap): a log shipper reads the container's stderr.
+    err_console.print(
+        f"probes registered in this process: {', '.join(names) or 'none'}", soft_wrap=True
+    )
 
 
 def announce_confinement(sh: Surehand, roles: list[str]) -> None:
@@ -80,7 +83,7 @@ def announce_confinement(sh: Surehand, roles: list[str]) -> None:
         agent.require_ready()  # a preset without its extra or CLI stops the worker here
     for agent in commands[:1]:  # one configuration per process
         for line in agent.confinement.describe():
-            err_console.print(f"agent programs: {line}", highlight=False)
+            err_console.print(f"agent programs: {line}", highlight=False, soft_wrap=True)
 
 
 def require_agents(sh: Surehand, roles: list[str]) -> None:

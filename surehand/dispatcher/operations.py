@@ -21,7 +21,7 @@ open intent tells admission that the effect may have run.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -60,7 +60,9 @@ def run_operation(
     return _perform(session, recorded, effect)
 
 
-def declare_operation(session: Session, declared: Declared) -> int | None:
+def declare_operation(
+    session: Session, declared: Declared, *, within: Sequence[int] = ()
+) -> int | None:
     """Commit the intent of an operation whose effect the agent runs itself (the session MCP
     tool ``effect_begin``): the operation id to settle with :func:`settle_operation`, or None
     when this TASK already recorded it as succeeded (do not run it again). The same fenced,
@@ -74,10 +76,11 @@ def declare_operation(session: Session, declared: Declared) -> int | None:
     same name with other args is another effect (another fingerprint): it gets an intent of its
     own, and two open intents after an interruption are held for review (DESIGN.md section 6).
     (:func:`run_operation` does not adopt: there surehand runs the effect, and a second caller
-    of an open intent would run it twice.)"""
+    of an open intent would run it twice.) ``within``: the open declared effects a call the
+    hooks journal runs within, recorded with a new intent (not part of its fingerprint)."""
     recorded = session.retrying(
         f"operation_intent:{declared.name}",
-        lambda repeat: _declare(session, declared, repeat, adopt=True),
+        lambda repeat: _declare(session, declared, repeat, adopt=True, within=within),
     )
     return None if isinstance(recorded, _Recorded) else recorded
 
@@ -147,7 +150,12 @@ class _Recorded:
 
 
 def _declare(
-    session: Session, declared: Declared, repeat: bool, *, adopt: bool = False
+    session: Session,
+    declared: Declared,
+    repeat: bool,
+    *,
+    adopt: bool = False,
+    within: Sequence[int] = (),
 ) -> int | _Recorded:
     """Commit the intent (fenced); the operation id to settle, or a recorded success.
     ``adopt``: this attempt's own open intent of the same declaration is the answer."""
@@ -176,6 +184,7 @@ def _declare(
             retry_policy=declared.retry_policy,
             probe=declared.probe,
             now=session.services.clock.now(),
+            declared_within=within,
         )
 
 

@@ -25,6 +25,7 @@ from surehand.errors import (
     RecoveryError,
     ReportRejected,
     SessionError,
+    SessionLimitReached,
     SurehandError,
     TooManyAttempts,
     ValidationFailed,
@@ -38,7 +39,7 @@ FORBIDDEN_REPORT_REASONS = frozenset({"reporter_mismatch"})
 
 def status_for(error: SurehandError) -> int:
     """The HTTP status of a typed error (most specific class first)."""
-    if isinstance(error, TooManyAttempts):
+    if isinstance(error, TooManyAttempts | SessionLimitReached):
         return 429
     if isinstance(error, Forbidden | NotAuthorized) or _wrong_reporter(error):
         return 403

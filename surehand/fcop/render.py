@@ -174,6 +174,8 @@ def _effect_line(effect: Mapping[str, Any]) -> str:
     for key in ("idempotency_key", "receipt", "confirmed_by", "error"):
         if effect.get(key):
             line += f", {key.replace('_', ' ')} {_code(effect[key])}"
+    if effect.get("declared_within"):  # a journaled call inside the agent's declared effects
+        line += ", within operation " + ", ".join(str(i) for i in effect["declared_within"])
     return line + ")"
 
 

@@ -17,7 +17,10 @@ reason and whose ``data`` is the problem document, as ``application/json``: that
 clients show (the official client replaces any other error body with "Server returned an
 error response"). Behind it, every tool call is fenced in the store
 (:mod:`surehand.mcp.session_tools`): the token is who may ask, the store's epoch decides
-whether the write applies.
+whether the write applies, and the session's budget how much it may write
+(:mod:`surehand.mcp.session_state`). The same gate answers Claude Code's ``http`` hooks at
+``/tasks/<task_id>/hooks/<event>`` (:mod:`surehand.mcp.session_hooks`), by the grant's hook
+policy.
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ from mcp.server.transport_security import TransportSecuritySettings
 from mcp_types import INVALID_REQUEST, ToolAnnotations
 
 from surehand import __version__
+from surehand.agents.claude_hook import HookPolicy
 from surehand.agents.context import SessionContext
 from surehand.agents.session_door import AgentGrant
 from surehand.config import Settings
@@ -50,6 +54,8 @@ from surehand.doors.limits import BodyLimit
 from surehand.doors.serving import BackgroundServer, bind_in
 from surehand.errors import ConfigError
 from surehand.mcp.server import SurehandServer, strict_tool
+from surehand.mcp.session_hooks import GRANT_KEY, SessionHooks
+from surehand.mcp.session_state import SessionBudget, SessionLimits
 from surehand.mcp.session_tools import INSTRUCTIONS, Grant, SessionTools, bearer
 from surehand.store import Store
 
@@ -65,6 +71,7 @@ HOST = "127.0.0.1"
 # (presets.SERVER_NAME, "surehand": mcp__surehand__...), not with this name.
 SERVER_NAME = "surehand-session"
 MCP_PATH = "/mcp"
+HOOKS_PATH = "/hooks/"  # Claude Code's hooks: /tasks/<task_id>/hooks/<event>
 PORTS_SETTING = "SUREHAND_SESSION_MCP_PORTS"
 _REVOKED_KEPT = 4096  # why recently revoked tokens were revoked (told when they come back)
 
@@ -100,11 +107,13 @@ class Grants:
 
 
 class GrantGate:
-    """ASGI: a request must carry a live grant's token, on its own TASK's URL."""
+    """ASGI: a request must carry a live grant's token, on its own TASK's URL; ``hooks`` answers
+    its ``/hooks/<event>`` (with the grant in the scope), ``app`` its ``/mcp``."""
 
-    def __init__(self, app: ASGIApp, grants: Grants) -> None:
+    def __init__(self, app: ASGIApp, grants: Grants, hooks: ASGIApp | None = None) -> None:
         self.app = app
         self.grants = grants
+        self.hooks = hooks
 
     async def __call__(self, scope: Scope, receive: Any, send: Send) -> None:
         if scope["type"] != "http":
@@ -112,12 +121,14 @@ class GrantGate:
             return
         token = bearer(_header(scope, b"authorization"))
         grant = self.grants.get(token)
-        task_id = _task_of(scope["path"])
+        task_id, rest = _task_of(scope["path"])
         if grant is None:
             why = self.grants.why_revoked(token) or "unknown MCP token, or its attempt ended"
             await _refuse(send, 401, "unauthorized", why)
         elif task_id != grant.task_id:
             await _refuse(send, 403, "forbidden", f"this token acts on {grant.task_id} only")
+        elif rest.startswith(HOOKS_PATH) and self.hooks is not None:
+            await self.hooks({**scope, "path": rest, GRANT_KEY: grant}, receive, send)
         else:
             await self.app(
                 {**scope, "path": MCP_PATH, "raw_path": MCP_PATH.encode()}, receive, send
@@ -128,10 +139,15 @@ def _header(scope: Scope, name: bytes) -> str | None:
     return next((v.decode("latin-1") for k, v in scope.get("headers", []) if k == name), None)
 
 
-def _task_of(path: str) -> str | None:
-    """``/tasks/<task_id>/mcp`` → the task id, else None."""
+def _task_of(path: str) -> tuple[str | None, str]:
+    """``/tasks/<task_id>/mcp`` or ``/tasks/<task_id>/hooks/<event>`` → the task id and the
+    rest (``/mcp``, ``/hooks/<event>``); else (None, "")."""
     parts = path.strip("/").split("/")
-    return parts[1] if len(parts) == 3 and parts[0] == "tasks" and parts[2] == "mcp" else None
+    if len(parts) == 3 and parts[0] == "tasks" and parts[2] == "mcp":
+        return parts[1], MCP_PATH
+    if len(parts) == 4 and parts[0] == "tasks" and f"/{parts[2]}/" == HOOKS_PATH:
+        return parts[1], f"{HOOKS_PATH}{parts[3]}"
+    return None, ""
 
 
 async def _refuse(send: Send, status: int, code: str, detail: str) -> None:
@@ -220,20 +236,23 @@ class SessionMcp:
 
     def app(self) -> ASGIApp:
         security = TransportSecuritySettings(enable_dns_rebinding_protection=False)
-        server = build_session_server(SessionTools(self.grants.get, self.grants.revoke))
+        tools = SessionTools(self.grants.get, self.grants.revoke)
+        server = build_session_server(tools)
         mcp_app = server.streamable_http_app(
             streamable_http_path=MCP_PATH,
             stateless_http=True,
             json_response=True,
             transport_security=security,
         )
-        gated = HostAllowlist(GrantGate(mcp_app, self.grants), HostRule.of(()))
+        gate = GrantGate(mcp_app, self.grants, hooks=SessionHooks(tools))
+        gated = HostAllowlist(gate, HostRule.of(()))
         # Refused before anything parses it, like the API's: a REPORT body is at most 1 MiB.
         limit = self.services.settings.api_max_body_bytes
         return BodyLimit(gated, limit, what="a tool call's arguments; a REPORT is at most 1 MiB")
 
-    def grant(self, ctx: SessionContext) -> Grant:
-        """A new grant for ``ctx``'s attempt; revoke it when the session ends."""
+    def grant(self, ctx: SessionContext, hooks: HookPolicy | None = None) -> Grant:
+        """A new grant for ``ctx``'s attempt, with its budget and (for Claude Code) what its
+        hooks decide by; revoke it when the session ends."""
         token = secrets.token_urlsafe(32)
         session = Session(services=self.services, task=ctx.task, attempt=ctx.attempt)
         url = f"{self.base_url()}/tasks/{ctx.task.task_id}{MCP_PATH}"
@@ -243,6 +262,8 @@ class SessionMcp:
             session=session,
             cancelled=lambda: ctx.cancelled,
             stop=ctx.stop,
+            hooks=hooks,
+            budget=SessionBudget(SessionLimits.from_settings(self.services.settings)),
         )
         self.grants.add(grant)
         return grant

@@ -10,14 +10,16 @@ its token is revoked (every later request is refused with that reason) and its p
 stopped (:meth:`Grant.stop`, which the command agent turns into stopping its process group),
 so a refused agent neither keeps running nor keeps calling. Refusals are tool errors carrying
 the problem document of the other doors (``{"error": {...}}``, also as the result's text),
-whose ``detail`` says what to do next.
+whose ``detail`` says what to do next. Each session has a budget
+(:mod:`surehand.mcp.session_state`): a call past one of its limits is refused with
+``session_limit`` before anything is written, and the session goes on.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal
 
 from mcp.server.mcpserver import Context
@@ -25,12 +27,14 @@ from mcp_types import CallToolResult, TextContent
 from pydantic import Field
 
 from surehand.agents.briefing import brief_for
+from surehand.agents.claude_hook import HookPolicy
 from surehand.digest import operation_fingerprint
 from surehand.dispatcher.operations import Declared, declare_operation, settle_operation
 from surehand.dispatcher.sessions import Session
 from surehand.doors import problem
 from surehand.errors import AuthError, LeaseLost, StaleOwner, SurehandError, ValidationFailed
 from surehand.mcp.server import error_result
+from surehand.mcp.session_state import HookCalls, Kind, SessionBudget
 from surehand.model import Operation, OperationState, ReportStatus
 from surehand.store import operations
 
@@ -83,6 +87,9 @@ class Grant:
     cancelled: Callable[[], bool]
     # Stops the session's program (code, why): the command agent stops its process group.
     stop: Callable[[str, str], None] = lambda _code, _why: None
+    hooks: HookPolicy | None = None  # Claude Code's hooks: what they decide (None: no hooks)
+    budget: SessionBudget = field(default_factory=SessionBudget)
+    calls: HookCalls = field(default_factory=HookCalls)
 
     @property
     def task_id(self) -> str:
@@ -117,8 +124,14 @@ class SessionTools:
             )
         return found
 
-    def call(self, ctx: Context | None, body: Callable[[Grant], dict[str, Any]]) -> CallToolResult:
-        """Run ``body`` as the caller's grant; typed errors become problem tool errors, and a
+    def call(
+        self,
+        ctx: Context | None,
+        body: Callable[[Grant], dict[str, Any]],
+        spend: tuple[Kind, Any] = ("call", None),
+    ) -> CallToolResult:
+        """Run ``body`` as the caller's grant, once its budget allows ``spend`` (the kind of
+        call, and what it asks to store); typed errors become problem tool errors, and a
         ``stale_owner`` or ``lease_lost`` answer ends the session (:meth:`end`)."""
         try:
             grant = self.grant(ctx)
@@ -127,6 +140,7 @@ class SessionTools:
         try:
             if grant.cancelled():
                 raise _lease_lost(grant)
+            grant.budget.spend(spend[0], size_of(spend[1]))
             return _ok(body(grant))
         except (StaleOwner, LeaseLost) as refused:
             self.end(grant, refused)
@@ -158,9 +172,10 @@ class SessionTools:
         happened for this TASK; do NOT do it again."""
         return self.call(
             ctx,
-            lambda grant: _begin(
+            lambda grant: begin(
                 grant.session, Declared.of(name, args, idempotency_key, retry_policy, probe)
             ),
+            ("operation", [name, args, idempotency_key, probe]),
         )
 
     def effect_end(
@@ -175,7 +190,9 @@ class SessionTools:
         """Record the outcome of an effect you began. "failed" means it may still have
         happened: it is not repeated unless it was begun with retry_policy "keyed" and a key."""
         return self.call(
-            ctx, lambda grant: _end(grant.session, operation_id, outcome, receipt, value, error)
+            ctx,
+            lambda grant: end_effect(grant.session, operation_id, outcome, receipt, value, error),
+            ("call", [receipt, value, error]),
         )
 
     def report(
@@ -186,7 +203,9 @@ class SessionTools:
     ) -> CallToolResult:
         """Write a REPORT on this TASK now (your final answer also becomes the REPORT)."""
         return self.call(
-            ctx, lambda grant: grant.session.report(body, ReportStatus(status), None).to_dict()
+            ctx,
+            lambda grant: grant.session.report(body, ReportStatus(status), None).to_dict(),
+            ("report", body),
         )
 
     def progress(
@@ -198,12 +217,20 @@ class SessionTools:
         return self.call(
             ctx,
             lambda grant: grant.session.report(note, ReportStatus.IN_PROGRESS, None).to_dict(),
+            ("report", note),
         )
 
     def recovery_brief(self, ctx: Context | None = None) -> CallToolResult:
         """What earlier, interrupted attempts of this TASK declared and what is recorded as done
         (with receipts): never repeat an effect listed as done or confirmed_present."""
         return self.call(ctx, _brief)
+
+
+def size_of(data: Any) -> int:
+    """The bytes ``data`` asks to store, as JSON (0 for None)."""
+    if data is None:
+        return 0
+    return len(json.dumps(data, ensure_ascii=False, default=str).encode())
 
 
 def _lease_lost(grant: Grant) -> LeaseLost:
@@ -225,8 +252,10 @@ def _fence(session: Session, write: str) -> None:
         pass
 
 
-def _begin(session: Session, declared: Declared) -> dict[str, Any]:
-    operation_id = declare_operation(session, declared)
+def begin(session: Session, declared: Declared, within: Sequence[int] = ()) -> dict[str, Any]:
+    """``effect_begin``'s answer (``begun`` or ``already_done``); ``within``: the declared
+    effects a journaled call runs in (:func:`declare_operation`)."""
+    operation_id = declare_operation(session, declared, within=within)
     if operation_id is not None:
         return {
             "status": "begun",
@@ -253,7 +282,7 @@ def _recorded(session: Session, declared: Declared) -> Operation:
     return found
 
 
-def _end(
+def end_effect(
     session: Session,
     operation_id: int,
     outcome: str,
@@ -261,6 +290,7 @@ def _end(
     value: Any,
     error: str | None,
 ) -> dict[str, Any]:
+    """``effect_end``'s answer: the outcome of an operation this session began, recorded."""
     _fence(session, "operation_outcome")
     with session.services.store.snapshot() as connection:
         found = operations.get(connection, operation_id)

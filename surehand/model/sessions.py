@@ -92,10 +92,13 @@ class Operation:
     error: str | None
     started_at: datetime
     settled_at: datetime | None
+    # A call the hooks journaled while the agent's own declared effects were open: their ids.
+    declared_within: tuple[int, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
         data["args"] = dict(self.args)
+        data["declared_within"] = list(self.declared_within)
         data["outcome"] = dict(self.outcome) if self.outcome is not None else None
         data["retry_policy"] = self.retry_policy.value
         data["state"] = self.state.value

@@ -3,7 +3,7 @@ outcome is written onto it afterwards; an intent without an outcome is an *open*
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -32,6 +32,7 @@ def _operation(connection: Connection, row: Row[Any]) -> Operation:
         error=row.error,
         started_at=row.started_at,
         settled_at=row.settled_at,
+        declared_within=tuple(row.declared_within or ()),
     )
 
 
@@ -75,8 +76,10 @@ def insert_intent(
     retry_policy: RetryPolicy,
     probe: str | None,
     now: datetime,
+    declared_within: Sequence[int] = (),
 ) -> int:
-    """Record an intent; returns the operation id (as shown: ``store/opaque.py``)."""
+    """Record an intent; returns the operation id (as shown: ``store/opaque.py``).
+    ``declared_within``: the open declared effects a journaled call ran within (their ids)."""
     result = connection.execute(
         _INSERT_INTENT,
         {
@@ -91,6 +94,7 @@ def insert_intent(
             "probe": probe,
             "state": OperationState.INTENT.value,
             "started_at": now,
+            "declared_within": list(declared_within) or None,
         },
     )
     return opaque.shown(connection, int(result.scalar_one()))
@@ -156,6 +160,19 @@ def for_attempt(connection: Connection, attempt_id: str) -> list[Operation]:
         select(operations).where(operations.c.attempt_id == attempt_id).order_by(operations.c.id)
     ).all()
     return [_operation(connection, row) for row in rows]
+
+
+def open_for_attempt(connection: Connection, attempt_id: str) -> list[int]:
+    """The ids of ``attempt_id``'s open intents, oldest first."""
+    rows = connection.execute(
+        select(operations.c.id)
+        .where(
+            operations.c.attempt_id == attempt_id,
+            operations.c.state == OperationState.INTENT.value,
+        )
+        .order_by(operations.c.id)
+    ).all()
+    return [opaque.shown(connection, row.id) for row in rows]
 
 
 def for_task(connection: Connection, task_id: str) -> list[Operation]:

@@ -328,6 +328,8 @@ operations = Table(
     Column("error", Text),
     _ts("started_at"),
     _ts("settled_at", nullable=True),
+    # The open declared effects a journaled call ran within (operation ids), not fingerprinted.
+    Column("declared_within", JSON),
     _check("state", model.OperationState, "state"),
     _check("retry_policy", model.RetryPolicy, "retry_policy"),
 )

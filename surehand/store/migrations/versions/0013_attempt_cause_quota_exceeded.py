@@ -5,16 +5,16 @@ A command agent's session may add at most ``SUREHAND_AGENT_DISK_MIB`` and
 stopped and its attempt ends ``interrupted`` with this cause, through admission like any
 interruption.
 
-Revision ID: 0012
-Revises: 0011
+Revision ID: 0013
+Revises: 0012
 """
 
 from __future__ import annotations
 
 from alembic import op
 
-revision = "0012"
-down_revision = "0011"
+revision = "0013"
+down_revision = "0012"
 branch_labels = None
 depends_on = None
 
