@@ -37,7 +37,6 @@ import logging
 import os
 import shutil
 import tempfile
-import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -50,13 +49,7 @@ from surehand.agents.git_rules import DEFAULT_REMOTES
 from surehand.agents.group_records import GroupRecord, GroupRecords
 from surehand.agents.groups import AgentGroup
 from surehand.agents.launch import Confinement, Launch
-from surehand.agents.outputs import (
-    OUTPUTS_DIR,
-    keep_tail,
-    open_private,
-    read_report_file,
-    tail_of,
-)
+from surehand.agents.outputs import OUTPUTS_DIR, captured, read_report_file, tail_of
 from surehand.agents.presets import (
     TOKEN_ENV,
     URL_ENV,
@@ -68,7 +61,7 @@ from surehand.agents.presets import (
     operator_servers,
     program_for,
 )
-from surehand.agents.quota_watch import QuotaWatch, watch_for
+from surehand.agents.quota_watch import watch_for
 from surehand.agents.sandbox import BWRAP
 from surehand.agents.session_door import AgentGrant, SessionDoor, SessionDoorFactory
 from surehand.agents.workspaces import Workspace, Workspaces, prepare, publish
@@ -235,20 +228,13 @@ class CommandAgent:
     ) -> str:
         work_dir = self._prepare(ctx, grant)
         outputs = self.work_dir / OUTPUTS_DIR / ctx.attempt.attempt_id
-        with (
-            open_private(outputs, "stdout.txt") as stdout,
-            open_private(outputs, "stderr.txt") as stderr,
-        ):
-            try:
-                code = self._run(ctx, work_dir, grant, workspace, (stdout, stderr))
-                output = self._report_text(work_dir, stdout)
-                if code != 0:
-                    raise AgentError(
-                        f"command exited with {code}: {tail_of(stderr)[-500:]}", exit_code=code
-                    )
-            finally:  # what is kept of the outputs is what can be read of them: bounded
-                keep_tail(stdout)
-                keep_tail(stderr)
+        with captured(outputs) as (stdout, stderr):  # cut to what is read of them, after
+            code = self._run(ctx, work_dir, grant, workspace, (stdout, stderr))
+            output = self._report_text(work_dir, stdout)
+            if code != 0:
+                raise AgentError(
+                    f"command exited with {code}: {tail_of(stderr)[-500:]}", exit_code=code
+                )
         return output or f"(command exited 0 with no output; see {outputs})"
 
     def _report_text(self, work_dir: Path, stdout: IO[bytes]) -> str:
@@ -273,11 +259,11 @@ class CommandAgent:
         group = self._start(ctx, work_dir, launch, *outputs)
         if self.confinement.sandbox.mode == BWRAP:
             watched.sandbox_pid = functools.partial(quotas.sandbox_pid, group.pgid)
-        self.quota_watch.watch(watched)
+        watch_for(self.settings).watch(watched)
         try:
             code = self._wait(group, ctx, watched)
         finally:
-            self.quota_watch.forget(watched)
+            watch_for(self.settings).forget(watched)
             group.stop()  # whatever the program left running dies with the session
             ours = self.records.release(ctx.task.task_id, ctx.attempt.attempt_id)
             watched.check()  # the last word: what it left once all of it stopped
@@ -293,21 +279,11 @@ class CommandAgent:
     def _watched(
         self, ctx: SessionContext, work_dir: Path, workspace: Workspace | None
     ) -> quotas.Watched:
-        """The session's places under the quota: its directory, its outputs, and what of its
-        workspace lies in the work directory (its own worktree; a shared one is nobody's)."""
-        roots = [work_dir, self.work_dir / OUTPUTS_DIR / ctx.attempt.attempt_id]
-        if workspace is not None:
-            roots += [path for path, _ in workspace.binds if path.is_relative_to(self.work_dir)]
-        watched = quotas.Watched(
-            ctx.attempt.attempt_id, tuple(roots), self.confinement.quota, threading.Event()
-        )
-        watched.baseline = watched.usage()
-        return watched
-
-    @functools.cached_property
-    def quota_watch(self) -> QuotaWatch:
-        """This process's watch over its sessions' disk use."""
-        return watch_for(self.settings)
+        """The session under its quota, its baseline measured now (before it starts)."""
+        places = [work_dir, self.work_dir / OUTPUTS_DIR / ctx.attempt.attempt_id]
+        places += [path for path, _ in workspace.binds] if workspace is not None else []
+        name, quota = ctx.attempt.attempt_id, self.confinement.quota
+        return quotas.watched_session(name, places, within=self.work_dir, quota=quota)
 
     def _launch(
         self,
@@ -432,7 +408,7 @@ class CommandAgent:
         """Stop the program if its session was cancelled or its time is up (AgentError), or
         it went over its disk quota (killed at once: SessionInterrupted)."""
         if watched.exceeded is not None:
-            group.kill()
+            group.kill()  # at once: no grace to write more in
             watched.raise_if_over()
         if ctx.cancelled:
             group.stop()

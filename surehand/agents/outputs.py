@@ -16,8 +16,10 @@ Decoded as UTF-8 with bad bytes and NUL characters replaced, so any output is va
 
 from __future__ import annotations
 
+import contextlib
 import os
 import stat
+from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
 
@@ -40,6 +42,21 @@ def open_private(directory: Path, name: str) -> IO[bytes]:
 def tail_of(file: IO[bytes], limit: int = MAX_OUTPUT) -> str:
     """The last ``limit`` bytes of an open file, as text (bounded, whatever its size)."""
     return _text(_read_tail(file.fileno(), limit))
+
+
+@contextlib.contextmanager
+def captured(directory: Path) -> Iterator[tuple[IO[bytes], IO[bytes]]]:
+    """New private files for a program's standard output and error in ``directory``, cut to
+    their tails (:func:`keep_tail`) when the block ends: what is kept is what is read."""
+    with (
+        open_private(directory, "stdout.txt") as stdout,
+        open_private(directory, "stderr.txt") as err,
+    ):
+        try:
+            yield stdout, err
+        finally:
+            keep_tail(stdout)
+            keep_tail(err)
 
 
 def keep_tail(file: IO[bytes], limit: int = MAX_OUTPUT) -> None:

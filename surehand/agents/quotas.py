@@ -222,6 +222,16 @@ class Watched:
         )
 
 
+def watched_session(name: str, places: Sequence[Path], *, within: Path, quota: Quota) -> Watched:
+    """Session ``name`` under ``quota``, its baseline measured now: of ``places`` (its
+    directory, outputs, workspace), those inside ``within`` (the work directory: its own
+    clone is, a shared workspace is no one session's)."""
+    roots = tuple(path for path in places if path.is_relative_to(within))
+    watched = Watched(name, roots, quota, threading.Event())
+    watched.baseline = watched.usage()
+    return watched
+
+
 def require_free_space(settings: Settings) -> None:
     """:class:`NoSpaceForSessions` if the work directory's file system has less free space
     or files than the settings ask to keep (nothing is claimed then)."""
