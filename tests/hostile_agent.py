@@ -39,7 +39,10 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script
-from tests import hostile_journal  # the probes of tests/hostile_journal.py
+from tests import (
+    hostile_journal,  # the probes of tests/hostile_journal.py
+    hostile_view,  # the probes of tests/hostile_view.py
+)
 
 SECRET_MARKS = ("postgresql", "redis://", "sqlite:", "SECRET")
 
@@ -274,11 +277,7 @@ PROBES = {
     "tools": tools_probe,
     "sleep": sleep_probe,
 }
-try:  # more probes, in modules beside this one (a script: its directory is on the path)
-    from tests.hostile_view import PROBES as VIEW_PROBES
-except ImportError:
-    from hostile_view import PROBES as VIEW_PROBES  # type: ignore[import-not-found,no-redef]
-PROBES.update(VIEW_PROBES)
+PROBES.update(hostile_view.PROBES)  # tests/hostile_view.py
 
 
 def main() -> None:

@@ -39,7 +39,6 @@ from tests.test_workers import broker, worker_env  # noqa: F401  (fixture)
 pytestmark = pytest.mark.slow
 
 AGENT = Path(__file__).parent / "hostile_agent.py"
-VIEW_PROBES = Path(__file__).parent / "hostile_view.py"  # loaded beside it
 SECRETS = {
     "SUREHAND_API_TOKENS": "SECRET-admin-token-0123456789abcdef=ops:ADMIN:default",
     "SUREHAND_METRICS_TOKEN": "SECRET-metrics-token-0123456789abcdef",
@@ -96,6 +95,36 @@ class Deployment:
         return int(line.split()[1]) / 1024
 
 
+def hostile_env(
+    store: Store, broker: RedisServer, tmp_path: Path, mode: str, **extra: str
+) -> dict[str, str]:
+    """A worker whose DEV agent is the hostile program (a stand-in ``codex`` on PATH), in
+    sandbox ``mode``; with ``extra`` settings."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "codex").write_text(f'#!/bin/sh\nexec {sys.executable} {AGENT} "$@"\n')
+    (bin_dir / "codex").chmod(0o755)
+    return worker_env(
+        store,
+        broker,
+        tmp_path,
+        SUREHAND_AGENTS="DEV=command",
+        SUREHAND_COMMAND_AGENT="codex",
+        SUREHAND_AGENT_SANDBOX=mode,
+        SUREHAND_CODEX_SANDBOX="danger-full-access",  # a stand-in: no helpers under /tmp
+        SUREHAND_AGENT_BIND=f"{bin_dir}:ro,{AGENT.parent}:ro",  # the probes; nothing of tmp_path
+        SUREHAND_CONCURRENCY="4",
+        PATH=f"{bin_dir}:/usr/local/bin:/usr/bin:/bin",
+        **extra,
+    )
+
+
+@pytest.fixture
+def hostile_settings() -> dict[str, str]:
+    """What a module's hostile worker sets besides (a module overrides this fixture)."""
+    return {}
+
+
 @pytest.fixture(params=["bwrap", "none"])
 def deployment(
     request: pytest.FixtureRequest,
@@ -103,32 +132,24 @@ def deployment(
     broker: RedisServer,
     reconciling_client: Surehand,
     tmp_path: Path,
+    hostile_settings: dict[str, str],
 ) -> Iterator[Deployment]:
     require_proc()
     if request.param == "none" and sqlite_file(store.url) is None:
         # Not applicable: what the fallback cannot hide does not depend on the store (its
         # answers that do -- the session tools' -- are asserted with bwrap on both stores).
         not_applicable("the fallback's limits are the same on every store")
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    (bin_dir / "codex").write_text(f'#!/bin/sh\nexec {sys.executable} {AGENT} "$@"\n')
-    (bin_dir / "codex").chmod(0o755)
     (tmp_path / "secret.txt").write_text("SECRET of the host")
-    env = worker_env(
+    env = hostile_env(
         store,
         broker,
         tmp_path,
-        SUREHAND_AGENTS="DEV=command",
-        SUREHAND_COMMAND_AGENT="codex",
-        SUREHAND_AGENT_SANDBOX=str(request.param),
-        SUREHAND_CODEX_SANDBOX="danger-full-access",  # a stand-in: no helpers under /tmp
-        SUREHAND_AGENT_BIND=f"{bin_dir}:ro,{AGENT}:ro,{VIEW_PROBES}:ro",  # nothing of tmp_path
+        str(request.param),
         SUREHAND_AGENT_ENV="OPENAI_API_KEY",
         SUREHAND_AGENT_MEMORY_MIB=str(MEMORY_MIB),
-        SUREHAND_CONCURRENCY="4",
         OPENAI_API_KEY="sk-allowed-by-the-operator",
-        PATH=f"{bin_dir}:/usr/local/bin:/usr/bin:/bin",
         **SECRETS,
+        **hostile_settings,
     )
     with running(start_worker(env, tmp_path / "worker.log", concurrency=4)) as worker:
         yield Deployment(str(request.param), reconciling_client, worker, tmp_path, store)

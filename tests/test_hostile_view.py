@@ -17,7 +17,6 @@ import functools
 import os
 import shutil
 import subprocess
-import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -29,18 +28,15 @@ from surehand.agents import view
 from surehand.facade import Surehand
 from surehand.model import AttemptCause, AttemptState, Bucket
 from surehand.store import Store
-from surehand.store.engine import sqlite_file
-from tests.agent_procs import require_proc
 from tests.procs import RedisServer, running, start_worker, wait_until
 from tests.session_helpers import attempts_of, read_task, reports_of
-from tests.skips import missing, not_applicable
+from tests.skips import missing
 from tests.test_agent_groups import reconciling_client  # noqa: F401  (fixture)
-from tests.test_hostile_agents import AGENT, Deployment
+from tests.test_hostile_agents import AGENT, Deployment, deployment  # noqa: F401  (fixture)
 from tests.test_workers import broker, worker_env  # noqa: F401  (fixture)
 
 pytestmark = pytest.mark.slow
 
-PROBES = Path(__file__).with_name("hostile_view.py")
 REPO = Path(__file__).resolve().parents[1]
 HOME = Path(os.path.expanduser("~"))
 QUOTA_MIB, QUOTA_FILES, TMPFS_MIB = 64, 3000, 16
@@ -55,52 +51,15 @@ SECRETS = [  # what an agent must never see of the host
 NEEDED = ["/etc/passwd", "/etc/resolv.conf", str(view.PACKAGE / "__init__.py")]
 
 
-def stand_in(tmp_path: Path) -> Path:
-    """A stand-in ``codex`` that runs the hostile agent; its directory."""
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    (bin_dir / "codex").write_text(f'#!/bin/sh\nexec {sys.executable} {AGENT} "$@"\n')
-    (bin_dir / "codex").chmod(0o755)
-    return bin_dir
-
-
-def hostile_env(
-    store: Store, broker: RedisServer, tmp_path: Path, mode: str, **extra: str
-) -> dict[str, str]:
-    bin_dir = stand_in(tmp_path)
-    return worker_env(
-        store,
-        broker,
-        tmp_path,
-        SUREHAND_AGENTS="DEV=command",
-        SUREHAND_COMMAND_AGENT="codex",
-        SUREHAND_AGENT_SANDBOX=mode,
-        SUREHAND_CODEX_SANDBOX="danger-full-access",  # a stand-in: no helpers under /tmp
-        SUREHAND_AGENT_BIND=f"{bin_dir}:ro,{AGENT}:ro,{PROBES}:ro",  # nothing else of tmp_path
-        SUREHAND_AGENT_DISK_MIB=str(QUOTA_MIB),
-        SUREHAND_AGENT_DISK_FILES=str(QUOTA_FILES),
-        SUREHAND_AGENT_TMPFS_MIB=str(TMPFS_MIB),
-        SUREHAND_AGENT_QUOTA_CHECK_SECONDS="0.25",
-        SUREHAND_CONCURRENCY="4",
-        PATH=f"{bin_dir}:/usr/local/bin:/usr/bin:/bin",
-        **extra,
-    )
-
-
-@pytest.fixture(params=["bwrap", "none"])
-def deployment(
-    request: pytest.FixtureRequest,
-    store: Store,
-    broker: RedisServer,
-    reconciling_client: Surehand,
-    tmp_path: Path,
-) -> Iterator[Deployment]:
-    require_proc()
-    if request.param == "none" and sqlite_file(store.url) is None:
-        not_applicable("the fallback's limits are the same on every store")
-    env = hostile_env(store, broker, tmp_path, str(request.param))
-    with running(start_worker(env, tmp_path / "worker.log", concurrency=4)) as worker:
-        yield Deployment(str(request.param), reconciling_client, worker, tmp_path, store)
+@pytest.fixture
+def hostile_settings() -> dict[str, str]:
+    """Small quotas and tmpfs for the hostile worker, watched often."""
+    return {
+        "SUREHAND_AGENT_DISK_MIB": str(QUOTA_MIB),
+        "SUREHAND_AGENT_DISK_FILES": str(QUOTA_FILES),
+        "SUREHAND_AGENT_TMPFS_MIB": str(TMPFS_MIB),
+        "SUREHAND_AGENT_QUOTA_CHECK_SECONDS": "0.25",
+    }
 
 
 def stopped_over_quota(deployment: Deployment, task_id: str, setting: str) -> dict[str, Any]:
@@ -196,7 +155,7 @@ def allowed_top_level(tmp_path: Path) -> set[str]:
     """What ``/`` may hold in the sandbox: the system's directories and the first part of
     each path bound in (the runtime, the stand-in, the session directory's parents)."""
     system = {name.strip("/") for name in view.SYSTEM} | {"etc", "dev", "proc", "tmp", "run"}
-    bound = [*view.runtime_paths(), tmp_path, AGENT, PROBES]
+    bound = [*view.runtime_paths(), tmp_path, AGENT]
     return system | {path.parts[1] for path in bound}
 
 
