@@ -24,7 +24,7 @@ from typing import Any
 MIB = 1024 * 1024
 
 
-def _seen(path: str) -> str:
+def seen_as(path: str) -> str:
     try:
         if os.path.isdir(path):
             return f"listed: {sorted(os.listdir(path))[:8]}"
@@ -46,7 +46,7 @@ def _write(directory: str) -> str:
 
 def view_probe(params: dict[str, Any]) -> dict[str, Any]:
     return {
-        "paths": {path: _seen(path) for path in params["paths"]},
+        "paths": {path: seen_as(path) for path in params["paths"]},
         "root": sorted(os.listdir("/")),
         "writes": {place: _write(place) for place in ("/", "/etc", "/usr", "/dev")},
     }
