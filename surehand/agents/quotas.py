@@ -38,7 +38,7 @@ import logging
 import os
 import stat
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -96,43 +96,48 @@ class Unmeasurable(OSError):
     """A directory of the session could not be read: the watch cannot vouch for it."""
 
 
-def measure(roots: Sequence[Path]) -> Usage:
+def measure(roots: Sequence[Path], stop_past: Usage | None = None) -> Usage:
     """Allocated bytes and entries under ``roots`` (each root included), without following
-    links or leaving a root's file system; a file with several links counts once.
-    :class:`Unmeasurable` for a directory that cannot be read."""
+    links or leaving a root's file system; a file with several links counts once. With
+    ``stop_past``, what was found as soon as it is past either of its numbers (a flood is
+    found without walking all the rest). :class:`Unmeasurable` for a directory that cannot
+    be read."""
     total, files, seen = 0, 0, set()
     for root in roots:
         with contextlib.suppress(FileNotFoundError):
             info = root.lstat()
-            for entry_info in [info, *_entries(root, info.st_dev)]:
-                if entry_info.st_nlink > 1 and not stat.S_ISDIR(entry_info.st_mode):
-                    key = (entry_info.st_dev, entry_info.st_ino)
-                    if key in seen:
-                        continue
-                    seen.add(key)
-                total += entry_info.st_blocks * 512
-                files += 1
+            for directory_entries in _entries(root, info):
+                for found in directory_entries:
+                    if found.st_nlink > 1 and not stat.S_ISDIR(found.st_mode):
+                        if (found.st_dev, found.st_ino) in seen:
+                            continue
+                        seen.add((found.st_dev, found.st_ino))
+                    total += found.st_blocks * 512
+                    files += 1
+                if stop_past and (total > stop_past.disk_bytes or files > stop_past.files):
+                    return Usage(total, files)
     return Usage(total, files)
 
 
-def _entries(root: Path, device: int) -> list[os.stat_result]:
-    found, pending = [], [str(root)]
+def _entries(root: Path, info: os.stat_result) -> Iterator[list[os.stat_result]]:
+    """The root's own status, then each directory's entries, one list per directory."""
+    yield [info]
+    pending = [str(root)] if stat.S_ISDIR(info.st_mode) else []
     while pending:
-        directory = pending.pop()
+        directory, found = pending.pop(), []
         try:
             with os.scandir(directory) as entries:
                 for entry in entries:
                     with contextlib.suppress(FileNotFoundError):
-                        info = entry.stat(follow_symlinks=False)
-                        found.append(info)
-                        if stat.S_ISDIR(info.st_mode) and info.st_dev == device:
+                        found.append(entry_info := entry.stat(follow_symlinks=False))
+                        if stat.S_ISDIR(entry_info.st_mode) and entry_info.st_dev == info.st_dev:
                             pending.append(entry.path)
         except FileNotFoundError:
             continue  # removed while measured
         except OSError as error:
             why = f"cannot measure {directory}: {error.strerror}"
             raise Unmeasurable(error.errno, why) from error
-    return found
+        yield found
 
 
 def tmpfs_files(pid: int | None) -> int:
@@ -187,8 +192,11 @@ class Watched:
         """Measure once; mark the session over if it is (or if it cannot be measured)."""
         if self.exceeded is not None:
             return
+        limit = Usage(
+            self.baseline.disk_bytes + self.quota.disk_bytes, self.baseline.files + self.quota.files
+        )
         try:
-            self.added = self.usage() - self.baseline
+            self.added = self.usage(stop_past=limit) - self.baseline
         except Unmeasurable as error:
             self.over(f"the watch of its disk use failed ({error.strerror})")
             return
@@ -201,8 +209,9 @@ class Watched:
             self.quota.disk_bytes - self.added.disk_bytes, self.quota.files - self.added.files
         )
 
-    def usage(self) -> Usage:
-        found = measure(self.roots)
+    def usage(self, stop_past: Usage | None = None) -> Usage:
+        """What its places hold now (up to ``stop_past``: see :func:`measure`)."""
+        found = measure(self.roots, stop_past)
         return Usage(found.disk_bytes, found.files + tmpfs_files(self.sandbox_pid()))
 
     def over(self, why: str) -> None:
