@@ -2,7 +2,7 @@
 
 **Quota.** A session may add at most ``SUREHAND_AGENT_DISK_MIB`` of disk and
 ``SUREHAND_AGENT_DISK_FILES`` files and directories to what it can write and the worker keeps
-for it: its session directory, its captured outputs and its per-TASK worktree (the roots under
+for it: its session directory, its captured outputs and its per-TASK clone (the places under
 the work directory; a shared workspace or an operator's writable bind is nobody's alone and
 counted in no session's quota). Its sandbox's ``/tmp``, ``/dev/shm`` and ``/run`` count in the
 files too (their bytes are bounded by their size). What is there when the program starts is
@@ -18,12 +18,12 @@ never lets it through), is killed at once, its session directory removed, and it
 result is not taken): its TASK goes through admission like any interruption, and the
 attempt's error says what was measured.
 
-What it cannot promise: between two rounds a program writes as fast as the disk takes it, so
-a session can pass its quota by what it writes in one interval before it is stopped and its
-directory removed (``bench/quota.py`` measures it); each file is also capped by
-``SUREHAND_AGENT_FILE_SIZE_MIB``. Keep ``SUREHAND_WORK_DIR_MIN_FREE_MIB``
-above the worker's concurrency times the quota, and the work directory off the store's file
-system (compose/DEPLOYMENT.md).
+What it cannot promise: it watches, the kernel does not enforce. A program writes as fast as
+the disk takes it until the watch sees it (a tick, and a round's walk), so a session can pass
+its quota by that much before it is stopped and its directory removed (``bench/quota.py``
+measures it; each file is also capped by ``SUREHAND_AGENT_FILE_SIZE_MIB``). Keep
+``SUREHAND_WORK_DIR_MIN_FREE_MIB`` above the worker's concurrency times the quota, and the
+work directory off the store's file system (compose/DEPLOYMENT.md).
 
 **Free space.** Before it claims a TASK, a worker looks at the free space and files of the
 work directory's file system: below ``SUREHAND_WORK_DIR_MIN_FREE_MIB`` or
