@@ -324,7 +324,6 @@ def agent_user_env(
     )
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["bwrap", "none"])
 def test_agents_can_run_as_a_dedicated_user(
     store: Store,
@@ -365,7 +364,6 @@ def test_agents_can_run_as_a_dedicated_user(
         shutil.rmtree(work_dir)
 
 
-@pytest.mark.slow
 def test_a_worker_whose_agent_user_cannot_enter_its_virtualenv_refuses_to_start(
     store: Store, broker: RedisServer, tmp_path: Path
 ) -> None:
