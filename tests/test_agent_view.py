@@ -2,6 +2,8 @@
 measured as the quota watch measures it (item 6): the parts testable in one process, real
 bubblewrap included. Real workers and the hostile agent: tests/test_hostile_view.py."""
 
+# ruff: noqa: F811  (test functions take the fixtures imported below)
+
 from __future__ import annotations
 
 import os
@@ -20,6 +22,14 @@ from surehand.agents.outputs import MAX_OUTPUT, keep_tail, open_private, tail_of
 from surehand.agents.quotas import Quota, Usage, Watched
 from surehand.config import Settings
 from surehand.errors import ConfigError, NoSpaceForSessions
+from surehand.model import Admission, AttemptCause, AttemptState
+from tests.session_helpers import (  # noqa: F401  (harness fixture)
+    Harness,
+    attempts_of,
+    committed_task,
+    harness,
+    reports_of,
+)
 from tests.skips import missing
 
 HOME = Path(os.path.expanduser("~"))
@@ -224,6 +234,32 @@ def test_the_watch_measures_at_once_when_a_file_system_loses_more_than_a_session
     watch.every = 0.05
     free = iter([Usage(100 * 1024 * 1024, 5000)] * 1000)
     assert watch.until_next_round([watched]) is False  # nothing lost: the regular round comes
+
+
+def test_a_session_that_ends_over_its_quota_is_interrupted_and_goes_through_admission(
+    harness: Harness,
+) -> None:
+    """Even one that wrote its flood and ended between two rounds of the watch: its result
+    is not taken, its directory is removed, and admission decides what comes next."""
+    sh = harness.surehand(
+        agents="DEV=command",
+        command_agent="sh -c 'head -c 4000000 /dev/urandom > flood.bin; echo all done'",
+        agent_disk_mib=1,
+        agent_quota_check_seconds=60.0,
+    )
+    task_id = committed_task(sh)
+
+    outcome = sh.run_session(task_id)
+    sh.reconcile()
+
+    assert outcome.outcome == "interrupted", outcome
+    [attempt] = attempts_of(sh.store, task_id)
+    assert (attempt.state, attempt.cause) == (AttemptState.INTERRUPTED, AttemptCause.QUOTA_EXCEEDED)
+    assert "over its 1 MiB (SUREHAND_AGENT_DISK_MIB)" in (attempt.error or "")
+    assert not (harness.work_dir / attempt.attempt_id).exists()
+    assert reports_of(sh.store, task_id) == []
+    [case] = sh.cases()
+    assert case.admission is Admission.REEXECUTE  # nothing was declared: none_verified
 
 
 def test_a_finished_sessions_outputs_keep_only_what_is_read_of_them(tmp_path: Path) -> None:
