@@ -15,7 +15,10 @@ work, the least a request took is the closest to its cost on an idle one):
 
   board            ``/ui/``: five exact bucket counts, each bucket's newest TASKs, held first
   board, one role  ``/ui/?recipient=qa``
-  board, search    ``/ui/?q=...``: a text search over every body (counts capped at 1,000)
+  board, search    ``/ui/?q=...``: a text search, reading each bucket's newest
+                   SUREHAND_SEARCH_SCAN_ROWS (5,000) TASKs (before issue 30: every body, with
+                   counts capped at 1,000 matches); a principal may run 60 a minute, more than
+                   ``--runs`` + 2
   list, deep page  ``/ui/list/done?after=<cursor 30,000 TASKs deep>``
   held             ``/ui/held``
 

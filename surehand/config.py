@@ -136,14 +136,41 @@ class Settings(BaseSettings):
         description="How a command agent's program is confined: bwrap (its own PID, user and "
         "mount namespaces with bubblewrap: it sees no other process, nothing of the surehand "
         "home, and nothing of it outlives the session), none (a process group and a "
-        "subreaper; see the README for what that cannot promise), or auto (bwrap when it "
-        "works here, else none, said at start-up).",
+        "subreaper, the worker's network; see the README for what that cannot promise), or "
+        "auto (bwrap; where it does not work the worker refuses to run command agents until "
+        "none is chosen here by name).",
     )
-    agent_network: Literal["host", "none"] = Field(
-        "host",
-        description="host: the program shares the worker's network. none (needs bwrap): a "
-        "network namespace of its own with loopback only; the session MCP server is still "
-        "reached at SUREHAND_MCP_URL, through a Unix socket bound into the sandbox.",
+    # -- the agents' network (issue 29): egress by default, an allowlist, per-session caps --
+    agent_network: Literal["egress", "none", "host"] = Field(
+        "egress",
+        description="The network of a command agent's program (needs bwrap, except host). "
+        "egress: a network namespace of its own; the session MCP server at its URL, and out "
+        "only through the worker's proxy (HTTPS_PROXY/HTTP_PROXY) to what "
+        "SUREHAND_AGENT_EGRESS lists; nothing on the worker's loopback, private networks or "
+        "metadata addresses unless listed exactly. none: the session MCP server and nothing "
+        "else. host: the worker's network, every service on its loopback included (an "
+        "explicit opt-in, warned about at start; surehand up refuses it without API tokens).",
+    )
+    agent_egress: str = Field(
+        "",
+        description="Comma list of destinations a program may reach in the egress network "
+        "mode: host, host:port, *.suffix (public addresses only), IP, IP:port, [IPv6]:port. The "
+        "claude and codex presets add api.anthropic.com:443 or api.openai.com:443. A loopback "
+        "destination (a model on 127.0.0.1) needs its port: 127.0.0.1:8080.",
+    )
+    agent_connections: int = Field(
+        64,
+        ge=1,
+        description="Connections one session's program may hold at once through the worker "
+        "(the session MCP server, the egress proxy, listed loopback destinations); more wait "
+        "until one ends. The session MCP server's TCP port, reached without a sandboxed "
+        "network, takes at most twice as many from all programs together.",
+    )
+    agent_idle_seconds: float = Field(
+        300.0,
+        gt=0,
+        description="A program's connection through the worker that moves no byte for this "
+        "long is closed (a request's head must arrive within 10 s).",
     )
     agent_bind: str = Field(
         "",
@@ -341,11 +368,13 @@ class Settings(BaseSettings):
         "421 (protection against DNS rebinding). Add the names clients use behind a proxy.",
     )
     api_forwarded_allow_ips: str = Field(
-        "127.0.0.1",
+        "",
         description="Comma list of proxy addresses (IPs or networks, or *) whose "
-        "X-Forwarded-For and X-Forwarded-Proto headers the API trusts: behind a TLS proxy in "
-        "another container, list its address so that the console sees https (its cookie gets "
-        "Secure) and the real client address (sign-in throttling counts per client).",
+        "X-Forwarded-For and X-Forwarded-Proto headers the API (and MCP over HTTP) believes; "
+        "default none: from anyone else they are ignored, since any local process could "
+        "otherwise pick the address it is throttled as. Behind a TLS proxy, list its address "
+        "so that the console sees https (its cookie gets Secure) and the real client address "
+        "(failed tokens are counted per client).",
     )
     api_docs: bool = Field(
         True,
@@ -360,6 +389,20 @@ class Settings(BaseSettings):
     )
     console_session_seconds: float = Field(
         8 * 3600.0, gt=0, description="The longest a console session lasts, used or not."
+    )
+    console_searches_per_minute: int = Field(
+        60,
+        ge=1,
+        description="Text searches (a board, list or live refresh with a search) one console "
+        "principal may run per minute, with as many at once; beyond, 429 with Retry-After.",
+    )
+    search_scan_rows: int = Field(
+        5000,
+        ge=100,
+        le=1_000_000,
+        description="TASKs a text search (the console's search box, Surehand.find_tasks and "
+        "count_tasks with text) reads per query: the newest ones that pass the other filters. "
+        "A page that ends there offers the next one; a count past it is a lower bound.",
     )
     metrics_token: str = Field(
         "",

@@ -354,6 +354,13 @@ class TooManyAttempts(AuthError):
     retryable = True
 
 
+class TooManyRequests(SurehandError):
+    """This principal asked for too much too fast (a rate limit); wait ``retry_after`` seconds."""
+
+    code = "too_many_requests"
+    retryable = True
+
+
 class DuplicateKey(StoreError):
     """A unique constraint refused a row (used by the service layer to converge races)."""
 

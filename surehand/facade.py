@@ -277,19 +277,29 @@ class Surehand:
 
     def find_tasks(self, **search: Any) -> listing.Page:
         """A page of this tenant's TASKs, newest first, filtered and searched in the store
-        (see :class:`surehand.requests.TaskSearch`); its cursors page on without gaps."""
+        (see :class:`surehand.requests.TaskSearch`); its cursors page on without gaps. A text
+        search reads at most SUREHAND_SEARCH_SCAN_ROWS TASKs (``Page.scanned`` says when it
+        stopped there; the older-cursor goes on from where it stopped)."""
         query = parse(TaskSearch, **search)
         wanted = _task_filter(self.tenant, query)
         after, before = _cursor(query.after, "after"), _cursor(query.before, "before")
         with self.store.snapshot() as connection:
-            return listing.page(connection, wanted, after=after, before=before, limit=query.limit)
+            return listing.page(
+                connection,
+                wanted,
+                after=after,
+                before=before,
+                limit=query.limit,
+                scan=self.settings.search_scan_rows,
+            )
 
     def count_tasks(self, **search: Any) -> dict[Bucket, listing.Count]:
-        """This tenant's TASKs per bucket matching the filters (a text search counts up to
-        1,000 per bucket and says when there are more)."""
+        """This tenant's TASKs per bucket matching the filters (a text search counts the
+        matches among each bucket's newest SUREHAND_SEARCH_SCAN_ROWS and says when there are
+        more)."""
         wanted = _task_filter(self.tenant, parse(TaskSearch, **search))
         with self.store.snapshot() as connection:
-            return listing.counts(connection, wanted)
+            return listing.counts(connection, wanted, scan=self.settings.search_scan_rows)
 
     def held(self, limit: int = 200) -> list[tuple[InterruptionCase, Task]]:
         """Open cases held for review and their TASKs, P0 first, then the longest waiting."""

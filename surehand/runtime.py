@@ -18,7 +18,6 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, Protocol
 
-from surehand.agents.builtin import register_builtin_agents
 from surehand.agents.registry import AgentRegistry, Probe
 from surehand.agents.session_door import SessionDoorFactory
 from surehand.clock import Clock, SystemClock
@@ -94,6 +93,10 @@ class Runtime:
     @cached_property
     def registry(self) -> AgentRegistry:
         """Agents and probes: built-ins, ``SUREHAND_AGENTS``, ``SUREHAND_PROBES``, decorators."""
+        # Here, not at import: a process that never runs or routes an agent (`surehand tasks`)
+        # does not load the command agents' machinery.
+        from surehand.agents.builtin import register_builtin_agents
+
         with self._lock:
             registry = AgentRegistry()
             register_builtin_agents(registry, self.settings, session_door())

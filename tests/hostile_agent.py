@@ -20,6 +20,7 @@ unless the probe's point is to break the output itself. Probes:
 - ``tools``: call the session tools with NUL, line breaks and Markdown in names and arguments,
   and post a body over the server's limit; reports each answer's code;
 - ``sleep``: a well-behaved sibling that works ``seconds`` and reports;
+- the network probes of ``tests/hostile_net.py`` (``reach``, ``flood``, ``calls``);
 - the view's and the quotas' probes, in ``tests/hostile_view.py``.
 """
 
@@ -35,6 +36,7 @@ from typing import Any
 
 import anyio
 import httpx2
+from hostile_net import PROBES as NET_PROBES  # type: ignore[import-not-found]  # (tests/ runs it)
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
@@ -268,6 +270,7 @@ def sleep_probe(params: dict[str, Any]) -> dict[str, Any]:
 
 PROBES = {
     "flood": hostile_journal.flood_probe,  # tests/hostile_journal.py
+    **NET_PROBES,
     "env": env_probe,
     "siblings": siblings_probe,
     "files": files_probe,

@@ -78,7 +78,7 @@ class Script:
 
 @dataclass
 class ModelDouble:
-    """A model API double on 127.0.0.1: ``url`` to point the CLI at, ``requests`` it got."""
+    """A model API double on loopback: ``url`` to point the CLI at, ``requests`` it got."""
 
     script: Script
     requests: list[dict[str, Any]] = field(default_factory=list)
@@ -87,7 +87,8 @@ class ModelDouble:
     @property
     def url(self) -> str:
         assert self.server is not None
-        return f"http://127.0.0.1:{self.server.server_address[1]}"
+        host, port = self.server.server_address[:2]
+        return f"http://{host!s}:{port}"
 
     def results_of(self, body: dict[str, Any]) -> list[str]:
         raise NotImplementedError
@@ -101,6 +102,11 @@ class ModelDouble:
         results = self.results_of(body)
         step = self.script.step(Exchange(body, results))
         return list(self.events(step, len(self.requests)))
+
+    def proxied(self) -> bool:
+        """Whether every request came through surehand's egress proxy (which sends each on a
+        connection of its own, ``Connection: close``; the CLIs keep theirs alive)."""
+        return bool(self.requests) and all(r["_connection"] == "close" for r in self.requests)
 
     def tool_names(self) -> set[str]:
         """Every tool name the CLI offered the model, over all requests."""
@@ -251,6 +257,7 @@ def _handler(double: ModelDouble) -> type[BaseHTTPRequestHandler]:
             except ValueError:
                 body = {"unparsed": raw.decode(errors="replace")}
             body["_path"] = self.path
+            body["_connection"] = self.headers.get("connection", "")  # "close": a proxy's
             events = double.answer(body)
             payload = b"".join(
                 f"event: {name}\ndata: {json.dumps(data)}\n\n".encode() for name, data in events
@@ -273,9 +280,9 @@ def _handler(double: ModelDouble) -> type[BaseHTTPRequestHandler]:
 
 
 @contextmanager
-def serving(double: ModelDouble) -> Iterator[ModelDouble]:
-    """Serve ``double`` on a free loopback port while the block runs."""
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(double))
+def serving(double: ModelDouble, host: str = "127.0.0.1") -> Iterator[ModelDouble]:
+    """Serve ``double`` on a free port of ``host`` (a loopback address) while the block runs."""
+    server = ThreadingHTTPServer((host, 0), _handler(double))
     server.daemon_threads = True
     double.server = server
     thread = threading.Thread(target=server.serve_forever, daemon=True)

@@ -53,10 +53,12 @@ class RedisServer:
     directory: Path
     port: int = field(default_factory=free_port)
     process: subprocess.Popen[bytes] | None = None
+    password: str | None = None  # --requirepass, and in the URL
 
     @property
     def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
+        auth = f":{self.password}@" if self.password else ""
+        return f"redis://{auth}127.0.0.1:{self.port}/0"
 
     def start(self) -> None:
         binary = shutil.which("redis-server")
@@ -75,11 +77,12 @@ class RedisServer:
                 "no",
                 "--dir",
                 str(self.directory),
+                *(["--requirepass", self.password] if self.password else []),
             ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
-        client = redis.Redis(port=self.port, socket_connect_timeout=0.2)
+        client = redis.Redis(port=self.port, password=self.password, socket_connect_timeout=0.2)
         wait_until(lambda: _pings(client), timeout=10, what="redis-server to start")
 
     def stop(self) -> None:

@@ -71,6 +71,14 @@ CLAUDE_ENV = {
     "DISABLE_TELEMETRY": "1",
 }
 REPORT = "Rotated the keys: ticket OPS-1."
+# The model doubles listen on 127.0.0.2: not a loopback name programs reach directly (NO_PROXY),
+# so in the sandbox's own network the CLI's requests can only go through the egress proxy.
+MODEL_HOST = "127.0.0.2"
+
+
+def egress(model: ModelDouble) -> str:
+    """The model double as SUREHAND_AGENT_EGRESS lists it."""
+    return model.url.removeprefix("http://")
 
 
 @pytest.fixture(scope="module")
@@ -106,6 +114,7 @@ def claude_env(
         SUREHAND_AGENT_WORKSPACE=str(tmp_path / "repo"),
         SUREHAND_LEASE_TTL_SECONDS="3",
         SUREHAND_AGENT_SANDBOX=sandbox,
+        SUREHAND_AGENT_EGRESS=egress(model),
         SUREHAND_AGENT_ENV=",".join(["ANTHROPIC_BASE_URL", *CLAUDE_ENV]),
         ANTHROPIC_BASE_URL=model.url,
         **CLAUDE_ENV,
@@ -133,6 +142,7 @@ def codex_env(
         SUREHAND_COMMAND_AGENT=shlex.join([str(clis.codex), "-m", "gpt-5-codex", *overrides]),
         SUREHAND_AGENT_WORKSPACE=str(tmp_path / "repo"),
         SUREHAND_AGENT_SANDBOX=sandbox,
+        SUREHAND_AGENT_EGRESS=egress(model),
         SUREHAND_WORK_DIR=str(sessions),
         SUREHAND_LEASE_TTL_SECONDS="3",
         SUREHAND_AGENT_ENV="OPENAI_API_KEY",
@@ -212,7 +222,7 @@ def test_claude_declares_an_effect_edits_the_workspace_and_its_undeclared_bash_i
         Call("Bash", {"command": "echo refused >&2; exit 3", "description": "fail"}),
         Final(REPORT),
     ]
-    with serving(AnthropicDouble(Script(steps))) as model:
+    with serving(AnthropicDouble(Script(steps)), MODEL_HOST) as model:
         env = claude_env(store, broker, tmp_path, clis, model)
         with running(start_worker(env, tmp_path / "worker.log")) as worker:
             task_id = submitted(reconciling_client)
@@ -220,6 +230,7 @@ def test_claude_declares_an_effect_edits_the_workspace_and_its_undeclared_bash_i
 
     [report] = reports_of(store, task_id)
     assert report.body == REPORT
+    assert model.proxied()  # the default sandbox's network: out through the egress proxy only
     assert ledger.read_text() == "ticket\n"
     assert pushed.read_text() == "pushed\n"
     assert (workspace / "NOTES.md").read_text() == "keys rotated\n"
@@ -273,7 +284,7 @@ def test_codex_drives_the_session_tools_runs_in_the_workspace_and_its_last_messa
         ),
         Final(REPORT),
     ]
-    with serving(OpenAIResponsesDouble(Script(steps))) as model:
+    with serving(OpenAIResponsesDouble(Script(steps)), MODEL_HOST) as model:
         env = codex_env(store, broker, tmp_path, clis, model, sessions_off_tmp, sandbox)
         with running(start_worker(env, tmp_path / "worker.log")) as worker:
             task_id = submitted(reconciling_client)
@@ -284,6 +295,7 @@ def test_codex_drives_the_session_tools_runs_in_the_workspace_and_its_last_messa
     [ticket] = operations_of(store, task_id)
     assert (ticket.state, ticket.external_receipt) == (OperationState.SUCCEEDED, "OPS-1")
     assert {"mcp__surehand/effect_begin", "mcp__surehand/recovery_brief"} <= model.tool_names()
+    assert model.proxied() is (sandbox == "auto")  # without a sandbox: the host's network
     assert (workspace / "NOTES.md").read_text() == "keys rotated\n"
 
 
@@ -326,7 +338,7 @@ def test_a_worker_killed_mid_command_holds_the_task_naming_it_and_the_command_di
     marker, started = uuid.uuid4().hex, tmp_path / "started"
     command = f"touch {started}; python3 -c 'import time; time.sleep(600)' {marker}"
     steps = [*declared_ticket(tmp_path / "ledger.txt"), Call("Bash", {"command": command})]
-    with serving(AnthropicDouble(Script(steps))) as model:
+    with serving(AnthropicDouble(Script(steps)), MODEL_HOST) as model:
         env = claude_env(store, broker, tmp_path, clis, model, sandbox)
         with running(start_worker(env, tmp_path / "worker.log")) as worker:
             task_id = submitted(reconciling_client)
@@ -382,7 +394,7 @@ def test_a_successors_identical_command_is_blocked_with_the_recorded_outcome(
         return Final("too late")
 
     steps: list[StepFor] = [Call("Bash", {"command": deploy, "description": "x"}), think_forever]
-    with serving(AnthropicDouble(Script(steps))) as model:
+    with serving(AnthropicDouble(Script(steps)), MODEL_HOST) as model:
         env = claude_env(store, broker, tmp_path, clis, model, sandbox)
         with running(start_worker(env, tmp_path / "worker-1.log")) as worker:
             task_id = submitted(reconciling_client)
@@ -429,7 +441,7 @@ def test_a_command_reviewed_absent_after_a_kill_mid_command_runs_again_in_the_su
         return Final(f"Not deployed: {answer}" if "surehand" in answer else "Deployed.")
 
     steps: list[StepFor] = [Call("Bash", {"command": command, "description": "deploy"}), report]
-    with serving(AnthropicDouble(Script(steps))) as model:
+    with serving(AnthropicDouble(Script(steps)), MODEL_HOST) as model:
         env = claude_env(store, broker, tmp_path, clis, model)
         with running(start_worker(env, tmp_path / "worker-1.log")) as worker:
             task_id = submitted(reconciling_client)
@@ -495,7 +507,7 @@ def test_codex_killed_between_effect_begin_and_effect_end_holds_the_task_on_the_
         Call("mcp__surehand__effect_begin", {"name": "ticket.create", "args": {"title": "keys"}}),
         think_forever,
     ]
-    with serving(OpenAIResponsesDouble(Script(steps))) as model:
+    with serving(OpenAIResponsesDouble(Script(steps)), MODEL_HOST) as model:
         env = codex_env(store, broker, tmp_path, clis, model, sessions_off_tmp)
         with running(start_worker(env, tmp_path / "worker.log")) as worker:
             task_id = submitted(reconciling_client)

@@ -277,18 +277,23 @@ def test_finished_sessions_directories_past_retention_are_removed(tmp_path: Path
 # -- the sandbox, its user and network --------------------------------------------------------
 
 
-def test_bwrap_asked_for_where_it_does_not_run_is_a_config_error_and_auto_says_why(
+def test_where_bwrap_does_not_run_command_agents_are_refused_until_none_is_chosen(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    """``auto`` used to fall back to ``none`` with a log line: agents then ran unconfined on
+    a host (a container image) without bubblewrap, and nothing stopped the worker."""
     monkeypatch.setattr("surehand.agents.sandbox.shutil.which", lambda _name: None)
     sandbox._resolve.cache_clear()
     try:
         with pytest.raises(ConfigError, match="apt-get install bubblewrap"):
             sandbox.sandbox_for(Settings(agent_sandbox="bwrap"))
-        chosen = sandbox.sandbox_for(Settings(agent_sandbox="auto"))
-        assert (chosen.mode, chosen.why) == ("none", "auto, and bwrap is not installed")
-        with pytest.raises(ConfigError, match="SUREHAND_AGENT_NETWORK=none needs"):
-            sandbox.sandbox_for(Settings(agent_network="none"))
+        with pytest.raises(ConfigError, match="set SUREHAND_AGENT_SANDBOX=none to run them"):
+            sandbox.sandbox_for(Settings(agent_sandbox="auto"))
+        chosen = sandbox.sandbox_for(Settings(agent_sandbox="none"))
+        assert (chosen.mode, chosen.network, chosen.own_network) == ("none", "host", False)
+        for network in ("egress", "none"):
+            with pytest.raises(ConfigError, match=f"NETWORK={network} needs the bwrap sandbox"):
+                sandbox.sandbox_for(Settings(agent_sandbox="none", agent_network=network))
     finally:
         sandbox._resolve.cache_clear()
 

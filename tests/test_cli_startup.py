@@ -1,5 +1,7 @@
-"""CLI start-up imports only what a command uses (issue 12, finding 11): reading or writing
-the store never imports Celery, kombu, redis, fakeredis, alembic or the web stack.
+"""CLI start-up imports only what a command uses (issue 12, finding 11; issue 30, item 6):
+reading or writing the store never imports Celery, kombu, redis, fakeredis, alembic or the web
+stack; ``--help`` and ``surehand effect`` import neither the settings, nor the store, nor the
+facade; reading imports no Prometheus client and no command agent machinery.
 
 A behavioural guard, not a timing assertion: ``bench/cli_startup.py`` measures the time.
 """
@@ -19,6 +21,15 @@ from surehand.facade import Surehand
 from surehand.store import migrate
 
 HEAVY = ("celery", "kombu", "redis", "fakeredis", "alembic", "fastapi", "uvicorn", "mcp")
+# What `--help` and `surehand effect` must not import (they neither read settings nor the store).
+STORE_AND_SETTINGS = ("pydantic_settings", "sqlalchemy", "surehand.config", "surehand.facade")
+# What reading TASKs must not import: counters, their HTTP server, the command agents' machinery.
+NOT_FOR_READING = (
+    "prometheus_client",
+    "wsgiref",
+    "surehand.agents.command",
+    "surehand.agents.groups",
+)
 
 # Runs the CLI's main in-process with the given arguments, then prints the heavy packages
 # that ended up imported (stdout carries the command's own output first).
@@ -33,16 +44,17 @@ except SystemExit as exit:
     code = exit.code
 else:
     code = 0
-loaded = sorted({name.split(".")[0] for name in sys.modules} & heavy)
+loaded = sorted(name for name in heavy if name in sys.modules)
 print("\\nPROBE", json.dumps({"code": code, "loaded": loaded}))
 """
 
 
-def _imports(home: Path, *args: str) -> list[str]:
+def _imports(home: Path, *args: str, watched: tuple[str, ...] = HEAVY, code: int = 0) -> list[str]:
+    """The modules of ``watched`` that ``surehand ARGS`` imported (it must exit ``code``)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("SUREHAND_")}
     env["SUREHAND_DATABASE_URL"] = f"sqlite:///{home / 'db.sqlite3'}"
     done = subprocess.run(
-        [sys.executable, "-c", PROBE, json.dumps(args), json.dumps(HEAVY)],
+        [sys.executable, "-c", PROBE, json.dumps(args), json.dumps(watched)],
         env=env,
         cwd=home,
         capture_output=True,
@@ -53,7 +65,7 @@ def _imports(home: Path, *args: str) -> list[str]:
     last = done.stdout.strip().splitlines()[-1] if done.stdout.strip() else ""
     assert last.startswith("PROBE "), done.stdout + done.stderr
     found = json.loads(last.removeprefix("PROBE "))
-    assert found["code"] in (0, None), done.stdout + done.stderr
+    assert (found["code"] or 0) == code, done.stdout + done.stderr
     return list(found["loaded"])
 
 
@@ -95,3 +107,27 @@ def test_the_package_still_exports_its_public_names() -> None:
     assert set(surehand.__all__) <= set(dir(surehand))
     with pytest.raises(AttributeError):
         surehand.not_a_name  # noqa: B018
+
+
+def test_help_and_effect_import_neither_settings_nor_the_store(tmp_path: Path) -> None:
+    """Before: importing surehand.cli imported the facade, the settings (pydantic-settings),
+    metrics and SQLAlchemy for every command, `--help` and `effect` (run per declared effect)
+    included."""
+    assert _imports(tmp_path, "--help", watched=STORE_AND_SETTINGS) == []
+    effect = ["effect", "--name", "x", "--", "true"]  # outside a session: refused, exit 6
+    assert _imports(tmp_path, *effect, watched=STORE_AND_SETTINGS, code=6) == []
+
+
+def test_reading_tasks_imports_no_counters_and_no_agent_machinery(
+    store_home: tuple[Path, str],
+) -> None:
+    home, task_id = store_home
+    assert _imports(home, "tasks", "--json", watched=(*NOT_FOR_READING, "rich")) == []
+    assert _imports(home, "show", task_id, watched=NOT_FOR_READING) == []
+
+
+def test_the_cli_names_the_settings_model_it_recognises_refusals_of() -> None:
+    from surehand.cli.common import SETTINGS_MODEL
+    from surehand.config import Settings
+
+    assert Settings.__name__ == SETTINGS_MODEL

@@ -12,8 +12,10 @@ from collections.abc import Iterator
 import pytest
 
 from surehand import Surehand
+from surehand.config import Settings
 from surehand.errors import ValidationFailed
 from surehand.model import Bucket, Task
+from surehand.model.listing import Count
 from surehand.store import Store
 from surehand.testing import ManualClock
 
@@ -126,3 +128,23 @@ def test_bad_cursors_and_filters_are_refused_naming_the_field(acme: Surehand) ->
         with pytest.raises(ValidationFailed) as caught:
             acme.find_tasks(**{field: value})
         assert caught.value.field == field
+
+
+def test_a_search_reads_a_bounded_number_of_tasks_and_goes_on_from_there(
+    store: Store, acme: Surehand
+) -> None:
+    """Before: a search that matched nothing read every body of the tenant, per bucket and
+    per page, however many there were."""
+    settings = Settings(database_url=store.url, tenant="acme", search_scan_rows=100)
+    with Surehand(settings=settings) as bounded:
+        first = bounded.find_tasks(text="chore 0000", limit=PAGE)
+        assert first.tasks == []  # the newest 100 read, none matched
+        assert first.scanned == 100
+        assert first.older is not None  # ... and the next page searches on from there
+        count = bounded.count_tasks(text="chore 0000")[Bucket.INBOX]
+        assert (count.value, count.exact) == (0, False)  # a lower bound, and says so
+        assert [t.fields.subject for t in walk(bounded, text="chore 0000")] == ["Chore 0000"]
+        sparse = walk(bounded, text="chore 00")
+    assert sparse == walk(acme, text="chore 00")  # the same TASKs in the same order...
+    assert len(sparse) == len({t.task_id for t in sparse}) == 100  # ...each once
+    assert acme.count_tasks(text="chore 0000")[Bucket.INBOX] == Count(1, exact=True)

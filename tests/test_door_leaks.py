@@ -24,7 +24,7 @@ from surehand.doors.auth import Authenticator
 from surehand.doors.hosts import HostRule, split_host
 from surehand.errors import AuthError, ConfigError, StoreUnavailable
 from surehand.facade import Surehand
-from surehand.metrics import check_port, serve_metrics
+from surehand.metrics_port import check_port, serve_metrics
 from surehand.store import Store, describe_url
 from surehand.testing import ManualClock
 from tests.recovery_helpers import Rig, open_rig

@@ -47,6 +47,8 @@ SESSION_NAMES = set(environment.SESSION_NAMES)
 INHERITED = {"PATH", "HOME", "LANG", "LANGUAGE", "TZ", "TERM", "OPENAI_API_KEY"}
 PRESET_MADE = {"CODEX_HOME"}  # the codex preset's home for the CLI: the session's own
 SHELL_MADE = {"PWD", "OLDPWD", "SHLVL", "_"}  # what the stand-in's /bin/sh sets itself
+PROXY_NAMES = ("HTTPS_PROXY", "HTTP_PROXY", "NO_PROXY")
+NETWORK_MADE = {*PROXY_NAMES, *map(str.lower, PROXY_NAMES)}  # the egress proxy, its session's
 MEMORY_MIB = 256
 ROOTFS_TARGET = Path(f"/var/tmp/surehand-hostile-{os.getpid()}")  # a host path off the session
 
@@ -223,7 +225,7 @@ SUMMARIES = {
     "env": lambda f: {
         "leaked": f["leaked"],
         "unexpected_names": sorted(
-            set(f["names"]) - SESSION_NAMES - INHERITED - SHELL_MADE - PRESET_MADE
+            set(f["names"]) - SESSION_NAMES - INHERITED - SHELL_MADE - PRESET_MADE - NETWORK_MADE
         ),
         "operator_key": "OPENAI_API_KEY" in f["names"],
     },

@@ -26,7 +26,7 @@ from surehand.errors import ConfigError
 from surehand.facade import Surehand
 from surehand.mcp.tools import Tools, build_server
 from surehand.mcp.transport import MCP_PATH, http_app
-from surehand.metrics import serve_metrics
+from surehand.metrics_port import serve_metrics
 from surehand.store import Store, tasks
 
 TOKENS = "tok-pm=alice:PM:acme,tok-dev=dan:DEV:acme,tok-admin=root:ADMIN:acme,tok-g=olga:PM:globex"
@@ -52,8 +52,9 @@ def app(sh: Surehand) -> FastAPI:
 
 
 def client(app: FastAPI, token: str | None = "tok-pm", host: str = "127.0.0.1") -> TestClient:
+    """A loopback caller (the token-less API answers only those)."""
     headers = {"Authorization": f"Bearer {token}"} if token else {}
-    return TestClient(app, base_url=f"http://{host}", headers=headers)
+    return TestClient(app, base_url=f"http://{host}", headers=headers, client=("127.0.0.1", 50000))
 
 
 def count_tasks(store: Store) -> int:

@@ -18,7 +18,7 @@ from sqlalchemy import update
 from surehand.facade import Surehand
 from surehand.store import tasks
 from surehand.store.schema import tasks as tasks_table
-from tests.procs import SUREHAND, Proc, spawn, wait_until
+from tests.procs import SUREHAND, Proc, RedisServer, spawn, wait_until
 
 pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parent.parent
@@ -178,3 +178,21 @@ def test_up_demo_follows_a_task_to_its_report(tmp_path: Path) -> None:
         json.loads(line)["bucket"] for line in done.stdout.splitlines() if '"bucket"' in line
     ]
     assert buckets[-1] == "review"
+
+
+def test_up_shows_its_redis_url_without_the_password(tmp_path: Path) -> None:
+    server = RedisServer(tmp_path, password="s3cret-redis-password")
+    server.start()
+    env = {**env_for(tmp_path), "SUREHAND_REDIS_URL": server.url}
+    try:
+        proc, ready = start_up(tmp_path, env=env)
+        stop(proc, signal.SIGTERM)
+        text = spawn(["up"], env, tmp_path / "up-text.log")
+        wait_until(lambda: "leases" in text.output(), timeout=60, what="the text banner")
+        stop(text, signal.SIGTERM)
+    finally:
+        server.stop()
+
+    assert ready["leases"] == f"redis://:***@127.0.0.1:{server.port}/0"
+    assert f"leases      redis://:***@127.0.0.1:{server.port}/0" in text.output()
+    assert "s3cret-redis-password" not in proc.output() + text.output()

@@ -9,8 +9,10 @@ or a timeout fails the attempt (which is never retried blindly).
 
 It runs confined (:mod:`surehand.agents.launch`): in a bubblewrap sandbox where the host allows
 it (its own PID namespace; the surehand home, other sessions and local service sockets hidden;
-everything but its directory read-only), with resource limits and a session cgroup, optionally
-as another user and without a network. Its outputs are read without trusting what it can touch
+everything but its directory read-only; a network of its own that reaches its session server
+and, through the worker's allowlisting proxy, only the hosts an operator lists:
+:mod:`surehand.agents.network`), with resource limits and a session cgroup, optionally as
+another user. Its outputs are read without trusting what it can touch
 (:mod:`surehand.agents.outputs`).
 
 An LLM agent declares its effects itself through the session MCP server
@@ -45,6 +47,7 @@ from typing import IO, Any
 from surehand.agents import quotas, session_dirs
 from surehand.agents.briefing import brief_for
 from surehand.agents.context import SessionContext
+from surehand.agents.gateway import SessionNet
 from surehand.agents.git_rules import DEFAULT_REMOTES
 from surehand.agents.group_records import GroupRecord, GroupRecords
 from surehand.agents.groups import AgentGroup
@@ -254,23 +257,26 @@ class CommandAgent:
     ) -> int:
         """Run the program's process group to its end, its disk use watched (``outputs``: its
         standard output and error); its exit code."""
-        launch = self._launch(ctx, work_dir, grant, workspace)
-        watched = self._watched(ctx, work_dir, workspace)  # its baseline, before it starts
-        group = self._start(ctx, work_dir, launch, *outputs)
-        if self.confinement.sandbox.mode == BWRAP:
-            watched.sandbox_pid = functools.partial(quotas.sandbox_pid, group.pgid)
-        watch_for(self.settings).watch(watched)
-        try:
-            code = self._wait(group, ctx, watched)
-        finally:
-            watch_for(self.settings).forget(watched)
-            group.stop()  # whatever the program left running dies with the session
-            ours = self.records.release(ctx.task.task_id, ctx.attempt.attempt_id)
-            watched.check()  # the last word: what it left once all of it stopped
-            if watched.exceeded is not None:
-                shutil.rmtree(work_dir, ignore_errors=True)  # the flood goes with it
-            elif workspace is not None:
-                publish(workspace)  # only once nothing of the program runs in the clone
+        door = self.mcp.door() if grant is not None and self.mcp is not None else None
+        label = f"{ctx.task.task_id} attempt {ctx.attempt.number}"
+        with self.confinement.net.session(label, door) as network:  # its ways out end with it
+            launch = self._launch(ctx, work_dir, grant, workspace, network)
+            watched = self._watched(ctx, work_dir, workspace)  # its baseline, before it starts
+            group = self._start(ctx, work_dir, launch, *outputs)
+            if self.confinement.sandbox.mode == BWRAP:
+                watched.sandbox_pid = functools.partial(quotas.sandbox_pid, group.pgid)
+            watch_for(self.settings).watch(watched)
+            try:
+                code = self._wait(group, ctx, watched)
+            finally:
+                watch_for(self.settings).forget(watched)
+                group.stop()  # whatever the program left running dies with the session
+                ours = self.records.release(ctx.task.task_id, ctx.attempt.attempt_id)
+                watched.check()  # the last word: what it left once all of it stopped
+                if watched.exceeded is not None:
+                    shutil.rmtree(work_dir, ignore_errors=True)  # the flood goes with it
+                elif workspace is not None:
+                    publish(workspace)  # only once nothing of the program runs in the clone
         watched.raise_if_over()  # also one that ended between two rounds of the watch
         if not ours:
             raise AgentError("a later attempt of this TASK started here; this command was killed")
@@ -291,8 +297,8 @@ class CommandAgent:
         work_dir: Path,
         grant: AgentGrant | None,
         workspace: Workspace | None,
+        network: SessionNet | None,
     ) -> Launch:
-        door = self.mcp.door() if grant is not None and self.mcp is not None else None
         session = self._invocation(work_dir, grant, workspace)
         env = self._session_env(ctx, work_dir, grant)
         if workspace is not None:
@@ -302,7 +308,7 @@ class CommandAgent:
             name=ctx.attempt.attempt_id,
             session_dir=work_dir,
             session_env=env,
-            mcp=door,
+            network=network,
             program_env=self.program.env(session),
             workspace=workspace.binds if workspace is not None else (),
         )

@@ -12,7 +12,9 @@ worker's environment, which holds the store, broker and Redis URLs and every API
   ``TZ`` and ``TERM`` of the worker;
 - the names an operator lists in ``SUREHAND_AGENT_ENV`` (e.g. ``ANTHROPIC_API_KEY``), and only
   those. A ``SUREHAND_*`` name there is a configuration error: no surehand secret is passed by
-  name either.
+  name either;
+- in the egress network mode, ``HTTPS_PROXY``/``HTTP_PROXY`` (both spellings) and ``NO_PROXY``
+  naming its session's proxy (:mod:`surehand.agents.network`), over any the operator passed.
 """
 
 from __future__ import annotations

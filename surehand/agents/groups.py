@@ -29,6 +29,7 @@ REAPER = Path(__file__).with_name("reaper.py")
 STOP_GRACE_SECONDS = 5.0  # from SIGTERM to SIGKILL for a group being stopped
 GONE_SECONDS = 10.0  # how long SIGKILLed processes may take to vanish (e.g. exiting from I/O)
 _POLL = 0.05
+_FIRST_POLL = 0.001
 _PROC = Path("/proc")
 
 
@@ -208,12 +209,17 @@ def is_running(pgid: int, started: str | None) -> bool:
 
 
 def wait_for(condition: Callable[[], bool], timeout: float) -> bool:
-    """Poll ``condition`` for up to ``timeout`` seconds; whether it came true."""
+    """Poll ``condition`` for up to ``timeout`` seconds; whether it came true. The first looks
+    come after a millisecond, doubling up to ``_POLL``: what is already dying (a sandbox's
+    portal, killed with its namespace, still listed in the session's cgroup) is gone by then,
+    and a stop waited a whole ``_POLL`` for it."""
     deadline = time.monotonic() + timeout
+    pause = _FIRST_POLL
     while not condition():
         if time.monotonic() > deadline:
             return False
-        time.sleep(_POLL)
+        time.sleep(pause)
+        pause = min(pause * 2, _POLL)
     return True
 
 

@@ -2,9 +2,11 @@
 
 :class:`Confinement` is read from the settings once per command agent and applied to each
 session's program (:meth:`Confinement.launch`): the command line (the program inside the
-sandbox of :mod:`surehand.agents.sandbox`), the trampoline's options (resource limits, the
-user to run as, subreaper), the session's cgroup (a cap on its processes and memory together,
-:mod:`surehand.agents.cgroups`) and the environment (:mod:`surehand.agents.environment`).
+sandbox of :mod:`surehand.agents.sandbox`, its network's portal first where it has a network of
+its own: :mod:`surehand.agents.network`), the trampoline's options (resource limits, the user to
+run as, subreaper), the session's cgroup (a cap on its processes and memory together,
+:mod:`surehand.agents.cgroups`) and the environment (:mod:`surehand.agents.environment`, with
+the egress proxy's variables).
 
 Limits: the session cgroup caps processes and memory where it can be made; where it cannot,
 memory falls back to ``RLIMIT_AS`` per process, and processes to ``RLIMIT_NPROC`` for a
@@ -22,20 +24,20 @@ from __future__ import annotations
 
 import os
 import pwd
-import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from surehand.agents import cgroups, environment, sandbox, view
 from surehand.agents.cgroups import Limits, SessionCgroup
+from surehand.agents.gateway import SessionNet
+from surehand.agents.network import AgentNetwork
 from surehand.agents.quotas import Quota, free_space
 from surehand.agents.sandbox import Sandbox
 from surehand.agents.workspaces import Workspaces
 from surehand.config import Settings
 from surehand.errors import ConfigError, SandboxError
 
-PORTAL = Path(__file__).with_name("portal.py")
 MIB = 1024 * 1024
 
 
@@ -60,6 +62,7 @@ class Confinement:
     hidden: tuple[Path, ...]
     binds: tuple[tuple[Path, bool], ...]
     env_setting: str
+    net: AgentNetwork  # how programs reach out of their sandbox
     tmpfs_bytes: int
     quota: Quota
     free_floor: tuple[Path, int, int]  # the work directory, and the MiB and files kept free
@@ -79,14 +82,16 @@ class Confinement:
             prepare_work_dir(settings.work_dir.resolve())
             require_reachable(owner, reached_paths(settings, program))
         no_cgroup = cgroups.availability(limits)
+        chosen = sandbox.sandbox_for(settings)
         return cls(
-            sandbox=sandbox.sandbox_for(settings),
+            sandbox=chosen,
             limits=limits,
             rlimits=_rlimits(settings, owner, cgroup=no_cgroup is None),
             owner=owner,
             hidden=tuple(view.hidden_paths(settings)),
             binds=tuple(view.bound_paths(settings)),
             env_setting=settings.agent_env,
+            net=AgentNetwork.from_settings(settings, chosen, owner),
             no_cgroup=no_cgroup,
             passed=environment.received_names(settings.agent_env),
             tmpfs_bytes=settings.agent_tmpfs_mib * MIB,
@@ -111,6 +116,7 @@ class Confinement:
         return [
             f"sandbox {self.sandbox.describe()}",
             f"view {self._describe_view()}",
+            f"network {self.net.describe()}",
             f"limits {cgroup}; per process: {caps}",
             f"disk {self._describe_disk()}",
             f"user {user}",
@@ -144,14 +150,15 @@ class Confinement:
         name: str,
         session_dir: Path,
         session_env: Mapping[str, str],
-        mcp: tuple[int, Path] | None = None,
+        network: SessionNet | None = None,
         program_env: Mapping[str, str] | None = None,
         workspace: Sequence[tuple[Path, bool]] = (),
     ) -> Launch:
         """Confine ``program`` for the session ``name`` (its attempt id) in ``session_dir``;
-        ``mcp``: the session server's port and Unix socket, when the network is cut;
+        ``network``: its ways out of its own network namespace (:meth:`AgentNetwork.session`);
         ``program_env``: what a preset's CLI needs in its environment; ``workspace``: what the
         session's workspace needs bound, as (path, writable)."""
+        program_env = {**(program_env or {}), **(network.env if network else {})}
         env = environment.agent_environment(
             session_env, home=session_dir / "home", setting=self.env_setting, program=program_env
         )
@@ -164,8 +171,8 @@ class Confinement:
             program,
             session_dir=session_dir,
             hidden=self.hidden,
-            binds=[*self.binds, *workspace, *self._portal_bind(mcp)],
-            portal=self._portal(mcp),
+            binds=[*self.binds, *workspace, *self.net.binds(network)],
+            portal=self.net.portal(network),
             program_mounts=view.program_mounts(program[0], env.get("PATH", "")),
             tmpfs_bytes=self.tmpfs_bytes,
         )
@@ -177,17 +184,6 @@ class Confinement:
             options += ["--user", f"{self.owner[0]}:{self.owner[1]}"]
         confined = self.sandbox.mode == sandbox.BWRAP
         return [*options, "--sandboxed" if confined else "--subreaper"]
-
-    def _portal(self, mcp: tuple[int, Path] | None) -> list[str]:
-        if mcp is None or self.sandbox.network != "none":
-            return []
-        listen, socket = f"127.0.0.1:{mcp[0]}", str(mcp[1])  # the socket is bound at its path
-        return [sys.executable, "-I", "-S", str(PORTAL), "--listen", listen, "--to", socket, "--"]
-
-    def _portal_bind(self, mcp: tuple[int, Path] | None) -> list[tuple[Path, bool]]:
-        if mcp is None or self.sandbox.network != "none":
-            return []
-        return [(mcp[1], False)]
 
 
 def _rlimits(

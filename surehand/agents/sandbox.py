@@ -1,8 +1,10 @@
 """Where a command agent's program runs: a bubblewrap sandbox, or (where none works) a fallback.
 
-``SUREHAND_AGENT_SANDBOX`` chooses: ``bwrap``, ``none``, or ``auto`` (the default: ``bwrap`` when
-it works on this host, else ``none``). Each process finds out once (:func:`sandbox_for`); the
-worker says at start which mode runs and why, and so does ``surehand check``.
+``SUREHAND_AGENT_SANDBOX`` chooses: ``bwrap``, ``none``, or ``auto`` (the default: ``bwrap``
+where it works on this host). Each process finds out once (:func:`sandbox_for`); the worker
+says at start which mode runs and why, and so does ``surehand check``. ``auto`` never falls
+back to ``none`` on its own: where bwrap does not work, command agents are refused (a
+ConfigError at worker start) until ``none`` is chosen explicitly.
 
 **bwrap** (bubblewrap) starts the program in namespaces of its own:
 
@@ -17,20 +19,24 @@ worker says at start which mode runs and why, and so does ``surehand check``.
   session directory (the only writable place besides what the operator binds in with
   ``SUREHAND_AGENT_BIND`` or a workspace), sized private tmpfs for ``/tmp``, ``/dev/shm`` and
   ``/run``; nothing else of the host (its homes, ``/var``, the checkout's dotfiles).
-- network, with ``SUREHAND_AGENT_NETWORK=none``: loopback only; the session MCP server is
-  reached through a Unix socket bound into the sandbox (:mod:`surehand.agents.portal`).
+- network (``SUREHAND_AGENT_NETWORK``): ``egress``, the default, and ``none`` give it a
+  network namespace of its own, loopback only; the session MCP server is reached at its URL
+  through the portal (:mod:`surehand.agents.portal`) and the worker's gateway
+  (:mod:`surehand.agents.gateway`), and with ``egress`` the hosts ``SUREHAND_AGENT_EGRESS``
+  lists through the gateway's allowlisting proxy. ``host`` shares the worker's network: an
+  explicit opt-in, warned about at start.
 
 **none** runs the program in the trampoline's process group with the trampoline as a child
 subreaper: a process that leaves the group (``setsid``, a double fork) is still the
 trampoline's descendant and is killed with the session; one that escapes while its parent
 dies at the very moment the trampoline is SIGKILLed is not. The program sees the host's
-processes and files as the worker's user does. See the README, "What an agent can reach".
+processes, files and network as the worker's user does. See the README, "What an agent can
+reach".
 """
 
 from __future__ import annotations
 
 import functools
-import logging
 import shutil
 import subprocess
 from collections.abc import Sequence
@@ -41,10 +47,9 @@ from surehand.agents import view
 from surehand.config import Settings
 from surehand.errors import ConfigError
 
-log = logging.getLogger(__name__)
-
 BWRAP = "bwrap"
 NONE = "none"
+EGRESS, HOST = "egress", "host"  # network modes (and NONE)
 DEFAULT_TMPFS_BYTES = 128 * 1024 * 1024
 
 
@@ -54,16 +59,20 @@ class Sandbox:
 
     mode: str  # BWRAP or NONE
     why: str
-    network: str = "host"
+    network: str = HOST  # EGRESS, NONE or HOST (always HOST without bwrap)
     binary: str | None = None
+
+    @property
+    def own_network(self) -> bool:
+        """Whether the program gets a network namespace of its own (egress, none)."""
+        return self.mode == BWRAP and self.network != HOST
 
     def describe(self) -> str:
         """One line for the worker's start and ``surehand check``."""
         if self.mode == BWRAP:
-            return (
-                f"bwrap: PID, user, IPC and mount namespaces, capabilities dropped, "
-                f"network {self.network} ({self.why})"
-            )
+            kinds = ["PID", "user", "IPC", "mount", *(["network"] if self.own_network else [])]
+            namespaces = f"{', '.join(kinds[:-1])} and {kinds[-1]}"
+            return f"bwrap: {namespaces} namespaces, capabilities dropped ({self.why})"
         return f"none: process group and subreaper only ({self.why})"
 
     def wrap(
@@ -111,7 +120,7 @@ def _namespaces(network: str) -> list[str]:
         "--cap-drop",
         "ALL",
     ]
-    return [*flags, "--unshare-net"] if network == "none" else flags
+    return flags if network == HOST else [*flags, "--unshare-net"]
 
 
 def _view(
@@ -126,12 +135,15 @@ def _view(
 
 def sandbox_for(settings: Settings) -> Sandbox:
     """The sandbox this process uses for ``settings`` (found out once per mode and network);
-    ConfigError when ``bwrap`` is asked for and does not work, or the network cannot be cut."""
+    ConfigError when it cannot confine as asked: bwrap asked for (or ``auto``) where it does
+    not run, or a network of its own asked for explicitly without bwrap."""
     sandbox = _resolve(settings.agent_sandbox, settings.agent_network)
-    if settings.agent_network == "none" and sandbox.mode != BWRAP:
+    explicit = "agent_network" in settings.model_fields_set
+    if sandbox.mode != BWRAP and explicit and settings.agent_network != HOST:
         raise ConfigError(
-            "SUREHAND_AGENT_NETWORK=none needs the bwrap sandbox, which does not run here: "
-            f"{sandbox.why}",
+            f"SUREHAND_AGENT_NETWORK={settings.agent_network} needs the bwrap sandbox, and "
+            f"{sandbox.why}: an agent without it shares the worker's network (set "
+            "SUREHAND_AGENT_NETWORK=host to say so, or install bubblewrap)",
             setting="SUREHAND_AGENT_NETWORK",
         )
     return sandbox
@@ -147,14 +159,15 @@ def _resolve(mode: str, network: str) -> Sandbox:
         assert binary is not None
         why = "SUREHAND_AGENT_SANDBOX=bwrap" if mode == BWRAP else "bubblewrap works here"
         return Sandbox(BWRAP, why, network, binary)
-    if mode == BWRAP:
-        raise ConfigError(
-            f"SUREHAND_AGENT_SANDBOX=bwrap, but {problem}; install bubblewrap (Debian: apt-get "
-            "install bubblewrap) and allow user namespaces, or choose auto or none",
-            setting="SUREHAND_AGENT_SANDBOX",
-        )
-    log.warning("command agents run without a sandbox: %s", problem)
-    return Sandbox(NONE, f"auto, and {problem}")
+    raise ConfigError(
+        f"SUREHAND_AGENT_SANDBOX={mode}, but {problem}: command agents would run unconfined "
+        "(seeing the host's processes, files and network as the worker's user), so they are "
+        "refused. Install bubblewrap (Debian: apt-get install bubblewrap) and allow user "
+        "namespaces (a container: see compose/DEPLOYMENT.md), or set "
+        "SUREHAND_AGENT_SANDBOX=none to run them without a sandbox (README: What an agent can "
+        "reach)",
+        setting="SUREHAND_AGENT_SANDBOX",
+    )
 
 
 def _bwrap_problem(binary: str | None, network: str) -> str | None:

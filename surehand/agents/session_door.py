@@ -40,7 +40,8 @@ class SessionDoor(Protocol):
         ...
 
     def door(self) -> tuple[int, Path]:
-        """The server's loopback port and Unix socket (for sandboxes without a network)."""
+        """The server's loopback port and Unix socket (what each sandbox's own network is
+        relayed to)."""
         ...
 
 

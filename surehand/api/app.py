@@ -65,6 +65,7 @@ def create_app(sh: Surehand | None = None) -> FastAPI:
     app.state.surehand = surehand
     app.state.auth = Authenticator(surehand.settings)
     app.state.store_metrics = metrics.store_registry(surehand.store)
+    app.state.anonymous_metrics = metrics.store_registry(surehand.store, tenants=False)
     app.openapi = lambda: openapi.document(app)  # type: ignore[method-assign]
     app.include_router(router)
     if docs_on:
@@ -106,7 +107,7 @@ def _add_operations(app: FastAPI) -> None:
         health_details,
         methods=["GET"],
         tags=["operations"],
-        responses=openapi.problems(401, 403, 421, 503),
+        responses=openapi.problems(401, 403, 421, 429, 503),
     )
     app.add_api_route(
         "/metrics",
@@ -120,9 +121,12 @@ def _add_operations(app: FastAPI) -> None:
                 401,
                 403,
                 421,
+                429,
                 s401="With API tokens or SUREHAND_METRICS_TOKEN set: send that token.",
-                s403="An API token (any tenant's) is not the metrics token (or the Origin is "
-                "refused).",
+                s403="An API token (any tenant's) is not the metrics token, a token-less API's "
+                "caller is not a loopback client that came straight here, or the Origin is "
+                "refused.",
+                s429="This client, or this token, failed too often: wait Retry-After seconds.",
             ),
         },
     )
@@ -185,10 +189,14 @@ def health_details(request: Request, _admin: AdminDep) -> JSONResponse:
 def metrics_endpoint(request: Request) -> Response:
     """Prometheus metrics of this process, and TASKs by tenant and bucket from the database.
 
-    Open on a loopback API without tokens; otherwise SUREHAND_METRICS_TOKEN only.
+    Open to loopback clients of an API without tokens, with every tenant counted as one
+    (``tenant="_all"``: no tenant's name); SUREHAND_METRICS_TOKEN reads them by tenant.
     """
-    check_metrics_reader(request)
-    payload, content_type = metrics.exposition(request.app.state.store_metrics)
+    operator = check_metrics_reader(request)
+    state = request.app.state
+    payload, content_type = metrics.exposition(
+        state.store_metrics if operator else state.anonymous_metrics
+    )
     return Response(payload, media_type=content_type)
 
 

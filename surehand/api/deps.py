@@ -9,8 +9,8 @@ from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from surehand import metrics
-from surehand.doors.auth import Authenticator
-from surehand.errors import AuthError, Forbidden, ValidationFailed
+from surehand.doors.auth import Authenticator, Peer
+from surehand.errors import Forbidden, ValidationFailed
 from surehand.facade import Surehand
 from surehand.model import ADMIN
 from surehand.principals import Principal
@@ -43,12 +43,18 @@ def get_caller(
     return Caller(principal, sh.acting_as(principal))
 
 
+def peer_of(request: Request) -> Peer:
+    """Who sent ``request`` (its address, and whether a proxy relayed it)."""
+    return Peer.of(request.scope.get("client"), request.scope.get("headers", ()))
+
+
 def authenticate(request: Request) -> Principal:
-    """The caller's principal; unknown tokens are counted per client and a client that keeps
-    sending them is refused for a while (429, ``surehand.doors.throttle``)."""
+    """The caller's principal (``Authenticator.authenticate_client``): unknown tokens are
+    counted per client and per token, and one that keeps failing is refused for a while (429);
+    without tokens only a loopback client that came straight here is answered."""
     auth: Authenticator = request.app.state.auth
-    client = request.client.host if request.client is not None else "unknown"
-    return auth.authenticate_client(client, request.headers.get("authorization"), "API token")
+    header = request.headers.get("authorization")
+    return auth.authenticate_client(peer_of(request), header, "API token")
 
 
 CallerDep = Annotated[Caller, Depends(get_caller)]
@@ -68,25 +74,30 @@ def get_admin(
 AdminDep = Annotated[Principal, Depends(get_admin)]
 
 
-def check_metrics_reader(request: Request) -> None:
-    """Let the caller read /metrics, or raise AuthError (401) / Forbidden (403).
+def check_metrics_reader(request: Request) -> bool:
+    """Let the caller read /metrics, or raise AuthError (401), TooManyAttempts (429) or
+    Forbidden (403). True when the caller showed SUREHAND_METRICS_TOKEN (the operator, who may
+    see tenants' names); False for the open local reader, who sees none.
 
-    /metrics is the operator's: it counts every tenant's TASKs. Open on a loopback API without
-    tokens (every caller is the local ADMIN there) unless SUREHAND_METRICS_TOKEN is set; once
-    API tokens exist only that token reads it, since each API token is one tenant's principal.
+    /metrics counts every tenant's TASKs. Open to loopback clients of an API without tokens
+    unless SUREHAND_METRICS_TOKEN is set; once API tokens exist only that token reads it, since
+    each API token is one tenant's principal. Wrong tokens are throttled as API tokens are.
     """
     auth: Authenticator = request.app.state.auth
     token: str = request.app.state.surehand.settings.metrics_token
     header = request.headers.get("authorization")
-    if metrics.token_matches(token, header) or (auth.open and not token):
-        return
-    if auth.open or not header:
-        raise AuthError("send Authorization: Bearer <SUREHAND_METRICS_TOKEN> for /metrics")
-    authenticate(request)  # an unknown token is 401 (and counted), like everywhere
-    raise Forbidden(
-        "/metrics counts every tenant's TASKs, so no tenant's token reads it: send "
-        "SUREHAND_METRICS_TOKEN (set it on the API to scrape)"
-    )
+    if metrics.token_matches(token, header):
+        return True
+    if auth.open and not token:
+        auth.require_local(peer_of(request), "/metrics")
+        return False
+    if auth.known(header) is not None:
+        raise Forbidden(
+            "/metrics counts every tenant's TASKs, so no tenant's token reads it: send "
+            "SUREHAND_METRICS_TOKEN (set it on the API to scrape)"
+        )
+    hint = "send Authorization: Bearer <SUREHAND_METRICS_TOKEN> for /metrics"
+    auth.refuse(peer_of(request), header, "metrics token", hint)
 
 
 def submission_id(header: str | None, in_body: str | None) -> str | None:

@@ -28,11 +28,13 @@ TEXTS = {
     421: "The Host header names a host this server does not answer (DNS rebinding "
     "protection); see SUREHAND_API_ALLOWED_HOSTS.",
     422: "digest_mismatch or schema_mismatch: the same id with a different request.",
+    429: "too_many_attempts: this client, or this token, failed too often; wait Retry-After "
+    "seconds (a valid token is accepted meanwhile).",
     503: "The database or Redis is unavailable; retry after Retry-After.",
 }
 # Every request passes the Host check and the store; only these never touch the store.
 EVERYWHERE = (403, 421)
-READ = (400, 401, *EVERYWHERE, 503)
+READ = (400, 401, *EVERYWHERE, 429, 503)
 ONE = (*READ, 404)
 WRITE = (*ONE, 409, 413)
 _FASTAPI_VALIDATION = {"HTTPValidationError", "ValidationError"}

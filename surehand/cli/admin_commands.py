@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -18,9 +18,9 @@ from surehand.cli.common import (
     open_existing,
     while_starting,
 )
-from surehand.facade import Surehand
-from surehand.fcop.export import export_workspace
-from surehand.store import migrate
+
+if TYPE_CHECKING:  # imported by the commands that use them (CLI start-up time)
+    from surehand.facade import Surehand
 
 
 @db_app.command("upgrade")
@@ -31,6 +31,8 @@ def db_upgrade(database_url: DatabaseUrl = None, as_json: JsonFlag = False) -> N
     Waits out a database that is still starting (SUREHAND_STARTUP_WAIT_SECONDS), as a one-shot
     deployment job started beside it needs, and says whether anything was applied: a second
     run finds the work done."""
+    from surehand.facade import Surehand
+
     sh = Surehand(database_url=database_url)
     before = current_when_reachable(sh, "db upgrade")
     revision = sh.upgrade()
@@ -56,6 +58,8 @@ def db_upgrade(database_url: DatabaseUrl = None, as_json: JsonFlag = False) -> N
 
 def current_when_reachable(sh: Surehand, what: str) -> str | None:
     """The database's migration, retrying while the server refuses or is unreachable."""
+    from surehand.store import migrate
+
     return while_starting(sh, what, lambda: migrate.current_revision(sh.store.engine))
 
 
@@ -63,6 +67,8 @@ def current_when_reachable(sh: Surehand, what: str) -> str | None:
 @handle_errors
 def db_current(database_url: DatabaseUrl = None, as_json: JsonFlag = False) -> None:
     """Show the database's migration and the newest one this version ships."""
+    from surehand.store import migrate
+
     sh = open_existing(database_url)
     current = migrate.current_revision(sh.store.engine)
     head = migrate.head_revision()
@@ -81,6 +87,8 @@ def fcop_export(
     as_json: JsonFlag = False,
 ) -> None:
     """Write (or rebuild) the FCoP mirror: fcop/_lifecycle/<bucket>/ and fcop/reports/."""
+    from surehand.fcop.export import export_workspace
+
     sh = open_existing(database_url, tenant)
     summary = export_workspace(sh.store, directory, tenant=sh.tenant)
     if as_json:

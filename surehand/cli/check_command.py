@@ -8,13 +8,10 @@ It only reads: a SQLite store that does not exist yet is reported, never created
 from __future__ import annotations
 
 import os
-from dataclasses import asdict, dataclass
-from typing import Annotated, Literal
+from dataclasses import asdict, dataclass, replace
+from typing import TYPE_CHECKING, Annotated, Literal
 
 import typer
-from rich.table import Table
-from sqlalchemy import select
-from sqlalchemy.exc import SQLAlchemyError
 
 from surehand.cli.app import app
 from surehand.cli.common import (
@@ -26,12 +23,12 @@ from surehand.cli.common import (
     emit_json,
     handle_errors,
 )
-from surehand.config import Settings
 from surehand.errors import ConfigError, SurehandError
-from surehand.facade import Surehand
-from surehand.model import OperationState
-from surehand.store import Store, migrate, schema
-from surehand.store.engine import sqlite_file
+
+if TYPE_CHECKING:  # the checks import what they check when they run (CLI start-up time)
+    from rich.table import Table
+
+    from surehand.config import Settings
 
 Status = Literal["ok", "warn", "fail"]
 CONNECT_TIMEOUT_S = 5
@@ -61,6 +58,8 @@ def is_deployment(settings: Settings) -> bool:
 def missing_store(settings: Settings) -> Check | None:
     """The finding for a SQLite store that does not exist (warn for `up`, which creates it;
     fail for a deployment); None when there is one, or the database is Postgres."""
+    from surehand.store.engine import sqlite_file
+
     path = sqlite_file(settings.resolved_database_url())
     if path is None or path.is_file():
         return None
@@ -83,6 +82,8 @@ def check_database(settings: Settings) -> list[Check]:
         return [missing]
     # libpq reads this: an unreachable Postgres host fails in seconds instead of minutes.
     os.environ.setdefault("PGCONNECT_TIMEOUT", str(CONNECT_TIMEOUT_S))
+    from surehand.store import Store, migrate
+
     store = Store.from_settings(settings)
     where = store.describe()
     try:
@@ -192,21 +193,29 @@ def check_agent_programs(settings: Settings) -> list[Check]:
         confinement = Confinement.from_settings(settings)
     except SurehandError as error:
         return [Check("agent programs", "fail", error.message, "fix the setting it names")]
-    sandboxed = confinement.sandbox.mode == "bwrap"
-    found = [
-        Check(f"agent {line.split(' ', 1)[0]}", "ok", line.split(" ", 1)[1])
+    found = {
+        line.split(" ", 1)[0]: Check(f"agent {line.split(' ', 1)[0]}", "ok", line.split(" ", 1)[1])
         for line in confinement.describe()
-    ]
-    if not sandboxed:
-        found[0] = Check(
-            "agent sandbox",
-            "warn",
-            found[0].detail,
+    }
+    if confinement.sandbox.mode != "bwrap":
+        found["sandbox"] = _warn(
+            found["sandbox"],
             "install bubblewrap (apt-get install bubblewrap): without it an agent sees the "
-            "host's processes and files as the worker's user does (README: What an agent can "
-            "reach)",
+            "host's processes, files and network as the worker's user does (README: What an "
+            "agent can reach)",
         )
-    return [*found, *_check_preset(settings)]
+    if confinement.net.shares_host:
+        found["network"] = _warn(
+            found["network"],
+            "let agents run in a network of their own (SUREHAND_AGENT_NETWORK=egress, the "
+            "default, with bubblewrap) and list what they may reach in SUREHAND_AGENT_EGRESS; "
+            "here Postgres, Redis, the API and Flower must all require credentials",
+        )
+    return [*found.values(), *_check_preset(settings)]
+
+
+def _warn(check: Check, fix: str) -> Check:
+    return replace(check, status="warn", fix=fix)
 
 
 def _check_preset(settings: Settings) -> list[Check]:
@@ -304,6 +313,8 @@ def check_probes(settings: Settings, *, read_intents: bool = True) -> list[Check
     whose probe is missing there is held after SUREHAND_PROBE_WAIT_SECONDS instead of decided.
     Says nothing when no probe is registered or named.
     """
+    from surehand.facade import Surehand
+
     try:
         sh = Surehand(settings=settings)
     except SurehandError:
@@ -331,6 +342,12 @@ def check_probes(settings: Settings, *, read_intents: bool = True) -> list[Check
 
 def _probes_named_by_open_intents(settings: Settings) -> dict[str, list[str]]:
     """Probe name -> TASK ids of the open intents naming it (empty if the store cannot say)."""
+    from sqlalchemy import select
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from surehand.model import OperationState
+    from surehand.store import Store, schema
+
     store = Store(settings.resolved_database_url(), pool_size=1)
     query = (
         select(schema.operations.c.probe, schema.operations.c.task_id)
@@ -390,6 +407,8 @@ def check(
     served role's agent and probes, the probes registered here (SUREHAND_PROBES,
     SUREHAND_AGENTS) and those open intents lack. Fails on a deployment (a shared broker)
     with no agent for a served role."""
+    from surehand.config import Settings
+
     overrides = {"database_url": database_url, "redis_url": redis_url, "broker_url": broker_url}
     settings = Settings().model_copy(update={k: v for k, v in overrides.items() if v is not None})
     checks = [*check_database(settings), *check_redis(settings), *check_broker(settings)]
@@ -411,6 +430,8 @@ def check(
 
 
 def _table(checks: list[Check]) -> Table:
+    from rich.table import Table
+
     style = {"ok": "green", "warn": "yellow", "fail": "bold red"}
     table = Table(title="surehand check")
     for column in ("check", "status", "found", "fix"):

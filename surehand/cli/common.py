@@ -9,14 +9,10 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, ParamSpec, TypeVar, cast
 
 import typer
-from pydantic import ValidationError
-from rich.console import Console
-from rich.markup import escape
 
-from surehand.config import Settings
 from surehand.errors import (
     ConfigError,
     LifecycleError,
@@ -29,14 +25,46 @@ from surehand.errors import (
     ValidationFailed,
 )
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # imported by the commands that use them: `--help` and `surehand effect`
+    # need neither pydantic-settings nor the store (tests/test_cli_startup.py)
+    from rich.console import Console
+
+    from surehand.config import Settings
     from surehand.facade import Surehand
 
 P = ParamSpec("P")
 R = TypeVar("R")
 
-console = Console()
-err_console = Console(stderr=True)
+
+class _Console:
+    """A rich Console made when first used: a command that prints only JSON (``tasks --json``,
+    ``surehand effect``) never imports rich."""
+
+    def __init__(self, *, stderr: bool = False) -> None:
+        self._stderr = stderr
+        self._console: Console | None = None
+
+    def made(self) -> Console:
+        """The rich Console itself (made now if it was not)."""
+        if self._console is None:
+            from rich.console import Console
+
+            self._console = Console(stderr=self._stderr)
+        return self._console
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.made(), name)
+
+
+console = cast("Console", _Console())
+err_console = cast("Console", _Console(stderr=True))
+
+
+def rich_console(handle: Console) -> Console:
+    """The rich Console behind ``console`` or ``err_console``, for a rich API that takes one
+    (``Live``): it renders through the Console's own attributes, not through a stand-in."""
+    return handle.made() if isinstance(handle, _Console) else handle
+
 
 # Exit codes scripts can branch on.
 EXIT_OK = 0
@@ -92,7 +120,7 @@ def require_services(settings: Settings, command: str, *, embedded: bool) -> Non
     A worker also checks its metrics port before it starts (not once Celery is up, where a
     refusal would only be logged)."""
     if command == "worker" and settings.metrics_port:
-        from surehand.metrics import check_port
+        from surehand.metrics_port import check_port
 
         check_port(settings.metrics_host, settings.metrics_token)
     if embedded:
@@ -118,6 +146,7 @@ def require_services(settings: Settings, command: str, *, embedded: bool) -> Non
 def existing_store_settings(database_url: str | None = None) -> Settings:
     """Settings for a command that only reads: StoreMissing, saying where it looked, when the
     SQLite file is not there (reading must never create a store or its directory)."""
+    from surehand.config import Settings
     from surehand.store.engine import sqlite_file
 
     settings = Settings()
@@ -179,16 +208,19 @@ def handle_errors(func: Callable[P, R]) -> Callable[P, R]:
         try:
             try:
                 return func(*args, **kwargs)
-            except ValidationError as invalid:
-                if invalid.title != Settings.__name__:
+            except Exception as failed:
+                refused = settings_error(failed)
+                if refused is None:
                     raise
-                raise settings_error(invalid) from invalid
+                raise refused from failed
         except SurehandError as error:
             if kwargs.get("as_json"):
                 emit_json({"error": error.to_dict()})
             else:
                 # Soft-wrapped (one line in a log, greppable) and escaped: a message quoting
                 # "[::1]" or "[default]" is not rich markup.
+                from rich.markup import escape
+
                 message = escape(error.message)
                 err_console.print(f"[bold red]error[/] ({error.code}): {message}", soft_wrap=True)
             raise typer.Exit(exit_code_for(error)) from None
@@ -196,9 +228,18 @@ def handle_errors(func: Callable[P, R]) -> Callable[P, R]:
     return wrapper
 
 
-def settings_error(invalid: ValidationError) -> ConfigError:
+SETTINGS_MODEL = "Settings"  # surehand.config.Settings, named so as not to import it
+
+
+def settings_error(failed: Exception) -> ConfigError | None:
     """A SUREHAND_* variable pydantic refused, as a ConfigError naming each one (never its
-    value, which may be a secret)."""
+    value, which may be a secret); None for any other error."""
+    core = sys.modules.get("pydantic_core")  # not loaded: nothing validated anything
+    if core is None or not isinstance(failed, core.ValidationError):
+        return None
+    invalid = failed
+    if invalid.title != SETTINGS_MODEL:
+        return None
     problems = [
         (f"SUREHAND_{'_'.join(str(part) for part in item['loc']).upper()}", item["msg"])
         for item in invalid.errors()

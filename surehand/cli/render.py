@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Group, RenderableType
 from rich.markup import escape
@@ -12,17 +12,20 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from surehand.cli.tables import Cell, Column, FittedTable
 from surehand.doors.labels import operation_label
-from surehand.model import (
-    Attempt,
-    InterruptionCase,
-    Operation,
-    Report,
-    SubmissionDiagnosis,
-    Task,
-    TaskEvent,
-    WriteTaskResult,
-)
+
+if TYPE_CHECKING:  # records are rendered, never built, here: no need to import them first
+    from surehand.model import (
+        Attempt,
+        InterruptionCase,
+        Operation,
+        Report,
+        SubmissionDiagnosis,
+        Task,
+        TaskEvent,
+        WriteTaskResult,
+    )
 
 BUCKET_STYLE = {
     "inbox": "cyan",
@@ -47,27 +50,39 @@ def result_table(result: WriteTaskResult) -> Table:
     return table
 
 
-def tasks_table(tasks: Sequence[Task], notes: Mapping[str, str] | None = None) -> Table:
-    """TASKs as rows; ``notes`` (task_id -> text) adds a dispatch column when any is given:
+TASK_COLUMNS = (
+    Column("task_id"),
+    Column("bucket", rank=1),
+    Column("from→to", rank=3),
+    Column("P", rank=2),
+    Column("attempt", rank=5),
+    Column("subject", whole=False),
+)
+SUBJECT_SHOWN = 60  # characters of a subject a list shows (`surehand show` shows it all)
+
+
+def tasks_table(tasks: Sequence[Task], notes: Mapping[str, str] | None = None) -> FittedTable:
+    """TASKs as rows, fitted to the terminal: ids whole, the subject wrapped, optional
+    columns as they fit. ``notes`` (task_id -> text) adds a dispatch column when any is given:
     undispatchable TASKs, and TASKs no worker has claimed for long (dispatch.waiting_note)."""
-    table = Table(title=f"{len(tasks)} TASK(s)")
-    for column in ("task_id", "bucket", "sender→recipient", "P", "attempt", "subject"):
-        table.add_column(column)
-    if notes:
-        table.add_column("dispatch")
+    columns = [*TASK_COLUMNS, *([Column("dispatch", whole=False, rank=4)] if notes else [])]
+    rows = []
     for task in tasks:
-        row: list[RenderableType] = [
+        subject = task.fields.subject
+        if len(subject) > SUBJECT_SHOWN:
+            subject = subject[: SUBJECT_SHOWN - 1] + "…"
+        row: list[Cell] = [
             task.task_id,
             bucket_label(task),
             f"{task.fields.sender}→{task.fields.recipient}",
             task.fields.priority.value,
             str(task.epoch or "-"),
-            Text(task.fields.subject[:60]),  # literal: a subject may contain "[/x]"
+            Text(subject),  # literal: a subject may contain "[/x]"
         ]
         if notes:
             row.append(_note(notes.get(task.task_id)))
-        table.add_row(*row)
-    return table
+        rows.append(row)
+    return FittedTable(f"{len(tasks)} TASK(s)", columns, rows)
 
 
 def _note(note: str | None) -> str:
@@ -169,23 +184,36 @@ def diagnosis_table(diagnosis: SubmissionDiagnosis) -> Table:
     return table
 
 
-def cases_table(found: Sequence[InterruptionCase]) -> Table:
-    table = Table(title="interruption cases")
-    for column in ("case_id", "task_id", "epoch", "effect", "admission", "state", "successor"):
-        table.add_column(column)
+CASE_COLUMNS = (
+    Column("case_id"),
+    Column("task_id"),
+    Column("epoch", rank=4),
+    Column("effect", rank=3),
+    Column("admission", rank=1),
+    Column("state", rank=2),
+    Column("successor", rank=5),
+)
+
+
+def cases_table(found: Sequence[InterruptionCase]) -> FittedTable:
+    """Interruption cases fitted to the terminal: case and TASK ids whole, then admission,
+    state, effect, epoch and the successor attempt as they fit."""
+    rows = []
     for case in found:
         admission = case.admission.value if case.admission else "pending"
         style = "bold red" if admission == "hold_for_review" else "bold"
-        table.add_row(
-            case.case_id,
-            case.task_id,
-            str(case.interrupted_epoch),
-            case.effect_fact.value if case.effect_fact else "-",
-            f"[{style}]{admission}[/]",
-            case.state.value,
-            (case.successor_attempt_id or "-")[:12],
+        rows.append(
+            [
+                case.case_id,
+                case.task_id,
+                str(case.interrupted_epoch),
+                case.effect_fact.value if case.effect_fact else "-",
+                f"[{style}]{admission}[/]",
+                case.state.value,
+                case.successor_attempt_id or "-",
+            ]
         )
-    return table
+    return FittedTable("interruption cases", CASE_COLUMNS, rows)
 
 
 def attempts_table(found: Sequence[Attempt]) -> Table:

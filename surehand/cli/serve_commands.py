@@ -8,12 +8,11 @@ import sys
 import threading
 from pathlib import Path
 from types import FrameType
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from surehand import logjson
-from surehand.agents import groups
 from surehand.cli.app import app
 from surehand.cli.common import (
     EXIT_ERROR,
@@ -31,11 +30,14 @@ from surehand.cli.common import (
     require_services,
     wait_for_store,
 )
-from surehand.cli.demo import run_demo
-from surehand.config import DEFAULT_HOME, Settings
-from surehand.embedded import Embedded, Progress
+from surehand.cli.session_commands import announce_confinement
 from surehand.errors import ConfigError
-from surehand.facade import Surehand
+
+if TYPE_CHECKING:  # imported by the commands that use them: `surehand --help` and the other
+    # commands do not pay for the runtime (tests/test_cli_startup.py)
+    from surehand.agents.command import CommandAgent
+    from surehand.config import Settings
+    from surehand.embedded import Embedded, Progress
 
 Host = Annotated[
     str | None,
@@ -55,6 +57,8 @@ LogLevel = Annotated[str, typer.Option(envvar="SUREHAND_LOGLEVEL", help="debug|i
 
 def _settings(**overrides: object) -> Settings:
     """Settings from the environment with the command line's explicit values on top."""
+    from surehand.config import Settings
+
     return Settings().model_copy(update={k: v for k, v in overrides.items() if v is not None})
 
 
@@ -91,6 +95,9 @@ def up(
     QA and OPS unless SUREHAND_AGENTS is set. Ctrl-C stops it cleanly (running sessions
     finish first; a second Ctrl-C exits at once). With --demo it stops after the demo.
     """
+    from surehand.cli.demo import run_demo
+    from surehand.embedded import Embedded
+
     settings = _settings(
         home=home, database_url=database_url, redis_url=redis_url, broker_url=broker_url
     )
@@ -101,6 +108,9 @@ def up(
         concurrency=concurrency or settings.up_concurrency,
         with_api=api,
     )
+    commands = announce_confinement(embedded.sh, embedded.roles)
+    if api:
+        refuse_agents_at_an_open_api(settings, commands)
     stop = threading.Event()
     _trap_signals(stop)
     embedded.start()
@@ -120,6 +130,25 @@ def up(
     else:
         err_console.print("stopped cleanly")
     raise typer.Exit(code)
+
+
+def refuse_agents_at_an_open_api(settings: Settings, commands: list[CommandAgent]) -> None:
+    """ConfigError if command agents share the network of a token-less API: every caller on
+    loopback is its local ADMIN, so an agent could review any held TASK (issue 29)."""
+    from surehand.doors.auth import Authenticator
+
+    if not commands or not Authenticator(settings).open:
+        return
+    network = commands[0].confinement.net
+    if network.shares_host:
+        raise ConfigError(
+            "surehand up serves a token-less API on loopback, and its command agents share "
+            f"this host's network ({network.describe()}): an agent would act there as the "
+            "local ADMIN. Set SUREHAND_API_TOKENS, let agents run in a network of their own "
+            "(SUREHAND_AGENT_NETWORK=egress, the default, with bubblewrap), or start it with "
+            "--no-api",
+            setting="SUREHAND_AGENT_NETWORK",
+        )
 
 
 def _missing_extra(extra: str, error: ImportError) -> ConfigError:
@@ -157,6 +186,8 @@ def _stopping(as_json: bool) -> Progress:
 
 
 def _trap_signals(stop: threading.Event) -> None:
+    from surehand.agents import groups  # now: a signal handler must not import
+
     def on_signal(signum: int, _frame: FrameType | None) -> None:
         if stop.is_set():
             # A second Ctrl-C: leave now. Sessions cut off here are found lost by the next
@@ -171,9 +202,14 @@ def _trap_signals(stop: threading.Event) -> None:
 
 
 def _announce(embedded: Embedded, *, as_json: bool, hints: bool) -> None:
+    from surehand.store import describe_url
+
     settings = embedded.settings
     store = embedded.sh.store.describe()
     agents = "demo agent" if embedded.demo_agents else "SUREHAND_AGENTS"
+    # The URLs' passwords stay out of the terminal and its logs, as the store's does.
+    broker = describe_url(settings.broker_url) if settings.broker_url else settings.broker_url
+    leases = describe_url(settings.redis_url) if settings.redis_url else "in-process (fakeredis)"
     if as_json:
         emit_event(
             {
@@ -183,12 +219,14 @@ def _announce(embedded: Embedded, *, as_json: bool, hints: bool) -> None:
                 "database": store,
                 "roles": embedded.roles,
                 "probes": embedded.sh.registry.probe_names(),
-                "broker": settings.broker_url,
-                "leases": settings.redis_url or "in-process (fakeredis)",
+                "broker": broker,
+                "leases": leases,
             }
         )
         sys.stdout.flush()
         return
+    from surehand.config import DEFAULT_HOME
+
     custom_home = not settings.database_url and settings.home != DEFAULT_HOME
     home = f"SUREHAND_HOME={settings.home} " if custom_home else ""
     home += invoked_as()
@@ -198,7 +236,7 @@ def _announce(embedded: Embedded, *, as_json: bool, hints: bool) -> None:
         console.print(f"  HTTP API    {embedded.api_url}   (OpenAPI: {embedded.api_url}/docs)")
         console.print(f"  console     {embedded.api_url}/ui/   (sign in with an API token)")
     console.print(f"  worker      roles {', '.join(embedded.roles)} ({agents})")
-    console.print(f"  leases      {settings.redis_url or 'in-process (fakeredis)'}")
+    console.print(f"  leases      {leases}")
     console.print(f"  probes      {', '.join(embedded.sh.registry.probe_names()) or 'none'}")
     if not hints:
         return
@@ -241,6 +279,8 @@ def api(
     require_services(settings, "api", embedded=embedded)
     logjson.install(settings.log_format)
     bind_port = settings.api_port if port is None else port
+    from surehand.facade import Surehand
+
     sh = Surehand(settings=settings)
     wait_for_store(sh, "api")
     # Recover and review requests run admission in this process: it needs the probes too.
@@ -291,6 +331,8 @@ def mcp(
 
     settings = _settings(database_url=database_url, broker_url=broker_url, tenant=tenant)
     chosen = transport or settings.mcp_transport
+    from surehand.facade import Surehand
+
     sh = Surehand(settings=settings)
     if chosen == "stdio":
         run_stdio(sh)
@@ -315,6 +357,8 @@ def flower(
     """Run Flower on surehand's Celery app: sessions show as surehand.run_session(TASK id).
 
     Extra arguments go to Flower (e.g. --basic-auth=user:pass); its FLOWER_* variables apply.
+    Flower runs in / with surehand's settings and FLOWER_* only (no API token), so nothing in
+    this directory is imported or executed: give files (--conf, --certfile) as absolute paths.
     On a loopback address its web UI and HTTP API (/api/tasks) answer without credentials
     (FLOWER_UNAUTHENTICATED_API=true unless set); on any other address it refuses to start
     without --basic-auth=user:password or FLOWER_BASIC_AUTH (or Flower's --auth).
@@ -329,9 +373,13 @@ def flower(
     bind_host = host or settings.flower_host
     _flower_auth(bind_host, ctx.args)
     os.environ["SUREHAND_BROKER_URL"] = settings.broker_url
-    argv = [
-        sys.executable,
-        "-m",
+    os.environ["SUREHAND_HOME"] = str(settings.home.resolve())
+    from surehand import children  # isolated: not this directory's modules, nor API tokens
+
+    # Celery imports the -A module with the working directory on sys.path, and Flower executes
+    # ./flowerconfig.py if there is one: it runs in / (files it is given: absolute paths).
+    os.chdir("/")
+    argv = children.python_module(
         "celery",
         "-A",
         "surehand.celery_entry",
@@ -339,8 +387,8 @@ def flower(
         f"--address={bind_host}",
         f"--port={settings.flower_port if port is None else port}",
         *ctx.args,
-    ]
-    os.execv(sys.executable, argv)
+    )
+    os.execve(sys.executable, argv, children.environment(prefixes=("FLOWER_",)))
 
 
 _FLOWER_AUTH_OPTIONS = ("--basic-auth", "--basic_auth", "--auth")

@@ -22,11 +22,11 @@ from surehand.cli.common import (
     require_services,
     wait_for_store,
 )
-from surehand.cli.render import cases_table
 from surehand.errors import ConfigError, NoAgentForRole, OperationFailed
-from surehand.facade import Surehand
 
 if TYPE_CHECKING:  # the rest is imported by the commands that use it (CLI start-up time)
+    from surehand.agents.command import CommandAgent
+    from surehand.facade import Surehand
     from surehand.requests import Effect
 
 RedisUrl = Annotated[
@@ -51,6 +51,8 @@ def _open(
     # sessions touch the database in short bursts, and threads beyond the pool wait for a
     # connection instead of each holding a Postgres backend (a 1,000-session worker filled
     # Postgres' max_connections when the pools were sized to its concurrency).
+    from surehand.facade import Surehand
+
     return Surehand(
         database_url=database_url,
         redis_url=redis_url,
@@ -69,9 +71,10 @@ def announce_probes(sh: Surehand) -> None:
     )
 
 
-def announce_confinement(sh: Surehand, roles: list[str]) -> None:
-    """Say how the command agents' programs run here (sandbox, limits, user, environment);
-    ConfigError now, not at the first session, if they cannot run as configured."""
+def announce_confinement(sh: Surehand, roles: list[str]) -> list[CommandAgent]:
+    """Say how the command agents' programs run here (sandbox, network, limits, user,
+    environment); ConfigError now, not at the first session, if they cannot run as
+    configured. The command agents, for more checks."""
     from surehand.agents.cgroups import sweep_empty
     from surehand.agents.command import CommandAgent
 
@@ -84,6 +87,7 @@ def announce_confinement(sh: Surehand, roles: list[str]) -> None:
     for agent in commands[:1]:  # one configuration per process
         for line in agent.confinement.describe():
             err_console.print(f"agent programs: {line}", highlight=False, soft_wrap=True)
+    return commands
 
 
 def require_agents(sh: Surehand, roles: list[str]) -> None:
@@ -255,6 +259,8 @@ def recover(
     if as_json:
         emit_json(outcome.to_dict())
         return
+    from surehand.cli.render import cases_table
+
     console.print(f"[bold]{outcome.admission.value}[/]: {outcome.reason}")
     if outcome.case is not None:
         console.print(cases_table([outcome.case]))
@@ -283,6 +289,8 @@ def review(
     if as_json:
         emit_json(case.to_dict())
     else:
+        from surehand.cli.render import cases_table
+
         console.print(cases_table([case]))
 
 
@@ -301,6 +309,8 @@ def cases(
     if as_json:
         emit_json([case.to_dict() for case in found])
     else:
+        from surehand.cli.render import cases_table
+
         console.print(cases_table(found))
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -22,27 +22,18 @@ from surehand.cli.common import (
     handle_errors,
     open_existing,
 )
-from surehand.cli.render import (
-    attempts_table,
-    cases_table,
-    diagnosis_table,
-    history_table,
-    operations_table,
-    report_view,
-    reports_table,
-    result_table,
-    task_table,
-    task_view,
-    tasks_table,
-)
-from surehand.cli.watch import WatchSpec, parse_buckets
-from surehand.cli.watch import watch as watch_tasks
-from surehand.dispatcher import dispatch
-from surehand.facade import Surehand
-from surehand.model import Bucket, ConflictCode, Disposition, Task
+
+# The rest -- the runtime, the records, the rich renderings (surehand.cli.render) -- is imported
+# by the commands that use it: CLI start-up time (tests/test_cli_startup.py).
+if TYPE_CHECKING:
+    from surehand.cli.watch import WatchSpec
+    from surehand.facade import Surehand
+    from surehand.model import Bucket, Task
 
 
 def _open(database_url: str | None, tenant: str | None) -> Surehand:
+    from surehand.facade import Surehand
+
     return Surehand(database_url=database_url, tenant=tenant)
 
 
@@ -108,10 +99,14 @@ def submit(
         "risk_level": risk_level,
         "client_submission_id": submission_id,
     }
+    from surehand.model import ConflictCode, Disposition
+
     result = _open(database_url, tenant).write_task(request)
     if as_json:
         emit_json(result.to_dict())
     else:
+        from surehand.cli.render import result_table
+
         console.print(result_table(result))
     if result.disposition is Disposition.CONFLICT:
         assert result.conflict is not None
@@ -155,6 +150,8 @@ def report(
     if as_json:
         emit_json(result.to_dict())
         return
+    from surehand.cli.render import reports_table
+
     console.print(reports_table([result.report]))
     if result.deduplicated:
         console.print("[yellow]deduplicated[/]: an identical REPORT exists; nothing was written")
@@ -194,6 +191,8 @@ def move(
     if as_json:
         emit_json(task.to_dict())
     else:
+        from surehand.cli.render import task_table
+
         console.print(task_table(task))
 
 
@@ -240,6 +239,8 @@ def list_tasks(
 ) -> None:
     """List TASKs, newest first; --watch keeps the table live."""
     if watch or until_bucket:
+        from surehand.cli.watch import WatchSpec
+
         _watch(
             open_existing(database_url, tenant),
             WatchSpec(bucket, recipient, limit, interval, _buckets(until_bucket), task, timeout),
@@ -251,16 +252,22 @@ def list_tasks(
     if as_json:
         emit_json([task.to_dict() for task in found])
     else:
+        from surehand.cli.render import tasks_table
+
         console.print(tasks_table(found, _notes(sh, found)))
 
 
 def _notes(sh: Surehand, found: list[Task]) -> dict[str, str]:
     """Dispatch notes by task_id: undispatchable TASKs, and TASKs unclaimed for long."""
+    from surehand.dispatcher import dispatch
+
     notes = {task.task_id: dispatch.waiting_note(sh.services, task) for task in found}
     return {task_id: note for task_id, note in notes.items() if note}
 
 
 def _buckets(text: str | None) -> frozenset[Bucket]:
+    from surehand.cli.watch import parse_buckets
+
     try:
         return parse_buckets(text)
     except ValueError as exc:
@@ -268,6 +275,8 @@ def _buckets(text: str | None) -> frozenset[Bucket]:
 
 
 def _watch(sh: Surehand, spec: WatchSpec, *, as_json: bool) -> None:
+    from surehand.cli.watch import watch as watch_tasks
+
     if spec.until and not spec.task_id:
         raise typer.BadParameter("--until-bucket needs --task TASK-…", param_hint="--task")
     if spec.task_id:
@@ -299,6 +308,8 @@ def show(
 ) -> None:
     """Show a whole TASK: its fields and body, history, REPORTs (the latest in full),
     attempts, operations and interruption cases. Long text wraps; nothing is cut."""
+    from surehand.dispatcher import dispatch
+
     if (task_id is None) == (submission_id is None):
         raise typer.BadParameter("give a TASK id or --id SUBMISSION_ID (one of them)")
     sh = open_existing(database_url, tenant)
@@ -324,17 +335,19 @@ def show(
             }
         )
         return
-    console.print(task_view(task, note))
-    console.print(history_table(history))
+    from surehand.cli import render
+
+    console.print(render.task_view(task, note))
+    console.print(render.history_table(history))
     if found_reports:
-        console.print(reports_table(found_reports))
-        console.print(report_view(found_reports[-1]))  # the latest, in full
+        console.print(render.reports_table(found_reports))
+        console.print(render.report_view(found_reports[-1]))  # the latest, in full
     if found_attempts:
-        console.print(attempts_table(found_attempts))
+        console.print(render.attempts_table(found_attempts))
     if found_operations:
-        console.print(operations_table(found_operations))
+        console.print(render.operations_table(found_operations))
     if found_cases:
-        console.print(cases_table(found_cases))
+        console.print(render.cases_table(found_cases))
 
 
 @app.command()
@@ -359,6 +372,8 @@ def diagnose(
         emit_json([item.to_dict() for item in found] if stalled else found[0].to_dict())
         return
     for item in found:
+        from surehand.cli.render import diagnosis_table
+
         console.print(diagnosis_table(item))
     if stalled and not found:
         console.print("no stalled submissions")

@@ -18,7 +18,7 @@ from rich.console import Group
 from rich.live import Live
 from rich.text import Text
 
-from surehand.cli.common import EXIT_OK, EXIT_TIMEOUT, console
+from surehand.cli.common import EXIT_OK, EXIT_TIMEOUT, console, rich_console
 from surehand.cli.render import tasks_table
 from surehand.facade import Surehand
 from surehand.model import Bucket, Task
@@ -72,7 +72,7 @@ def watch(sh: Surehand, spec: WatchSpec, *, as_json: bool = False) -> int:
     """Refresh until Ctrl-C (exit 0), the condition (exit 0) or the timeout (EXIT_TIMEOUT)."""
     deadline = time.monotonic() + spec.timeout if spec.timeout else None
     last: list[dict[str, object]] | None = None
-    live = None if as_json else Live(console=console, refresh_per_second=4, transient=False)
+    live = None if as_json else Live(console=rich_console(console), refresh_per_second=4)
     try:
         if live is not None:
             live.start()

@@ -19,10 +19,10 @@ from __future__ import annotations
 import logging
 import os
 import subprocess
-import sys
 import threading
 import time
 
+from surehand import children
 from surehand.config import Settings
 
 log = logging.getLogger(__name__)
@@ -98,10 +98,12 @@ class PublisherProcess:
         read, write = os.pipe2(os.O_CLOEXEC)  # only this process may hold the write end
         os.set_blocking(write, False)
         try:
+            # Isolated, with only what it needs: not the API's working directory on its
+            # import path, nor the API's tokens in its environment (surehand/children.py).
             self._child = subprocess.Popen(
-                [sys.executable, "-m", CHILD, str(read)],
+                children.python_module(CHILD, str(read)),
                 pass_fds=(read,),
-                env={**os.environ, **_store_and_broker(self.settings)},
+                env=children.environment(extra=_store_and_broker(self.settings)),
             )
         except OSError:
             os.close(write)

@@ -19,7 +19,7 @@ from typing import Any
 from celery import Celery, Task, signals
 from celery.worker import state as worker_state
 
-from surehand import metrics
+from surehand import metrics, metrics_port
 from surehand.agents import groups
 from surehand.dispatcher.reconciler import Reconciler
 from surehand.dispatcher.runner import SessionRunner
@@ -83,7 +83,8 @@ def register_tasks(
 ) -> None:
     """Register the session and reconcile tasks on ``app`` and schedule the reconciler."""
     connect_shutdown_hooks()
-    metrics.connect_celery_signals()  # sessions counted by outcome, a worker's metrics port
+    metrics.connect_celery_signals()  # sessions counted by outcome
+    metrics_port.serve_when_ready()  # SUREHAND_METRICS_PORT, if set
     app.register_task(SessionTask(runner))
     app.register_task(ReconcileTask(reconciler))
     app.conf.beat_schedule = {

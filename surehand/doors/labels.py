@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from surehand.model import Operation
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from surehand.model import Operation
 
 
 def operation_label(op: Operation) -> str:

@@ -28,6 +28,7 @@ from surehand.errors import (
     SessionLimitReached,
     SurehandError,
     TooManyAttempts,
+    TooManyRequests,
     ValidationFailed,
 )
 
@@ -39,7 +40,7 @@ FORBIDDEN_REPORT_REASONS = frozenset({"reporter_mismatch"})
 
 def status_for(error: SurehandError) -> int:
     """The HTTP status of a typed error (most specific class first)."""
-    if isinstance(error, TooManyAttempts | SessionLimitReached):
+    if isinstance(error, TooManyAttempts | TooManyRequests | SessionLimitReached):
         return 429
     if isinstance(error, Forbidden | NotAuthorized) or _wrong_reporter(error):
         return 403

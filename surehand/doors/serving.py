@@ -76,16 +76,18 @@ def bind_unix(path: Path) -> socket.socket:
 def _config(app: Any, log_level: str, forwarded_allow_ips: str | None) -> uvicorn.Config:
     # access_log off unless debugging: request lines would repeat every task id at INFO.
     # Proxy headers (X-Forwarded-For/-Proto) are believed only from the addresses listed
-    # (SUREHAND_API_FORWARDED_ALLOW_IPS): anyone else could claim any address or scheme.
+    # (SUREHAND_API_FORWARDED_ALLOW_IPS), none by default: anyone else could claim any address
+    # or scheme (uvicorn's own default would trust 127.0.0.1, i.e. every local process).
     from surehand import logjson
 
+    listed = (forwarded_allow_ips or "").strip()
     return uvicorn.Config(
         app,
         log_level=log_level,
         log_config=logjson.uvicorn_log_config() or uvicorn.config.LOGGING_CONFIG,
         access_log=log_level == "debug",
-        proxy_headers=True,
-        forwarded_allow_ips=forwarded_allow_ips or "127.0.0.1",
+        proxy_headers=bool(listed),
+        forwarded_allow_ips=listed or None,
     )
 
 

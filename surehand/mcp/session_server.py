@@ -1,10 +1,16 @@
 """The session MCP server: one per worker process, offered to every command agent's session.
 
-It serves streamable HTTP on 127.0.0.1 at an ephemeral port (or the first free one of
-``SUREHAND_SESSION_MCP_PORTS``), in a daemon thread of the process that runs the sessions,
-started with the worker (or the first session). It is named ``surehand-session`` (the operator's
-server, :mod:`surehand.mcp.tools`, is ``surehand``); agent CLIs name its tools after the key of
-their MCP configuration instead, which stays ``surehand`` (``mcp__surehand__effect_begin``).
+It serves streamable HTTP in a daemon thread of the process that runs the sessions, started
+with the worker (or the first session), on a Unix socket in a directory of this user's alone;
+each sandbox with a network of its own reaches it through a relay of the agents' gateway
+(:mod:`surehand.agents.gateway`, capped per session), and the port on 127.0.0.1 (an ephemeral
+one, or the first free one of ``SUREHAND_SESSION_MCP_PORTS``), which programs that share the
+worker's network reach, is a gateway relay too, with a cap for all of them together and a
+10 s deadline for a request's head: no program can spend this process's descriptors.
+
+It is named ``surehand-session`` (the operator's server, :mod:`surehand.mcp.tools`, is
+``surehand``); agent CLIs name its tools after the key of their MCP configuration instead,
+which stays ``surehand`` (``mcp__surehand__effect_begin``).
 Each session gets a grant: a random bearer token bound to its attempt, and a URL naming its TASK,
 ``http://127.0.0.1:PORT/tasks/<task_id>/mcp``. The command agent hands both to its program
 (``SUREHAND_MCP_URL``, ``SUREHAND_MCP_TOKEN``, and MCP config files the agent CLIs read) and
@@ -32,18 +38,21 @@ import secrets
 import shutil
 import tempfile
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, MutableMapping
 from pathlib import Path
 from typing import Any, ClassVar
 
+import uvicorn
 from mcp.server.mcpserver import MCPServer
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp_types import INVALID_REQUEST, ToolAnnotations
 
-from surehand import __version__
+from surehand import __version__, logjson
 from surehand.agents.claude_hook import HookPolicy
 from surehand.agents.context import SessionContext
+from surehand.agents.gateway import Gateway
 from surehand.agents.session_door import AgentGrant
 from surehand.config import Settings
 from surehand.dispatcher.context import Services
@@ -51,7 +60,7 @@ from surehand.dispatcher.sessions import Session
 from surehand.doors import problem
 from surehand.doors.hosts import HostAllowlist, HostRule
 from surehand.doors.limits import BodyLimit
-from surehand.doors.serving import BackgroundServer, bind_in
+from surehand.doors.serving import bind_in, bind_unix, url_of
 from surehand.errors import ConfigError
 from surehand.mcp.server import SurehandServer, strict_tool
 from surehand.mcp.session_hooks import GRANT_KEY, SessionHooks
@@ -74,6 +83,7 @@ MCP_PATH = "/mcp"
 HOOKS_PATH = "/hooks/"  # Claude Code's hooks: /tasks/<task_id>/hooks/<event>
 PORTS_SETTING = "SUREHAND_SESSION_MCP_PORTS"
 _REVOKED_KEPT = 4096  # why recently revoked tokens were revoked (told when they come back)
+_START_SECONDS = 15.0
 
 
 class Grants:
@@ -194,7 +204,9 @@ class SessionMcp:
     def __init__(self, services: Services) -> None:
         self.services = services
         self.grants = Grants()
-        self._server: BackgroundServer | None = None
+        self._server: UnixServer | None = None
+        self._port = 0
+        self._stop_port: Callable[[], None] | None = None
         self._lock = threading.Lock()
 
     @classmethod
@@ -209,25 +221,34 @@ class SessionMcp:
 
     def base_url(self) -> str:
         """``http://127.0.0.1:PORT``, starting the server on first use."""
-        return self._started().url
+        self._started()
+        return url_of(HOST, self._port)
 
     def door(self) -> tuple[int, Path]:
-        """The server's port and its Unix socket (for sandboxes without a network)."""
+        """The server's port and its Unix socket (what sandboxes' own networks relay to)."""
         server = self._started()
-        assert server.unix_socket is not None
-        return server.port, server.unix_socket
+        return self._port, server.path
 
-    def _started(self) -> BackgroundServer:
+    def _started(self) -> UnixServer:
+        """Serve on a Unix socket in a directory of this user's alone (what each sandbox's
+        relay reaches) and on the TCP port through the agents' gateway (what a program
+        sharing the worker's network reaches), whose cap and timeouts bound what programs
+        can hold of this process's descriptors."""
         with self._lock:
             if self._server is None:
-                # The socket's directory is this user's alone; sandboxes get the socket itself.
                 listening = bind_in(HOST, self.ports(), setting=PORTS_SETTING)
                 socket_path = Path(tempfile.mkdtemp(prefix="surehand-mcp-")) / "mcp.sock"
-                self._server = BackgroundServer(
-                    self.app(), HOST, 0, unix_socket=socket_path, listening=listening
+                self._server = UnixServer(self.app(), socket_path).start()
+                self._port = listening.getsockname()[1]
+                settings = self.services.settings
+                self._stop_port = Gateway.shared().listen(
+                    listening,
+                    socket_path,
+                    connections=2 * settings.agent_connections,
+                    idle=settings.agent_idle_seconds,
+                    owner=f"the session MCP server's port {self._port}",
                 )
-                self._server.start()
-                log.info("session MCP server listening on %s", self._server.url)
+                log.info("session MCP server listening on %s", url_of(HOST, self._port))
             return self._server
 
     def ports(self) -> range:
@@ -275,11 +296,49 @@ class SessionMcp:
     def stop(self) -> None:
         """Stop serving (tests; a worker's server ends with its process)."""
         with self._lock:
+            if self._stop_port is not None:
+                self._stop_port()
+                self._stop_port = None
             if self._server is not None:
                 self._server.stop()
-                if self._server.unix_socket is not None:
-                    shutil.rmtree(self._server.unix_socket.parent, ignore_errors=True)
+                shutil.rmtree(self._server.path.parent, ignore_errors=True)
                 self._server = None
+
+
+class UnixServer:
+    """uvicorn on a Unix socket only, in a daemon thread (nothing else can reach it: its
+    directory is this user's alone, and sandboxes get relays to it, never the socket)."""
+
+    def __init__(self, app: ASGIApp, path: Path) -> None:
+        self.path = path
+        self.socket = bind_unix(path)
+        config = uvicorn.Config(
+            app,
+            log_level="warning",
+            log_config=logjson.uvicorn_log_config() or uvicorn.config.LOGGING_CONFIG,
+            access_log=False,
+        )
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(
+            target=self.server.run, kwargs={"sockets": [self.socket]}, name="surehand-session-mcp"
+        )
+        self.thread.daemon = True
+
+    def start(self) -> UnixServer:
+        """Start serving; ConfigError if uvicorn does not start within 15 s."""
+        self.thread.start()
+        deadline = time.monotonic() + _START_SECONDS
+        while not self.server.started:
+            if not self.thread.is_alive() or time.monotonic() > deadline:
+                raise ConfigError(f"the session MCP server did not start on {self.path}")
+            time.sleep(0.02)
+        return self
+
+    def stop(self) -> None:
+        """Finish in-flight requests, then close the socket."""
+        self.server.should_exit = True
+        self.thread.join(10.0)
+        self.socket.close()
 
 
 def ports_of(text: str) -> range:

@@ -20,7 +20,7 @@ from mcp.server.mcpserver import MCPServer
 from mcp.server.transport_security import TransportSecuritySettings
 
 from surehand.doors import problem
-from surehand.doors.auth import Authenticator
+from surehand.doors.auth import Authenticator, Peer
 from surehand.doors.hosts import HostAllowlist, HostRule
 from surehand.doors.serving import serve
 from surehand.errors import AuthError
@@ -46,21 +46,21 @@ def run_stdio(sh: Surehand) -> None:
 
 
 class RequireToken:
-    """ASGI wrapper: 401 for HTTP requests without a known bearer token (when tokens exist)."""
+    """ASGI wrapper: 401 for HTTP requests without a known bearer token (when tokens exist),
+    429 for a client or token that keeps failing, 403 for anyone but a loopback client that
+    came straight here when there are no tokens."""
 
     def __init__(self, app: ASGIApp, auth: Authenticator) -> None:
         self.app = app
         self.auth = auth
 
     async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
-        if scope["type"] == "http" and not self.auth.open:
-            header = next(
-                (v.decode("latin-1") for k, v in scope.get("headers", []) if k == b"authorization"),
-                None,
-            )
-            client = (scope.get("client") or ("unknown", 0))[0]
+        if scope["type"] == "http":
+            headers = scope.get("headers", [])
+            header = next((v.decode("latin-1") for k, v in headers if k == b"authorization"), None)
+            peer = Peer.of(scope.get("client"), headers)
             try:
-                self.auth.authenticate_client(str(client), header, "MCP token")
+                self.auth.authenticate_client(peer, header, "MCP over HTTP")
             except AuthError as error:
                 await _unauthorized(send, error)
                 return
@@ -70,17 +70,15 @@ class RequireToken:
 async def _unauthorized(send: Callable[[Message], Awaitable[None]], error: AuthError) -> None:
     document = problem.for_error(error)
     body = json.dumps(document).encode()
-    await send(
-        {
-            "type": "http.response.start",
-            "status": document["status"],
-            "headers": [
-                (b"content-type", b"application/problem+json"),
-                (b"www-authenticate", b'Bearer realm="surehand"'),
-                (b"content-length", str(len(body)).encode()),
-            ],
-        }
-    )
+    headers = [
+        (b"content-type", b"application/problem+json"),
+        (b"content-length", str(len(body)).encode()),
+    ]
+    if document["status"] == 401:
+        headers.append((b"www-authenticate", b'Bearer realm="surehand"'))
+    if "retry_after" in document:
+        headers.append((b"retry-after", str(document["retry_after"]).encode()))
+    await send({"type": "http.response.start", "status": document["status"], "headers": headers})
     await send({"type": "http.response.body", "body": body})
 
 
@@ -98,7 +96,15 @@ def run_http(host: str, port: int, sh: Surehand) -> None:
     auth = Authenticator(surehand.settings)
     auth.check_start(host, "the MCP HTTP server")
     app = http_app(build_server(surehand), auth, HostRule.from_settings(surehand.settings))
-    serve(app, host, port, log_level="warning", setting="SUREHAND_MCP_PORT", announce=_listening)
+    serve(
+        app,
+        host,
+        port,
+        log_level="warning",
+        setting="SUREHAND_MCP_PORT",
+        announce=_listening,
+        forwarded_allow_ips=surehand.settings.api_forwarded_allow_ips,
+    )
 
 
 def _listening(url: str) -> None:

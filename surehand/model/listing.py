@@ -37,11 +37,15 @@ class Cursor:
 
 @dataclass(frozen=True)
 class Page:
-    """One page of a list and the cursors of its neighbours (None: there is none)."""
+    """One page of a list and the cursors of its neighbours (None: there is none).
+
+    ``scanned``: a text search stopped after reading this many TASKs before the page was full;
+    the cursor past them goes on where it stopped."""
 
     tasks: list[Task]
     older: Cursor | None
     newer: Cursor | None
+    scanned: int | None = None
 
 
 @dataclass(frozen=True)

@@ -3,8 +3,13 @@
 Newest first, paged by keyset on ``(created_at, task_id)`` -- a total order, so a walk from the
 first page to the last sees every TASK that matched once, however many there are, with no
 OFFSET to skip over. Counts are exact per bucket from the board indexes (``ix_tasks_board``,
-``ix_tasks_recipient_board``); a text search counts at most ``cap`` matches per bucket and says
-so (an honest lower bound), since it reads every body of the tenant.
+``ix_tasks_recipient_board``).
+
+A text search reads bodies, so it reads a bounded number of them: at most ``scan`` TASKs (the
+newest that pass the other filters, from the page's cursor on) per query. A page whose window
+ends before it is full says so (``Page.scanned``) and its older-cursor continues after the last
+TASK read, so walking the pages still finds every match; a search's count per bucket counts the
+matches among its newest ``scan`` TASKs and is a lower bound (``exact`` False) past them.
 
 The text search is case-insensitive on both databases (SQLite's ``lower`` is replaced by a
 Unicode one in ``store/engine.py``) over the TASK id, the submission id, subject and body.
@@ -15,14 +20,27 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import ColumnElement, Connection, func, literal, or_, select, tuple_
+from sqlalchemy import (
+    ColumnElement,
+    Connection,
+    Select,
+    Subquery,
+    case,
+    func,
+    literal,
+    or_,
+    select,
+    tuple_,
+)
 
 from surehand.model import Bucket, Priority
 from surehand.model.listing import Count, Cursor, Page
 from surehand.store.schema import UTCDateTime, tasks
 from surehand.store.tasks import TASK_COLUMNS, from_row
 
-__all__ = ["Count", "Cursor", "Page", "TaskFilter", "counts", "page"]
+__all__ = ["SCAN", "Count", "Cursor", "Page", "TaskFilter", "counts", "page"]
+
+SCAN = 5000  # TASKs a text search reads per query (SUREHAND_SEARCH_SCAN_ROWS)
 
 
 @dataclass(frozen=True)
@@ -35,7 +53,13 @@ class TaskFilter:
     priority: Priority | None = None
     text: str = ""
 
-    def conditions(self) -> list[ColumnElement[bool]]:
+    @property
+    def needle(self) -> str:
+        """The text searched for (empty: no text search)."""
+        return self.text.strip().lower()
+
+    def conditions(self, *, text: bool = True) -> list[ColumnElement[bool]]:
+        """The WHERE clause (``text`` False: every filter but the text search)."""
         found: list[ColumnElement[bool]] = [tasks.c.tenant == self.tenant]
         if self.bucket is not None:
             found.append(tasks.c.bucket == self.bucket.value)
@@ -43,8 +67,8 @@ class TaskFilter:
             found.append(tasks.c.recipient == self.recipient)
         if self.priority is not None:
             found.append(tasks.c.priority == self.priority.value)
-        if self.text.strip():
-            found.append(_matches(self.text.strip().lower()))
+        if text and self.needle:
+            found.append(_matches(self.needle))
         return found
 
 
@@ -80,52 +104,94 @@ def page(
     after: Cursor | None = None,
     before: Cursor | None = None,
     limit: int = 50,
+    scan: int = SCAN,
 ) -> Page:
     """The ``limit`` TASKs that follow ``after`` (older ones), or precede ``before`` (newer
-    ones), or the newest ``limit``; newest first."""
-    if before is not None:
-        return _newer_page(connection, wanted, before, limit)
-    query = select(*TASK_COLUMNS).where(*wanted.conditions())  # not the stored document
-    if after is not None:
-        query = query.where(_older_than(after))
-    rows = connection.execute(
-        query.order_by(tasks.c.created_at.desc(), tasks.c.task_id.desc()).limit(limit + 1)
-    ).all()
+    ones), or the newest ``limit``; newest first. A text search reads at most ``scan`` TASKs."""
+    newer_side = before is not None
+    cursor = before if newer_side else after
+    window = _window(wanted, cursor, newer_side, scan) if wanted.needle else None
+    if window is not None:  # the match is tried on the window's rows only
+        query = select(*TASK_COLUMNS).join(window, tasks.c.task_id == window.c.task_id)
+        query = query.where(_matches(wanted.needle))
+    else:
+        query = select(*TASK_COLUMNS).where(*wanted.conditions(), *_beyond(cursor, newer_side))
+    rows = connection.execute(query.order_by(*_order(newer_side)).limit(limit + 1)).all()
     found = [from_row(row) for row in rows[:limit]]
-    older = Cursor.at(found[-1]) if len(rows) > limit else None
+    more = len(rows) > limit
+    edge = None if more or window is None else _window_end(connection, window, newer_side, scan)
+    scanned = None if edge is None else scan
+    if newer_side:
+        found.reverse()
+        newer = Cursor.at(found[0]) if more else edge
+        return Page(found, Cursor.at(found[-1]) if found else None, newer, scanned)
+    older = Cursor.at(found[-1]) if more else edge
     newer = Cursor.at(found[0]) if after is not None and found else None
-    return Page(found, older, newer)
+    return Page(found, older, newer, scanned)
 
 
-def _newer_page(connection: Connection, wanted: TaskFilter, before: Cursor, limit: int) -> Page:
-    query = select(*TASK_COLUMNS).where(*wanted.conditions(), _newer_than(before))
-    rows = connection.execute(
-        query.order_by(tasks.c.created_at.asc(), tasks.c.task_id.asc()).limit(limit + 1)
-    ).all()
-    found = [from_row(row) for row in reversed(rows[:limit])]
-    newer = Cursor.at(found[0]) if len(rows) > limit else None
-    older = Cursor.at(found[-1]) if found else None
-    return Page(found, older, newer)
+def _beyond(cursor: Cursor | None, newer_side: bool) -> list[ColumnElement[bool]]:
+    if cursor is None:
+        return []
+    return [_newer_than(cursor) if newer_side else _older_than(cursor)]
 
 
-def counts(connection: Connection, wanted: TaskFilter, *, cap: int = 1000) -> dict[Bucket, Count]:
+def _order(ascending: bool) -> tuple[ColumnElement[Any], ...]:
+    if ascending:
+        return (tasks.c.created_at.asc(), tasks.c.task_id.asc())
+    return (tasks.c.created_at.desc(), tasks.c.task_id.desc())
+
+
+def _window(wanted: TaskFilter, cursor: Cursor | None, newer_side: bool, scan: int) -> Subquery:
+    """The keys of the ``scan`` TASKs next to ``cursor`` (older ones, or newer ones) that pass
+    every filter but the text: what one text-search query reads."""
+    keys = select(tasks.c.created_at, tasks.c.task_id).where(
+        *wanted.conditions(text=False), *_beyond(cursor, newer_side)
+    )
+    return keys.order_by(*_order(newer_side)).limit(scan).subquery()
+
+
+def _window_end(
+    connection: Connection, window: Subquery, newer_side: bool, scan: int
+) -> Cursor | None:
+    """The last TASK a full window read (None: the window held fewer, so nothing is left)."""
+    ordered = (window.c.created_at.asc(), window.c.task_id.asc())
+    if not newer_side:
+        ordered = (window.c.created_at.desc(), window.c.task_id.desc())
+    last = connection.execute(
+        select(window.c.created_at, window.c.task_id).order_by(*ordered).offset(scan - 1).limit(1)
+    ).one_or_none()
+    return None if last is None else Cursor(last.created_at, last.task_id)
+
+
+def counts(connection: Connection, wanted: TaskFilter, *, scan: int = SCAN) -> dict[Bucket, Count]:
     """Matching TASKs per bucket (``wanted.bucket`` ignored): exact from the indexes, or, for a
-    text search, counted up to ``cap`` per bucket (``exact`` False past it)."""
+    text search, the matches among each bucket's newest ``scan`` TASKs (``exact`` False when the
+    bucket holds more)."""
     every = TaskFilter(wanted.tenant, None, wanted.recipient, wanted.priority, wanted.text)
-    if not every.text.strip():
+    if not every.needle:
         query = select(tasks.c.bucket, func.count()).where(*every.conditions())
         rows = connection.execute(query.group_by(tasks.c.bucket)).all()
         found = {str(bucket): int(n) for bucket, n in rows}
         return {bucket: Count(found.get(bucket.value, 0)) for bucket in Bucket}
-    return {bucket: _capped(connection, every, bucket, cap) for bucket in Bucket}
+    return {bucket: _scanned(connection, every, bucket, scan) for bucket in Bucket}
 
 
-def _capped(connection: Connection, every: TaskFilter, bucket: Bucket, cap: int) -> Count:
-    matching = (
-        select(tasks.c.task_id)
-        .where(*every.conditions(), tasks.c.bucket == bucket.value)
-        .limit(cap + 1)
-        .subquery()
+def _scanned(connection: Connection, every: TaskFilter, bucket: Bucket, scan: int) -> Count:
+    window = _newest(every, bucket, scan).subquery()
+    hits = func.coalesce(func.sum(case((_matches(every.needle), 1), else_=0)), 0)
+    query = select(func.count(), hits).select_from(
+        window.join(tasks, tasks.c.task_id == window.c.task_id)
     )
-    found = int(connection.execute(select(func.count()).select_from(matching)).scalar_one())
-    return Count(min(found, cap), exact=found <= cap)
+    read, matched = connection.execute(query).one()
+    return Count(int(matched), exact=int(read) < scan)
+
+
+def _newest(every: TaskFilter, bucket: Bucket, scan: int) -> Select[Any]:
+    """The keys of ``bucket``'s newest ``scan`` TASKs passing every filter but the text."""
+    return (
+        select(tasks.c.task_id)
+        .where(*every.conditions(text=False), tasks.c.bucket == bucket.value)
+        .order_by(*_order(ascending=False))
+        .limit(scan)
+    )

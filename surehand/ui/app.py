@@ -27,7 +27,8 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from surehand.doors.auth import Authenticator
 from surehand.doors.labels import operation_label
 from surehand.doors.problem import status_for
-from surehand.errors import SurehandError, TooManyAttempts
+from surehand.doors.rate import RateLimit
+from surehand.errors import SurehandError
 from surehand.facade import Surehand
 from surehand.ui import list_routes, record_routes
 from surehand.ui.routes import router
@@ -52,6 +53,7 @@ class Console:
     sessions: SessionStore
     codec: SignInCodec
     templates: Jinja2Templates
+    searches: RateLimit  # text searches per principal (they read bodies)
 
 
 def create_console(auth: Authenticator, sh: Surehand) -> FastAPI:
@@ -60,7 +62,8 @@ def create_console(auth: Authenticator, sh: Surehand) -> FastAPI:
     console = FastAPI(docs_url=None, redoc_url=None, openapi_url=None)
     settings = sh.settings
     store = SessionStore(settings.console_idle_seconds, settings.console_session_seconds)
-    console.state.console = Console(auth, sh, store, SignInCodec(), _templates())
+    searches = RateLimit(settings.console_searches_per_minute)
+    console.state.console = Console(auth, sh, store, SignInCodec(), _templates(), searches)
     console.include_router(router)
     console.include_router(list_routes.router)
     console.include_router(record_routes.router)
@@ -134,8 +137,8 @@ async def _on_error(request: Request, error: Exception) -> Response:
     status = status_for(error)
     title = {403: "Not allowed", 404: "Not found", 400: "Bad request"}.get(status, "Refused")
     page = error_page(request, status, title, error.message)
-    if isinstance(error, TooManyAttempts):
-        page.headers["Retry-After"] = str(error.details.get("retry_after", 60))
+    if "retry_after" in error.details:  # 429: a throttled sign-in, a rate-limited search
+        page.headers["Retry-After"] = str(error.details["retry_after"])
     return page
 
 

@@ -14,22 +14,30 @@ from fastapi.responses import RedirectResponse, Response
 
 from surehand.model import Bucket
 from surehand.ui import lists
-from surehand.ui.routes import Text, render, signed_in
+from surehand.ui.routes import Text, Viewer, console_of, render, signed_in
 from surehand.ui.signin import PREFIX
 
 router = APIRouter()
 Cursor = Annotated[str | None, Query(max_length=64)]
 
 
-def _wanted(recipient: str, priority: str, q: str) -> lists.Wanted:
-    return lists.Wanted(recipient, priority, q)
+def _wanted(
+    request: Request, viewer: Viewer, recipient: str, priority: str, q: str
+) -> lists.Wanted:
+    """The filters asked for; a text search spends one of the viewer's searches (429 past
+    SUREHAND_CONSOLE_SEARCHES_PER_MINUTE: each reads up to SUREHAND_SEARCH_SCAN_ROWS bodies
+    per bucket)."""
+    wanted = lists.Wanted(recipient, priority, q)
+    if wanted.text.strip():
+        console_of(request).searches.take(viewer.principal, "console searches")
+    return wanted
 
 
 @router.get("/", name="board")
 def board(request: Request, recipient: Text = "", priority: Text = "", q: Text = "") -> Response:
     """Held cases first (most urgent first), then every bucket's count and newest TASKs."""
     viewer = signed_in(request)
-    wanted = _wanted(recipient, priority, q)
+    wanted = _wanted(request, viewer, recipient, priority, q)
     return render(
         request, "board.html", viewer, board=lists.board(viewer.sh, wanted), wanted=wanted
     )
@@ -41,7 +49,7 @@ def board_live(
 ) -> Response:
     """The board's changing part alone, for the page's refresh."""
     viewer = signed_in(request, touch=False)
-    wanted = _wanted(recipient, priority, q)
+    wanted = _wanted(request, viewer, recipient, priority, q)
     return render(
         request, "_board.html", viewer, board=lists.board(viewer.sh, wanted), wanted=wanted
     )
@@ -60,7 +68,7 @@ def bucket_list(
     """Every matching TASK of one bucket, newest first, a page at a time (keyset: no TASK is
     skipped or shown twice however many arrive meanwhile)."""
     viewer = signed_in(request)
-    wanted = _wanted(recipient, priority, q)
+    wanted = _wanted(request, viewer, recipient, priority, q)
     page, count = lists.bucket_page(viewer.sh, bucket, wanted, after, before)
     return render(
         request,
@@ -71,6 +79,7 @@ def bucket_list(
         count=count,
         wanted=wanted,
         per_page=lists.PER_PAGE,
+        scan=viewer.sh.settings.search_scan_rows,
     )
 
 

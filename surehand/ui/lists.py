@@ -2,8 +2,10 @@
 
 Everything is filtered, searched, counted and paged by the store (``Surehand.find_tasks``,
 ``count_tasks``, ``held``), over every TASK of the tenant: the board shows each bucket's exact
-count (or, for a text search, an honest lower bound) and its newest TASKs, and each bucket's
-list pages through all of them by keyset, with no OFFSET and no gaps.
+count (or, for a text search, the matches among its newest SUREHAND_SEARCH_SCAN_ROWS, an honest
+lower bound past them) and its newest TASKs, and each bucket's list pages through all of them by
+keyset, with no OFFSET and no gaps (a search's page that stopped at its bound goes on from there).
+Text searches are rate-limited per principal (``list_routes``).
 """
 
 from __future__ import annotations

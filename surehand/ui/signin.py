@@ -30,7 +30,7 @@ from urllib.parse import urlsplit
 from fastapi import Request
 from fastapi.responses import Response
 
-from surehand.doors.auth import Authenticator, is_loopback
+from surehand.doors.auth import Authenticator, Peer
 from surehand.errors import Forbidden
 from surehand.principals import Principal
 
@@ -40,6 +40,7 @@ PREFIX = "/ui"  # where the API mounts the console
 COOKIE_PATH = PREFIX
 ANONYMOUS_SECONDS = 3600
 MAX_SESSIONS = 10_000  # per process; the least recently used go first beyond it
+MAX_SESSIONS_PER_PRINCIPAL = 32  # browsers one token holder keeps signed in at once
 
 
 class SignInRequired(Exception):
@@ -57,11 +58,16 @@ class ConsoleSession:
 
 
 class SessionStore:
-    """The signed-in sessions of this process, by the SHA-256 of their cookie (thread-safe)."""
+    """The signed-in sessions of this process, by the SHA-256 of their cookie (thread-safe).
+
+    At most :data:`MAX_SESSIONS_PER_PRINCIPAL` per principal (its least recently used go
+    first), so one token holder signing in over and over evicts only its own sessions, and at
+    most :data:`MAX_SESSIONS` in all."""
 
     def __init__(self, idle: float, longest: float, clock: Callable[[], float] = time.time) -> None:
         self.idle, self.longest, self._clock = idle, longest, clock
-        self._sessions: dict[bytes, ConsoleSession] = {}
+        self._sessions: dict[bytes, ConsoleSession] = {}  # least recently used first
+        self._of: dict[Principal, dict[bytes, None]] = {}  # the same order, per principal
         self._lock = threading.Lock()
 
     def start(self, principal: Principal) -> tuple[str, ConsoleSession]:
@@ -69,9 +75,12 @@ class SessionStore:
         sid, now = secrets.token_urlsafe(32), self._clock()
         session = ConsoleSession(secrets.token_urlsafe(24), principal, now, now)
         with self._lock:
-            self._sessions[_digest(sid)] = session
+            self._put(_digest(sid), session)
+            own = self._of[principal]
+            while len(own) > MAX_SESSIONS_PER_PRINCIPAL:
+                self._drop(next(iter(own)))
             while len(self._sessions) > MAX_SESSIONS:
-                self._sessions.pop(next(iter(self._sessions)))
+                self._drop(next(iter(self._sessions)))
         return sid, session
 
     def get(self, sid: str | None, *, touch: bool) -> ConsoleSession | None:
@@ -85,23 +94,36 @@ class SessionStore:
             if session is None:
                 return None
             if now - session.last_used > self.idle or now - session.started > self.longest:
-                del self._sessions[key]
+                self._drop(key)
                 return None
             if touch:
                 session = replace(session, last_used=now)
-                del self._sessions[key]
-                self._sessions[key] = session  # the most recently used last
+                self._drop(key)
+                self._put(key, session)  # the most recently used last
         return session
 
     def end(self, sid: str | None) -> None:
         """End a session: every copy of its cookie stops working."""
         if sid:
             with self._lock:
-                self._sessions.pop(_digest(sid), None)
+                self._drop(_digest(sid))
 
     def remaining(self, session: ConsoleSession) -> int:
         """Seconds the cookie should live: until the session's absolute end."""
         return max(0, int(session.started + self.longest - self._clock()))
+
+    def _put(self, key: bytes, session: ConsoleSession) -> None:
+        self._sessions[key] = session
+        self._of.setdefault(session.principal, {})[key] = None
+
+    def _drop(self, key: bytes) -> None:
+        session = self._sessions.pop(key, None)
+        if session is None:
+            return
+        own = self._of[session.principal]
+        own.pop(key, None)
+        if not own:
+            del self._of[session.principal]
 
 
 def _digest(sid: str) -> bytes:
@@ -176,26 +198,24 @@ def clear_cookies(response: Response) -> None:
         response.delete_cookie(name, path=COOKIE_PATH, httponly=True, samesite="lax")
 
 
-def client_address(request: Request) -> str:
-    """The client as the server sees it (the forwarded address behind a trusted proxy)."""
-    return request.client.host if request.client is not None else "unknown"
+def peer_of(request: Request) -> Peer:
+    """The client as the server sees it (the forwarded address behind a listed proxy), and
+    whether a proxy relayed the request."""
+    return Peer.of(request.scope.get("client"), request.scope.get("headers", ()))
 
 
 def client_on_loopback(request: Request) -> bool:
-    """True if the client is a loopback address (open local mode signs in only those)."""
-    return request.client is not None and is_loopback(request.client.host)
+    """True for a loopback client that came straight here (open local mode signs in only
+    those)."""
+    return peer_of(request).local
 
 
 def sign_in(auth: Authenticator, request: Request, token: str) -> Principal:
     """The principal a sign-in names: the local ADMIN (open mode, loopback callers only) or the
-    owner of ``token`` (AuthError if none; TooManyAttempts for a client that keeps failing)."""
-    if auth.open:
-        if not client_on_loopback(request):
-            raise Forbidden("the open local console signs in loopback callers only")
-        return auth.local
-    return auth.authenticate_client(
-        client_address(request), f"Bearer {token.strip()}", "console sign-in"
-    )
+    owner of ``token`` (AuthError if none; TooManyAttempts for a client or a token that keeps
+    failing -- a valid token is accepted whatever its client did)."""
+    door = "the open local console" if auth.open else "console sign-in"
+    return auth.authenticate_client(peer_of(request), f"Bearer {token.strip()}", door)
 
 
 def still_valid(auth: Authenticator, request: Request, principal: Principal) -> bool:
