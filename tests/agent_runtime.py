@@ -17,13 +17,22 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
+
+import pytest
 
 from surehand.agents import view
 from surehand.agents.launch import require_reachable
 from surehand.errors import ConfigError
+from surehand.store import Store
+from tests.procs import RedisServer
+from tests.session_helpers import attempts_of, reports_of
+from tests.skips import missing
+from tests.test_workers import worker_env
 
 AGENT = (65534, 65534)  # nobody
+AGENT_USER = "65534:65534"
 VERSION = f"python{sys.version_info.major}.{sys.version_info.minor}"
 
 
@@ -110,3 +119,43 @@ def _link_or_copy(source: str, target: str) -> None:
         os.link(source, target, follow_symlinks=False)
     except OSError:  # another file system
         shutil.copy2(source, target, follow_symlinks=False)
+
+
+@pytest.fixture(scope="module")
+def agent_runtime() -> Iterator[Path]:
+    """A surehand installation uid 65534 can reach (its ``python``), in a directory it can
+    enter, removed after the module's tests."""
+    if os.getuid() != 0:
+        missing("root (only a root worker can run agents as another user)")
+    home = runtime_home()
+    try:
+        yield reachable_runtime(home)
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
+
+
+def agent_user_env(
+    store: Store, broker: RedisServer, tmp_path: Path, work_dir: Path, **extra: str
+) -> dict[str, str]:
+    """A worker running agents as uid 65534, with nothing bound that it cannot reach (the
+    tests' own directories are root's alone; ``extra`` may bind what it can) and this
+    checkout off its import path."""
+    settings = {
+        "SUREHAND_AGENTS": "DEV=command",
+        "SUREHAND_AGENT_USER": AGENT_USER,
+        "SUREHAND_WORK_DIR": str(work_dir),
+        "SUREHAND_AGENT_BIND": "",
+        "PYTHONPATH": "",
+    }
+    return worker_env(store, broker, tmp_path, **{**settings, **extra})
+
+
+def surehand_of(python: Path) -> list[str]:
+    """The ``surehand`` command of the runtime whose interpreter is ``python``."""
+    return [str(python.parent / "surehand")]
+
+
+def session_ended(store: Store, task_id: str) -> bool:
+    """Whether the TASK's session has ended: a REPORT, or an attempt that ended with an error."""
+    attempts = attempts_of(store, task_id)
+    return bool(reports_of(store, task_id) or (attempts and attempts[-1].error))

@@ -8,6 +8,7 @@ quotes what an agent wrote. The hostile program under real workers: test_hostile
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import re
 import shlex
@@ -17,7 +18,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -32,10 +32,16 @@ from surehand.dispatcher.sessions import Session
 from surehand.errors import AgentOutputRefused, ConfigError
 from surehand.facade import Surehand
 from surehand.fcop.render import render_recovery
-from surehand.model import Admission, AttemptCause, AttemptState, Bucket, EffectFact
+from surehand.model import Admission, AttemptCause, AttemptState, EffectFact
 from surehand.store import Store
 from tests.agent_procs import require_proc
-from tests.agent_runtime import reachable_runtime, runtime_home
+from tests.agent_runtime import (  # noqa: F401  (fixture)
+    agent_runtime,
+    agent_user_env,
+    reachable_runtime,
+    session_ended,
+    surehand_of,
+)
 from tests.procs import RedisServer, running, spawn, start_worker, wait_until
 from tests.recovery_helpers import Rig, rig
 from tests.session_helpers import (  # noqa: F401  (harness fixtures)
@@ -298,37 +304,6 @@ def test_where_bwrap_does_not_run_command_agents_are_refused_until_none_is_chose
         sandbox._resolve.cache_clear()
 
 
-@pytest.fixture(scope="module")
-def agent_runtime() -> Iterator[Path]:
-    """A surehand installation uid 65534 can reach, in a directory it can enter (the tests'
-    own may sit where it cannot: a clone under a 0700 directory, a Python under /root)."""
-    if os.getuid() != 0:
-        missing("root (only a root worker can run agents as another user)")
-    home = runtime_home()
-    try:
-        yield reachable_runtime(home)
-    finally:
-        shutil.rmtree(home, ignore_errors=True)
-
-
-def agent_user_env(
-    store: Store, broker: RedisServer, tmp_path: Path, work_dir: Path, **extra: str
-) -> dict[str, str]:
-    """A worker running agents as uid 65534, with nothing bound that it cannot reach (the
-    tests' own directories are root's alone) and this checkout off its import path."""
-    return worker_env(
-        store,
-        broker,
-        tmp_path,
-        SUREHAND_AGENTS="DEV=command",
-        SUREHAND_AGENT_USER="65534:65534",
-        SUREHAND_WORK_DIR=str(work_dir),
-        SUREHAND_AGENT_BIND="",
-        PYTHONPATH="",
-        **extra,
-    )
-
-
 @pytest.mark.parametrize("mode", ["bwrap", "none"])
 def test_agents_can_run_as_a_dedicated_user(
     store: Store,
@@ -351,17 +326,11 @@ def test_agents_can_run_as_a_dedicated_user(
         SUREHAND_COMMAND_AGENT=program, SUREHAND_AGENT_SANDBOX=mode,
     )  # fmt: skip
     try:
-        command = [str(agent_runtime.parent / "surehand")]
+        command = surehand_of(agent_runtime)
         with running(start_worker(env, tmp_path / "worker.log", surehand=command)) as worker:
             task_id = committed_task(client)
-            wait_until(
-                lambda: (
-                    read_task(store, task_id).bucket is not Bucket.INBOX
-                    and bool(reports_of(store, task_id) or attempts_of(store, task_id)[-1].error)
-                ),
-                timeout=90,
-                what="the session to end",
-            )
+            ended = functools.partial(session_ended, store, task_id)
+            wait_until(ended, timeout=90, what="the session to end")
             log = worker.output()
         [report] = reports_of(store, task_id)
         assert report.body.splitlines() == ["65534", "can-write", "0", "effect-ran"], log[-3000:]
@@ -383,7 +352,7 @@ def test_a_worker_whose_agent_user_cannot_enter_its_virtualenv_refuses_to_start(
         python = reachable_runtime(locked)
         env = agent_user_env(store, broker, tmp_path, work_dir, SUREHAND_COMMAND_AGENT="true")
         worker = spawn(["worker", "--roles", "DEV"], env, tmp_path / "worker.log",
-                       surehand=[str(python.parent / "surehand")])  # fmt: skip
+                       surehand=surehand_of(python))  # fmt: skip
         with running(worker):
             worker.process.wait(timeout=60)
         output = worker.output()
