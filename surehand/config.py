@@ -175,16 +175,17 @@ class Settings(BaseSettings):
     agent_bind: str = Field(
         "",
         description="Comma list of paths bound into the sandbox, read-write (PATH) or read-only "
-        "(PATH:ro), e.g. the repository an agent works on. Everything else but the session "
-        "directory is read-only, and /tmp is the session's own. The most specific path wins: "
-        "a hidden path (the surehand home...) inside a bound one stays hidden, a path bound "
-        "inside a hidden one is seen.",
+        "(PATH:ro), e.g. the repository an agent works on or a tool the sandbox's view lacks "
+        "(it shows the system's /usr, a part of /etc, surehand's Python and the program's "
+        "own files; no home directory). The most specific path wins: a hidden path (the "
+        "surehand home...) inside a bound one stays hidden, a path bound inside a hidden one "
+        "is seen.",
     )
     agent_hide: str = Field(
         "",
-        description="Comma list of further paths the sandbox hides from agents (an empty "
-        "directory or file in their place); the surehand home, the session directories, the "
-        "SQLite store and /run are always hidden.",
+        description="Comma list of further paths the sandbox hides from agents where they lie "
+        "inside a bound path (an empty read-only directory or file in their place); the "
+        "surehand home, the session directories and the SQLite store are always hidden.",
     )
     agent_user: str = Field(
         "",
@@ -206,6 +207,52 @@ class Settings(BaseSettings):
     agent_open_files: int = Field(
         1024, ge=16, description="Open files each process of a session may hold."
     )
+    # -- the sandbox's view and a session's quotas (issue 29 items 5 and 6) --
+    agent_tmpfs_mib: int = Field(
+        128,
+        ge=1,
+        description="Size of the sandbox's private /tmp and of its /dev/shm, each (MiB; memory, "
+        "which RLIMIT_AS does not count and a session cgroup does); /run gets 1 MiB.",
+    )
+    agent_disk_mib: int = Field(
+        1024,
+        ge=1,
+        description="Disk a session may add to its directory, its captured outputs and its "
+        "per-TASK worktree together (MiB). One found over it is stopped and its TASK goes "
+        "through admission (cause quota_exceeded).",
+    )
+    agent_disk_files: int = Field(
+        100_000,
+        ge=10,
+        description="Files and directories a session may add to the same places and its "
+        "sandbox's /tmp, /dev/shm and /run; over it, stopped like SUREHAND_AGENT_DISK_MIB.",
+    )
+    agent_quota_check_seconds: float = Field(
+        1.0,
+        gt=0,
+        description="How often a worker measures its sessions against SUREHAND_AGENT_DISK_MIB "
+        "and SUREHAND_AGENT_DISK_FILES (at least 20 times as long as a round takes). A session "
+        "can pass its quota by what it writes in one interval.",
+    )
+    work_dir_min_free_mib: int = Field(
+        2048,
+        ge=0,
+        description="A worker claims no TASK while the file system of SUREHAND_WORK_DIR has "
+        "less free space than this (MiB): the TASK stays in inbox for later or another worker. "
+        "Keep it above the concurrency times SUREHAND_AGENT_DISK_MIB; 0 turns the check off.",
+    )
+    work_dir_min_free_files: int = Field(
+        10_000,
+        ge=0,
+        description="The same for free files (inodes) on that file system; 0 turns it off.",
+    )
+    work_dir_retry_seconds: float = Field(
+        30.0,
+        gt=0,
+        description="How long a worker that had no room for a session waits before the TASK's "
+        "message is tried again (by any worker of its role).",
+    )
+    # -- end of the view and quota block --
     agent_workspace: str = Field(
         "",
         description="Where command agent sessions work: a comma list of [ROLE=]SPEC, a role's "

@@ -231,6 +231,15 @@ class SessionInterrupted(SessionError):
         self.cause = cause
 
 
+class NoSpaceForSessions(SessionError):
+    """The work directory's file system is below the free space or files this worker keeps:
+    it starts no session and claims nothing; the TASK waits in inbox for later or for another
+    worker. Free space there (or lower SUREHAND_WORK_DIR_MIN_FREE_MIB)."""
+
+    code = "no_space_for_sessions"
+    retryable = True
+
+
 class OperationFailed(SessionError):
     """An operation's effect raised; its failure is recorded as the operation's outcome."""
 

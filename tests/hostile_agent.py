@@ -20,7 +20,8 @@ unless the probe's point is to break the output itself. Probes:
 - ``tools``: call the session tools with NUL, line breaks and Markdown in names and arguments,
   and post a body over the server's limit; reports each answer's code;
 - ``sleep``: a well-behaved sibling that works ``seconds`` and reports;
-- the network probes of ``tests/hostile_net.py`` (``reach``, ``flood``, ``calls``).
+- the network probes of ``tests/hostile_net.py`` (``reach``, ``flood``, ``calls``);
+- the view's and the quotas' probes, in ``tests/hostile_view.py``.
 """
 
 from __future__ import annotations
@@ -40,7 +41,10 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script
-from tests import hostile_journal  # the probes of tests/hostile_journal.py
+from tests import (
+    hostile_journal,  # the probes of tests/hostile_journal.py
+    hostile_view,  # the probes of tests/hostile_view.py
+)
 
 SECRET_MARKS = ("postgresql", "redis://", "sqlite:", "SECRET")
 
@@ -276,6 +280,7 @@ PROBES = {
     "tools": tools_probe,
     "sleep": sleep_probe,
 }
+PROBES.update(hostile_view.PROBES)  # tests/hostile_view.py
 
 
 def main() -> None:

@@ -13,7 +13,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -133,12 +133,15 @@ class Proc:
         return self.process.poll()
 
 
-def spawn(args: list[str], env: Mapping[str, str], log: Path) -> Proc:
-    """Start ``python -m surehand ARGS`` in its own process group with ``env`` added."""
+def spawn(
+    args: list[str], env: Mapping[str, str], log: Path, surehand: Sequence[str] = SUREHAND
+) -> Proc:
+    """Start ``python -m surehand ARGS`` (or ``surehand``: another installation's command)
+    in its own process group with ``env`` added."""
     full_env = {**os.environ, **env, "PYTHONUNBUFFERED": "1"}
     with log.open("wb") as handle:  # the child writes to its own copy of the descriptor
         process = subprocess.Popen(
-            SUREHAND + args,
+            [*surehand, *args],
             env=full_env,
             stdout=handle,
             stderr=subprocess.STDOUT,
@@ -148,10 +151,15 @@ def spawn(args: list[str], env: Mapping[str, str], log: Path) -> Proc:
 
 
 def start_worker(
-    env: Mapping[str, str], log: Path, roles: str = "DEV", concurrency: int = 2
+    env: Mapping[str, str],
+    log: Path,
+    roles: str = "DEV",
+    concurrency: int = 2,
+    surehand: Sequence[str] = SUREHAND,
 ) -> Proc:
     """Start ``surehand worker`` and wait until Celery says it is ready."""
-    proc = spawn(["worker", "--roles", roles, "--concurrency", str(concurrency)], env, log)
+    args = ["worker", "--roles", roles, "--concurrency", str(concurrency)]
+    proc = spawn(args, env, log, surehand)
     wait_until(
         lambda: "ready." in proc.output() or proc.returncode is not None,
         timeout=60,

@@ -8,6 +8,7 @@ quotes what an agent wrote. The hostile program under real workers: test_hostile
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import re
 import shlex
@@ -29,18 +30,30 @@ from surehand.agents.session_dirs import sweep
 from surehand.config import Settings
 from surehand.dispatcher.sessions import Session
 from surehand.errors import AgentOutputRefused, ConfigError
+from surehand.facade import Surehand
 from surehand.fcop.render import render_recovery
 from surehand.model import Admission, AttemptCause, AttemptState, EffectFact
+from surehand.store import Store
 from tests.agent_procs import require_proc
+from tests.agent_runtime import (  # noqa: F401  (fixture)
+    agent_runtime,
+    agent_user_env,
+    reachable_runtime,
+    session_ended,
+    surehand_of,
+)
+from tests.procs import RedisServer, running, spawn, start_worker, wait_until
 from tests.recovery_helpers import Rig, rig
 from tests.session_helpers import (  # noqa: F401  (harness fixtures)
     Harness,
     attempts_of,
     committed_task,
     harness,
+    read_task,
     reports_of,
 )
 from tests.skips import missing
+from tests.test_workers import broker, client, worker_env  # noqa: F401  (fixtures)
 
 __all__ = ["rig"]  # fixture
 
@@ -292,29 +305,62 @@ def test_where_bwrap_does_not_run_command_agents_are_refused_until_none_is_chose
 
 
 @pytest.mark.parametrize("mode", ["bwrap", "none"])
-def test_agents_can_run_as_a_dedicated_user(harness: Harness, tmp_path: Path, mode: str) -> None:
+def test_agents_can_run_as_a_dedicated_user(
+    store: Store,
+    broker: RedisServer,
+    client: Surehand,
+    agent_runtime: Path,
+    tmp_path: Path,
+    mode: str,
+) -> None:
     require_proc()
-    if os.getuid() != 0:
-        missing("root (only a root worker can run agents as another user)")
     work_dir = Path(tempfile.mkdtemp(dir="/var/tmp"))  # pytest's directories are root's alone
     work_dir.chmod(0o711)
+    program = (
+        "sh -c 'id -u; test -w . && echo can-write; "
+        'ls -A .. 2>/dev/null | grep -cvx "$(basename "$PWD")"; '  # others it sees
+        "surehand effect --name note -- echo effect-ran'"
+    )
+    env = agent_user_env(
+        store, broker, tmp_path, work_dir / "sessions",
+        SUREHAND_COMMAND_AGENT=program, SUREHAND_AGENT_SANDBOX=mode,
+    )  # fmt: skip
     try:
-        sh = harness.surehand(
-            agents="DEV=command",
-            command_agent="sh -c 'id -u; test -w . && echo can-write; "
-            'ls -A .. 2>/dev/null | grep -cvx "$(basename "$PWD")"; true\'',  # others it sees
-            agent_user="65534:65534",
-            agent_sandbox=mode,
-            work_dir=work_dir / "sessions",
-        )
-        task_id = committed_task(sh)
-
-        outcome = sh.run_session(task_id)
-
-        assert outcome.outcome == "settled", outcome
-        [report] = reports_of(sh.store, task_id)
-        assert report.body.splitlines() == ["65534", "can-write", "0"]
+        command = surehand_of(agent_runtime)
+        with running(start_worker(env, tmp_path / "worker.log", surehand=command)) as worker:
+            task_id = committed_task(client)
+            ended = functools.partial(session_ended, store, task_id)
+            wait_until(ended, timeout=90, what="the session to end")
+            log = worker.output()
+        [report] = reports_of(store, task_id)
+        assert report.body.splitlines() == ["65534", "can-write", "0", "effect-ran"], log[-3000:]
     finally:
+        shutil.rmtree(work_dir)
+
+
+def test_a_worker_whose_agent_user_cannot_enter_its_virtualenv_refuses_to_start(
+    store: Store, broker: RedisServer, tmp_path: Path
+) -> None:
+    """Issue 30: the start check covers every path the sandbox binds for the agent user (its
+    virtualenv here, under a directory only root enters) and names the one that blocks it,
+    instead of every session failing in bubblewrap."""
+    if os.getuid() != 0:
+        missing("root (only a root worker can run agents as another user)")
+    locked = Path(tempfile.mkdtemp(dir="/var/tmp"))  # 0700: only root enters
+    work_dir = Path(tempfile.mkdtemp(dir="/var/tmp"))
+    try:
+        python = reachable_runtime(locked)
+        env = agent_user_env(store, broker, tmp_path, work_dir, SUREHAND_COMMAND_AGENT="true")
+        worker = spawn(["worker", "--roles", "DEV"], env, tmp_path / "worker.log",
+                       surehand=surehand_of(python))  # fmt: skip
+        with running(worker):
+            worker.process.wait(timeout=60)
+        output = worker.output()
+        assert worker.returncode not in (0, None), output[-3000:]
+        assert f"{locked}/venv (SUREHAND_AGENT_USER): {locked} does not let it through" in output
+        assert "chmod o+x" in output
+    finally:
+        shutil.rmtree(locked)
         shutil.rmtree(work_dir)
 
 

@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import hashlib
 import ipaddress
 import json
 import logging
-import os
 import re
 import shutil
 import socket
@@ -34,8 +34,16 @@ from surehand.agents.gateway import Gateway, SessionNet, SessionSpec
 from surehand.agents.proxy import Proxy
 from surehand.cli import app
 from surehand.errors import ConfigError
+from surehand.facade import Surehand
+from surehand.store import Store
 from tests.agent_procs import require_proc
-from tests.procs import wait_until
+from tests.agent_runtime import (  # noqa: F401  (fixture)
+    agent_runtime,
+    agent_user_env,
+    session_ended,
+    surehand_of,
+)
+from tests.procs import RedisServer, running, start_worker, wait_until
 from tests.session_helpers import (  # noqa: F401  (harness fixtures)
     Harness,
     committed_task,
@@ -43,6 +51,7 @@ from tests.session_helpers import (  # noqa: F401  (harness fixtures)
     reports_of,
 )
 from tests.skips import missing
+from tests.test_workers import broker, client  # noqa: F401  (fixtures)
 
 PORTAL = Path(__file__).resolve().parent.parent / "surehand" / "agents" / "portal.py"
 
@@ -502,39 +511,46 @@ print(urllib.request.urlopen(os.environ["TARGET"], timeout=10).read().decode())
 
 
 def test_an_agent_user_reaches_its_session_server_and_a_listed_host_through_its_own_sockets(
-    harness: Harness, destination: tuple[str, int], monkeypatch: pytest.MonkeyPatch
+    store: Store,
+    broker: RedisServer,
+    client: Surehand,
+    agent_runtime: Path,
+    destination: tuple[str, int],
+    tmp_path: Path,
 ) -> None:
     """The session's sockets are the agent user's (its directory 0700, chowned), and the
-    portal runs for it on an interpreter it can run (the system's, where this one is under a
-    home it cannot enter)."""
+    portal runs for it on the worker's interpreter, which it can reach (a worker whose
+    interpreter it cannot reach refuses to start: tests/test_agent_confinement.py)."""
     require_proc()
-    if os.getuid() != 0:
-        missing("root (only a root worker can run agents as another user)")
     host, port = destination
     work_dir = Path(tempfile.mkdtemp(dir="/var/tmp"))  # pytest's directories are root's alone
     work_dir.chmod(0o711)
     (work_dir / "agent.py").write_text(AS_ANOTHER_USER)
     (work_dir / "agent.py").chmod(0o644)
+    env = agent_user_env(
+        store,
+        broker,
+        tmp_path,
+        work_dir / "sessions",
+        SUREHAND_COMMAND_AGENT=f"/usr/bin/python3 -I {work_dir / 'agent.py'}",
+        SUREHAND_AGENT_SANDBOX="bwrap",
+        SUREHAND_AGENT_EGRESS=f"{host}:{port}",
+        SUREHAND_AGENT_BIND=f"{work_dir / 'agent.py'}:ro",
+        SUREHAND_AGENT_ENV="TARGET",
+        TARGET=f"http://{host}:{port}/for-the-agent-user",
+    )
     try:
-        sh = harness.surehand(
-            agents="DEV=command",
-            command_agent=f"/usr/bin/python3 -I {work_dir / 'agent.py'}",
-            agent_user="65534:65534",
-            agent_sandbox="bwrap",
-            agent_egress=f"{host}:{port}",
-            agent_env="TARGET",
-            work_dir=work_dir / "sessions",
-        )
-        monkeypatch.setenv("TARGET", f"http://{host}:{port}/for-the-agent-user")
-        task_id = committed_task(sh)
-
-        outcome = sh.run_session(task_id)
+        log = tmp_path / "worker.log"
+        with running(start_worker(env, log, surehand=surehand_of(agent_runtime))) as worker:
+            task_id = committed_task(client)
+            ended = functools.partial(session_ended, store, task_id)
+            wait_until(ended, timeout=90, what="the session to end")
+            output = worker.output()
     finally:
         shutil.rmtree(work_dir)
 
-    assert outcome.outcome == "settled", outcome
-    [report] = reports_of(sh.store, task_id)
-    assert report.body.splitlines() == ["200", "GET /for-the-agent-user"]
+    [report] = reports_of(store, task_id)
+    assert report.body.splitlines() == ["200", "GET /for-the-agent-user"], output[-3000:]
 
 
 # -- every byte once ----------------------------------------------------------------------------

@@ -51,6 +51,7 @@ pytestmark = pytest.mark.slow
 
 AGENT = Path(__file__).parent / "hostile_agent.py"
 PROGRAM = f"{sys.executable} {AGENT}"
+VIEW = {"SUREHAND_AGENT_BIND": f"{AGENT.parent}:ro"}  # the probes (the sandbox has no checkout)
 REFUSED = "refused: ConnectionRefusedError"  # nothing listens on its own loopback
 FORBIDDEN = "403 Forbidden"
 
@@ -108,7 +109,8 @@ def test_under_surehand_up_the_agent_reaches_neither_the_api_its_metrics_nor_flo
         flower, flower_url = start_flower(env, tmp_path / "flower.log")
         with running(flower):
             up, ready = start_up(
-                tmp_path, env={"SUREHAND_AGENTS": "DEV=command", "SUREHAND_COMMAND_AGENT": PROGRAM}
+                tmp_path,
+                env={"SUREHAND_AGENTS": "DEV=command", "SUREHAND_COMMAND_AGENT": PROGRAM, **VIEW},
             )
             with running(up):
                 api = ready["api"].removeprefix("http://")
@@ -164,7 +166,8 @@ def test_surehand_up_refuses_command_agents_on_its_network_beside_a_token_less_a
 def hostile_env(store: Store, broker: RedisServer, tmp_path: Path, **extra: str) -> dict[str, str]:
     """A worker whose DEV agent is the hostile program."""
     agent = {"SUREHAND_AGENTS": "DEV=command", "SUREHAND_COMMAND_AGENT": PROGRAM}
-    return worker_env(store, broker, tmp_path, **agent, **extra)
+    binds = {"SUREHAND_AGENT_BIND": f"{tmp_path},{AGENT.parent}:ro"}  # tmp_path: worker_env's
+    return worker_env(store, broker, tmp_path, **agent, **binds, **extra)
 
 
 def test_under_a_worker_it_reaches_no_store_redis_metadata_or_private_address_only_the_listed(

@@ -80,6 +80,7 @@ def test_claude_runs_what_the_operator_permits_journaled_and_is_denied_the_rest(
         env = claude_env(store, broker, tmp_path, clis, model, sandbox=sandbox)
         env["SUREHAND_CLAUDE_TOOLS"] = "mcp__tickets,Bash(touch:*)"
         env["SUREHAND_CLAUDE_MCP_CONFIG"] = str(tickets_config(tmp_path, tickets))
+        env["SUREHAND_AGENT_BIND"] += f",{TICKETS_SERVER}:ro"  # the operator's server's file
         with running(start_worker(env, tmp_path / "worker.log")) as worker:
             task_id = submitted(reconciling_client)
             settled_by(reconciling_client, store, task_id, worker)

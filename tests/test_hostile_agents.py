@@ -97,6 +97,36 @@ class Deployment:
         return int(line.split()[1]) / 1024
 
 
+def hostile_env(
+    store: Store, broker: RedisServer, tmp_path: Path, mode: str, **extra: str
+) -> dict[str, str]:
+    """A worker whose DEV agent is the hostile program (a stand-in ``codex`` on PATH), in
+    sandbox ``mode``; with ``extra`` settings."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "codex").write_text(f'#!/bin/sh\nexec {sys.executable} {AGENT} "$@"\n')
+    (bin_dir / "codex").chmod(0o755)
+    return worker_env(
+        store,
+        broker,
+        tmp_path,
+        SUREHAND_AGENTS="DEV=command",
+        SUREHAND_COMMAND_AGENT="codex",
+        SUREHAND_AGENT_SANDBOX=mode,
+        SUREHAND_CODEX_SANDBOX="danger-full-access",  # a stand-in: no helpers under /tmp
+        SUREHAND_AGENT_BIND=f"{bin_dir}:ro,{AGENT.parent}:ro",  # the probes; nothing of tmp_path
+        SUREHAND_CONCURRENCY="4",
+        PATH=f"{bin_dir}:/usr/local/bin:/usr/bin:/bin",
+        **extra,
+    )
+
+
+@pytest.fixture
+def hostile_settings() -> dict[str, str]:
+    """What a module's hostile worker sets besides (a module overrides this fixture)."""
+    return {}
+
+
 @pytest.fixture(params=["bwrap", "none"])
 def deployment(
     request: pytest.FixtureRequest,
@@ -104,32 +134,24 @@ def deployment(
     broker: RedisServer,
     reconciling_client: Surehand,
     tmp_path: Path,
+    hostile_settings: dict[str, str],
 ) -> Iterator[Deployment]:
     require_proc()
     if request.param == "none" and sqlite_file(store.url) is None:
         # Not applicable: what the fallback cannot hide does not depend on the store (its
         # answers that do -- the session tools' -- are asserted with bwrap on both stores).
         not_applicable("the fallback's limits are the same on every store")
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    (bin_dir / "codex").write_text(f'#!/bin/sh\nexec {sys.executable} {AGENT} "$@"\n')
-    (bin_dir / "codex").chmod(0o755)
     (tmp_path / "secret.txt").write_text("SECRET of the host")
-    env = worker_env(
+    env = hostile_env(
         store,
         broker,
         tmp_path,
-        SUREHAND_AGENTS="DEV=command",
-        SUREHAND_COMMAND_AGENT="codex",
-        SUREHAND_AGENT_SANDBOX=str(request.param),
-        SUREHAND_CODEX_SANDBOX="danger-full-access",  # a stand-in: no helpers under /tmp
-        SUREHAND_AGENT_BIND=f"{bin_dir}:ro",  # the stand-in CLI, nothing else of tmp_path
+        str(request.param),
         SUREHAND_AGENT_ENV="OPENAI_API_KEY",
         SUREHAND_AGENT_MEMORY_MIB=str(MEMORY_MIB),
-        SUREHAND_CONCURRENCY="4",
         OPENAI_API_KEY="sk-allowed-by-the-operator",
-        PATH=f"{bin_dir}:/usr/local/bin:/usr/bin:/bin",
         **SECRETS,
+        **hostile_settings,
     )
     with running(start_worker(env, tmp_path / "worker.log", concurrency=4)) as worker:
         yield Deployment(str(request.param), reconciling_client, worker, tmp_path, store)
@@ -250,7 +272,7 @@ def expected(mode: str, sqlite: bool) -> dict[str, Any]:
             "groups": bwrap,
             "outputs": bwrap,
             "secret": "refused: No such file or directory" if bwrap else "done: SECRET of the host",
-            "write_rootfs": "refused: Read-only file system" if bwrap else ANY_DONE,
+            "write_rootfs": "refused: No such file or directory" if bwrap else ANY_DONE,  # no /var
         },
         "escape": {"left_behind": ANY_MARK, "left_running": []},
         "fork_bomb": {"capped": True},

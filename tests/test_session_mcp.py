@@ -188,7 +188,7 @@ def test_a_command_agent_speaks_mcp_to_its_session_and_its_token_dies_with_it(
         agents="DEV=command",
         command_agent=f"{sys.executable} {AGENT} finish",
         agent_env="AGENT_TEST_DIR",
-        agent_bind=str(tmp_path),
+        agent_bind=f"{tmp_path},{AGENT}:ro",  # its ledger, and the agent (the view has no tests)
     )
     task_id = committed_task(sh)
 
@@ -224,7 +224,7 @@ def test_a_command_agent_that_returns_with_its_effect_still_open_is_held_not_set
         agents="DEV=command",
         command_agent=f"{sys.executable} {AGENT} forget_end",
         agent_env="AGENT_TEST_DIR",
-        agent_bind=str(tmp_path),
+        agent_bind=f"{tmp_path},{AGENT}:ro",  # its ledger, and the agent (the view has no tests)
         lost_grace_seconds=0.0,
     )
     task_id = committed_task(sh)

@@ -38,7 +38,7 @@ def mcp_agent_for_dev(rig: Rig, tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
     update = {
         "command_agent": line,
         "agent_env": "AGENT_TEST_DIR,AGENT_TICKET_KEY",
-        "agent_bind": str(agent_files(tmp_path)),
+        "agent_bind": f"{agent_files(tmp_path)},{AGENT}:ro",
     }
     rig.sh.agent("DEV")(
         CommandAgent.from_settings(rig.sh.settings.model_copy(update=update), session_door())

@@ -45,6 +45,7 @@ def agent_env(store: Store, broker: RedisServer, tmp_path: Path, mode: str) -> d
         SUREHAND_AGENTS="DEV=command",
         SUREHAND_COMMAND_AGENT=f"{sys.executable} {AGENT} {mode}",
         SUREHAND_LEASE_TTL_SECONDS="3",
+        SUREHAND_AGENT_BIND=f"{tmp_path},{AGENT}:ro",  # the view has no tests of its own
         AGENT_TEST_DIR=str(tmp_path),
     )
 

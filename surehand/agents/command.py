@@ -39,13 +39,12 @@ import logging
 import os
 import shutil
 import tempfile
-import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import IO, Any
 
-from surehand.agents import session_dirs
+from surehand.agents import quotas, session_dirs
 from surehand.agents.briefing import brief_for
 from surehand.agents.context import SessionContext
 from surehand.agents.gateway import SessionNet
@@ -53,7 +52,7 @@ from surehand.agents.git_rules import DEFAULT_REMOTES
 from surehand.agents.group_records import GroupRecord, GroupRecords
 from surehand.agents.groups import AgentGroup
 from surehand.agents.launch import Confinement, Launch
-from surehand.agents.outputs import OUTPUTS_DIR, open_private, read_report_file, tail_of
+from surehand.agents.outputs import OUTPUTS_DIR, captured, read_report_file, tail_of
 from surehand.agents.presets import (
     TOKEN_ENV,
     URL_ENV,
@@ -65,6 +64,7 @@ from surehand.agents.presets import (
     operator_servers,
     program_for,
 )
+from surehand.agents.quota_watch import watch_for
 from surehand.agents.sandbox import BWRAP
 from surehand.agents.session_door import AgentGrant, SessionDoor, SessionDoorFactory
 from surehand.agents.workspaces import Workspace, Workspaces, prepare, publish
@@ -135,7 +135,7 @@ class CommandAgent:
     @functools.cached_property
     def confinement(self) -> Confinement:
         """How this process confines programs (resolved once; ConfigError if it cannot)."""
-        return Confinement.from_settings(self.settings)
+        return Confinement.from_settings(self.settings, self.program.base)
 
     def require_ready(self) -> None:
         """ConfigError now (worker start, ``surehand check``) if this agent's program cannot
@@ -231,10 +231,7 @@ class CommandAgent:
     ) -> str:
         work_dir = self._prepare(ctx, grant)
         outputs = self.work_dir / OUTPUTS_DIR / ctx.attempt.attempt_id
-        with (
-            open_private(outputs, "stdout.txt") as stdout,
-            open_private(outputs, "stderr.txt") as stderr,
-        ):
+        with captured(outputs) as (stdout, stderr):  # cut to what is read of them, after
             code = self._run(ctx, work_dir, grant, workspace, (stdout, stderr))
             output = self._report_text(work_dir, stdout)
             if code != 0:
@@ -258,23 +255,41 @@ class CommandAgent:
         workspace: Workspace | None,
         outputs: tuple[IO[bytes], IO[bytes]],
     ) -> int:
-        """Run the program's process group to its end (``outputs``: its standard output and
-        error); its exit code."""
+        """Run the program's process group to its end, its disk use watched (``outputs``: its
+        standard output and error); its exit code."""
         door = self.mcp.door() if grant is not None and self.mcp is not None else None
         label = f"{ctx.task.task_id} attempt {ctx.attempt.number}"
         with self.confinement.net.session(label, door) as network:  # its ways out end with it
             launch = self._launch(ctx, work_dir, grant, workspace, network)
+            watched = self._watched(ctx, work_dir, workspace)  # its baseline, before it starts
             group = self._start(ctx, work_dir, launch, *outputs)
+            if self.confinement.sandbox.mode == BWRAP:
+                watched.sandbox_pid = functools.partial(quotas.sandbox_pid, group.pgid)
+            watch_for(self.settings).watch(watched)
             try:
-                code = self._wait(group, ctx)
+                code = self._wait(group, ctx, watched)
             finally:
+                watch_for(self.settings).forget(watched)
                 group.stop()  # whatever the program left running dies with the session
                 ours = self.records.release(ctx.task.task_id, ctx.attempt.attempt_id)
-                if workspace is not None:
+                watched.check()  # the last word: what it left once all of it stopped
+                if watched.exceeded is not None:
+                    shutil.rmtree(work_dir, ignore_errors=True)  # the flood goes with it
+                elif workspace is not None:
                     publish(workspace)  # only once nothing of the program runs in the clone
+        watched.raise_if_over()  # also one that ended between two rounds of the watch
         if not ours:
             raise AgentError("a later attempt of this TASK started here; this command was killed")
         return code
+
+    def _watched(
+        self, ctx: SessionContext, work_dir: Path, workspace: Workspace | None
+    ) -> quotas.Watched:
+        """The session under its quota, its baseline measured now (before it starts)."""
+        places = [work_dir, self.work_dir / OUTPUTS_DIR / ctx.attempt.attempt_id]
+        places += [path for path, _ in workspace.binds] if workspace is not None else []
+        name, quota = ctx.attempt.attempt_id, self.confinement.quota
+        return quotas.watched_session(name, places, within=self.work_dir, quota=quota)
 
     def _launch(
         self,
@@ -371,20 +386,21 @@ class CommandAgent:
             env.update({URL_ENV: grant.url, TOKEN_ENV: grant.token})
         return env
 
-    def _wait(self, group: AgentGroup, ctx: SessionContext) -> int:
-        """The program's exit code, once it ends; stops it when the session is cancelled or the
-        timeout passes. Sleeps until one of them happens: the program's end and the session's
-        cancellation both set ``wake`` (see :mod:`surehand.agents.exits`); only where one of
-        them cannot does it look every ``_POLL`` seconds."""
+    def _wait(self, group: AgentGroup, ctx: SessionContext, watched: quotas.Watched) -> int:
+        """The program's exit code, once it ends; stops it when the session is cancelled, the
+        timeout passes or it goes over its quota. Sleeps until one of them happens: the
+        program's end, the session's cancellation and the quota watch all set ``wake`` (see
+        :mod:`surehand.agents.exits`); only where one of them cannot does it look every
+        ``_POLL`` seconds."""
         deadline = time.monotonic() + self.timeout
-        wake = threading.Event()
+        wake = watched.wake
         with group.waking(wake) as on_end, ctx.waking(wake) as on_cancel:
             nap = _SAFETY_NAP if on_end and on_cancel else _POLL
             while True:
                 wake.clear()  # before looking: whatever happens from here on sets it again
                 if (code := group.poll()) is not None:
                     break
-                self._stop_if_over(group, ctx, deadline)
+                self._stop_if_over(group, ctx, deadline, watched)
                 left = deadline - time.monotonic()
                 wake.wait(min(nap, left))
         if group.interrupted:
@@ -392,8 +408,14 @@ class CommandAgent:
             raise AgentError("the worker shut down; the command was stopped")
         return code
 
-    def _stop_if_over(self, group: AgentGroup, ctx: SessionContext, deadline: float) -> None:
-        """Stop the program (AgentError) if its session was cancelled or its time is up."""
+    def _stop_if_over(
+        self, group: AgentGroup, ctx: SessionContext, deadline: float, watched: quotas.Watched
+    ) -> None:
+        """Stop the program if its session was cancelled or its time is up (AgentError), or
+        it went over its disk quota (killed at once: SessionInterrupted)."""
+        if watched.exceeded is not None:
+            group.kill()  # at once: no grace to write more in
+            watched.raise_if_over()
         if ctx.cancelled:
             group.stop()
             why = ctx.stopped[1] if ctx.stopped else "the session lost its lease"

@@ -8,14 +8,18 @@ relative to the session directory without following a link and without blocking,
 regular file of at most :data:`MAX_REPORT_FILE` bytes; anything else (a FIFO, a symlink to
 another file, a giant or sparse file) ends the session with :class:`AgentOutputRefused`.
 
-Every read is bounded: the last :data:`MAX_OUTPUT` bytes are the REPORT (or the error's tail).
+Every read is bounded: the last :data:`MAX_OUTPUT` bytes are the REPORT (or the error's tail),
+and once the session ends that is all that is kept of each output (:func:`keep_tail`); while it
+runs, they count in its disk quota (:mod:`surehand.agents.quotas`).
 Decoded as UTF-8 with bad bytes and NUL characters replaced, so any output is valid REPORT text.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import stat
+from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
 
@@ -38,6 +42,32 @@ def open_private(directory: Path, name: str) -> IO[bytes]:
 def tail_of(file: IO[bytes], limit: int = MAX_OUTPUT) -> str:
     """The last ``limit`` bytes of an open file, as text (bounded, whatever its size)."""
     return _text(_read_tail(file.fileno(), limit))
+
+
+@contextlib.contextmanager
+def captured(directory: Path) -> Iterator[tuple[IO[bytes], IO[bytes]]]:
+    """New private files for a program's standard output and error in ``directory``, cut to
+    their tails (:func:`keep_tail`) when the block ends: what is kept is what is read."""
+    with (
+        open_private(directory, "stdout.txt") as stdout,
+        open_private(directory, "stderr.txt") as err,
+    ):
+        try:
+            yield stdout, err
+        finally:
+            keep_tail(stdout)
+            keep_tail(err)
+
+
+def keep_tail(file: IO[bytes], limit: int = MAX_OUTPUT) -> None:
+    """Cut an output file the program no longer writes to its last ``limit`` bytes (what
+    :func:`tail_of` reads): a finished session keeps at most that of each on disk."""
+    fd = file.fileno()
+    if os.fstat(fd).st_size <= limit:
+        return
+    tail = _read_tail(fd, limit)
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, tail, 0)
 
 
 def read_report_file(session_dir: Path, name: str, limit: int = MAX_OUTPUT) -> str:

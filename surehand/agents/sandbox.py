@@ -14,11 +14,11 @@ ConfigError at worker start) until ``none`` is chosen explicitly.
   bwrap's, started with the session's filtered environment, so its ``/proc/1/environ`` holds
   nothing the program lacks.
 - user, with every capability dropped: root in the sandbox cannot remount or unmount anything.
-- mount: ``/`` read-only; a private ``/tmp``, ``/dev`` and ``/proc``; ``/run`` (local service
-  sockets), the surehand home (the embedded store), the session directories (other sessions,
-  the group records) and the SQLite store hidden: an empty directory or file in their place;
-  the session directory the only writable place, plus what the operator binds in
-  (``SUREHAND_AGENT_BIND``) or hides (``SUREHAND_AGENT_HIDE``).
+- mount: a view built from an allowlist (:mod:`surehand.agents.view`): the system's programs
+  and libraries, a part of ``/etc``, the Python surehand runs on, the program's own files, the
+  session directory (the only writable place besides what the operator binds in with
+  ``SUREHAND_AGENT_BIND`` or a workspace), sized private tmpfs for ``/tmp``, ``/dev/shm`` and
+  ``/run``; nothing else of the host (its homes, ``/var``, the checkout's dotfiles).
 - network (``SUREHAND_AGENT_NETWORK``): ``egress``, the default, and ``none`` give it a
   network namespace of its own, loopback only; the session MCP server is reached at its URL
   through the portal (:mod:`surehand.agents.portal`) and the worker's gateway
@@ -39,21 +39,18 @@ from __future__ import annotations
 import functools
 import shutil
 import subprocess
-import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from surehand.agents import view
 from surehand.config import Settings
 from surehand.errors import ConfigError
-from surehand.store.engine import sqlite_file
 
 BWRAP = "bwrap"
 NONE = "none"
 EGRESS, HOST = "egress", "host"  # network modes (and NONE)
-ALWAYS_HIDDEN = ("/run",)
-_SQLITE_SIDES = ("", "-wal", "-shm", "-journal")
-PACKAGE = Path(__file__).resolve().parents[1]  # surehand/, where the trampoline lives
+DEFAULT_TMPFS_BYTES = 128 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -86,19 +83,23 @@ class Sandbox:
         hidden: Sequence[Path],
         binds: Sequence[tuple[Path, bool]],
         portal: Sequence[str] = (),
+        program_mounts: Sequence[view.Mount] = (),
+        tmpfs_bytes: int = DEFAULT_TMPFS_BYTES,
     ) -> list[str]:
         """The command line that runs ``program`` confined (as it is, in mode ``none``).
 
         ``hidden``: paths the program must not see; ``binds``: (path, writable) to bind in;
         ``portal``: the command that must run first inside the sandbox, in front of
-        ``program`` (the session server's door when the network is cut)."""
+        ``program`` (the session server's door when the network is cut); ``program_mounts``:
+        what the program's own installation needs in the view (:func:`view.program_mounts`);
+        ``tmpfs_bytes``: the size of the sandbox's ``/tmp`` and ``/dev/shm`` each."""
         if self.mode != BWRAP:
             return list(program)
         assert self.binary is not None
         return [
             self.binary,
             *_namespaces(self.network),
-            *_view(session_dir, hidden, binds),
+            *_view(session_dir, hidden, binds, program_mounts, tmpfs_bytes),
             "--chdir",
             str(session_dir),
             "--",
@@ -123,71 +124,13 @@ def _namespaces(network: str) -> list[str]:
 
 
 def _view(
-    session_dir: Path, hidden: Sequence[Path], binds: Sequence[tuple[Path, bool]]
+    session_dir: Path,
+    hidden: Sequence[Path],
+    binds: Sequence[tuple[Path, bool]],
+    program: Sequence[view.Mount],
+    tmpfs_bytes: int,
 ) -> list[str]:
-    args = ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
-    binds = [*binds, *((path, False) for path in runtime_under_tmp())]
-    # The most specific path wins: mounts go outer first, so a hidden path stays hidden inside
-    # a bound one (a repository that holds the surehand home), a path bound inside a hidden one
-    # is seen, and of a path both bound and hidden, the hiding comes last. The session
-    # directory comes last of all, inside whatever hides it.
-    mounts = [(path, 0, _bind(path, writable)) for path, writable in binds]
-    mounts += [(path, 1, _hide(path)) for path in (*map(Path, ALWAYS_HIDDEN), *hidden)]
-    for _path, _order, mount in sorted(mounts, key=lambda m: (len(m[0].parts), m[1])):
-        args += mount
-    return [*args, "--bind", str(session_dir), str(session_dir)]
-
-
-def runtime_under_tmp() -> list[Path]:
-    """The Python and the surehand package the trampoline runs on, where the private ``/tmp``
-    would hide them (a virtualenv or a checkout under ``/tmp``): bound back read-only, or the
-    sandbox cannot start its own first process (``execvp ...python: No such file``). For a
-    checkout, the directory surehand is imported from is bound whole, as the rest of the host
-    is seen: read-only, with the hidden paths still hidden inside it."""
-    wanted = {Path(sys.prefix), Path(sys.base_prefix), Path(sys.executable).parent, PACKAGE.parent}
-    found = {path.resolve() for path in wanted} | wanted
-    return sorted(path for path in found if path.is_relative_to("/tmp") and path.exists())
-
-
-def _bind(path: Path, writable: bool) -> list[str]:
-    return ["--bind" if writable else "--ro-bind", str(path), str(path)]
-
-
-def _hide(path: Path) -> list[str]:
-    if path.is_dir():
-        return ["--tmpfs", str(path)]
-    if path.exists():
-        return ["--ro-bind", "/dev/null", str(path)]
-    return []  # nothing there to hide
-
-
-def hidden_paths(settings: Settings) -> list[Path]:
-    """What every session must not see: the surehand home, the session directories (other
-    sessions and the group records), the SQLite store and what ``SUREHAND_AGENT_HIDE`` lists."""
-    paths = [settings.home.resolve(), settings.work_dir.resolve()]
-    database = sqlite_file(settings.resolved_database_url())
-    if database is not None:
-        paths += [Path(f"{database.resolve()}{side}") for side in _SQLITE_SIDES]
-    paths += [Path(part).resolve() for part in _items(settings.agent_hide)]
-    return paths
-
-
-def bound_paths(settings: Settings) -> list[tuple[Path, bool]]:
-    """``SUREHAND_AGENT_BIND``: (path, writable) for ``PATH`` and ``PATH:ro`` entries."""
-    binds = []
-    for item in _items(settings.agent_bind):
-        path, _, mode = item.rpartition(":") if item.endswith((":ro", ":rw")) else (item, "", "rw")
-        if not Path(path).is_absolute() or not Path(path).exists():
-            raise ConfigError(
-                f"SUREHAND_AGENT_BIND entry {item!r}: bind an absolute path that exists",
-                setting="SUREHAND_AGENT_BIND",
-            )
-        binds.append((Path(path).resolve(), mode != "ro"))
-    return binds
-
-
-def _items(setting: str) -> list[str]:
-    return [part.strip() for part in setting.split(",") if part.strip()]
+    return view.arguments(session_dir, hidden, binds, program=program, tmpfs_bytes=tmpfs_bytes)
 
 
 def sandbox_for(settings: Settings) -> Sandbox:

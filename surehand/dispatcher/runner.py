@@ -36,6 +36,7 @@ from typing import Any
 
 from surehand import metrics
 from surehand.agents.context import SessionContext
+from surehand.agents.quotas import require_free_space
 from surehand.agents.registry import AgentRegistry
 from surehand.crashpoints import CrashPoint, crash_point
 from surehand.dispatcher import sessions
@@ -147,7 +148,10 @@ class SessionRunner:
         return int(self.services.settings.lease_ttl_seconds * 1000)
 
     def run(self, task_id: str, *, message_id: str | None = None) -> SessionOutcome:
-        """Claim and run one TASK; a TASK that is not claimable is acknowledged and skipped."""
+        """Claim and run one TASK; a TASK that is not claimable is acknowledged and skipped.
+        ``NoSpaceForSessions`` (nothing claimed, the TASK left in inbox) while the work
+        directory's file system is below the free space this worker keeps."""
+        require_free_space(self.services.settings)
         session = self._claim_retrying(task_id, message_id)
         if session is None:
             return SessionOutcome(task_id, "not_claimed")

@@ -10,6 +10,7 @@ would hand a second ``Surehand`` the first one's session task, bound to another 
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable
@@ -22,10 +23,11 @@ from surehand import metrics, metrics_port
 from surehand.agents import groups
 from surehand.dispatcher.reconciler import Reconciler
 from surehand.dispatcher.runner import SessionRunner
-from surehand.errors import StoreUnavailable
+from surehand.errors import NoSpaceForSessions, StoreUnavailable
 from surehand.queue.celery_app import SESSION_TASK_NAME
 
 RECONCILE_TASK_NAME = "surehand.reconcile"
+log = logging.getLogger(__name__)
 
 
 CLAIM_RETRY_SECONDS = 5.0
@@ -50,6 +52,13 @@ class SessionTask(Task):  # type: ignore[type-arg]
             # The claim could not reach the store past its retries. The message was acked
             # early: publish it again, or the TASK would wait for the sweep's republish.
             raise self.retry(exc=error, countdown=CLAIM_RETRY_SECONDS) from error
+        except NoSpaceForSessions as error:
+            # Nothing was claimed: the TASK waits in inbox. Its message goes back to the
+            # queue, for this worker once it has room again or for another one, as often as
+            # it takes (the sweep also republishes a TASK left in inbox).
+            log.warning("%s not started: %s", task_id, error)
+            wait = self._runner().services.settings.work_dir_retry_seconds
+            raise self.retry(exc=error, countdown=wait, max_retries=None) from error
 
 
 class ReconcileTask(Task):  # type: ignore[type-arg]

@@ -101,6 +101,7 @@ class AttemptCause(enum.StrEnum):
     LEASE_LOST = "lease_lost"  # the session's lease could not be renewed
     SESSION_LOST = "session_lost"  # the reconciler found the session gone (killed, unreachable)
     SESSION_ERROR = "session_error"  # surehand's own session code failed (a bug, a bad output)
+    QUOTA_EXCEEDED = "quota_exceeded"  # the session's program went over its disk quota: stopped
 
 
 class OperationState(enum.StrEnum):
