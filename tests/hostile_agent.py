@@ -20,7 +20,8 @@ unless the probe's point is to break the output itself. Probes:
 - ``tools``: call the session tools with NUL, line breaks and Markdown in names and arguments,
   and post a body over the server's limit; reports each answer's code;
 - ``sleep``: a well-behaved sibling that works ``seconds`` and reports;
-- the network probes of ``tests/hostile_net.py`` (``reach``, ``flood``, ``calls``);
+- the session tools' flood of ``tests/hostile_journal.py`` (``tool_flood``);
+- the network probes of ``tests/hostile_net.py`` (``reach``, ``connection_flood``, ``calls``);
 - the view's and the quotas' probes, in ``tests/hostile_view.py``.
 """
 
@@ -36,15 +37,11 @@ from typing import Any
 
 import anyio
 import httpx2
-from hostile_net import PROBES as NET_PROBES  # type: ignore[import-not-found]  # (tests/ runs it)
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script
-from tests import (
-    hostile_journal,  # the probes of tests/hostile_journal.py
-    hostile_view,  # the probes of tests/hostile_view.py
-)
+from tests import hostile_journal, hostile_net, hostile_view  # more probes, by area
 
 SECRET_MARKS = ("postgresql", "redis://", "sqlite:", "SECRET")
 
@@ -269,8 +266,6 @@ def sleep_probe(params: dict[str, Any]) -> dict[str, Any]:
 
 
 PROBES = {
-    "flood": hostile_journal.flood_probe,  # tests/hostile_journal.py
-    **NET_PROBES,
     "env": env_probe,
     "siblings": siblings_probe,
     "files": files_probe,
@@ -280,7 +275,10 @@ PROBES = {
     "tools": tools_probe,
     "sleep": sleep_probe,
 }
-PROBES.update(hostile_view.PROBES)  # tests/hostile_view.py
+for _more in (hostile_journal.PROBES, hostile_net.PROBES, hostile_view.PROBES):
+    _clash = PROBES.keys() & _more.keys()
+    assert not _clash, f"two probes named {sorted(_clash)}"  # one would silently win
+    PROBES.update(_more)
 
 
 def main() -> None:

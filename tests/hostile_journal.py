@@ -78,3 +78,6 @@ class Flood:
                     begun.append(int(data["operation_id"]))
         self.findings[label] = answers
         return begun
+
+
+PROBES = {"tool_flood": flood_probe}

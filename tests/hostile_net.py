@@ -108,4 +108,4 @@ def _effect(name: str) -> str:
     return done.stdout.strip() or f"exit {done.returncode}: {done.stderr.strip()[-200:]}"
 
 
-PROBES = {"reach": reach_probe, "flood": flood_probe, "calls": calls_probe}
+PROBES = {"reach": reach_probe, "connection_flood": flood_probe, "calls": calls_probe}

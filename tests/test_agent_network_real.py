@@ -259,7 +259,9 @@ def test_a_connection_flood_on_the_session_server_is_contained_while_a_sibling_w
         warm = submitted(client, hostile("calls", times=1))  # the session server is up
         findings(store, warm, worker)
         before = worker_fds(worker)
-        flood = submitted(client, hostile("flood", count=300, seconds=20, marker=str(flooding)))
+        flood = submitted(
+            client, hostile("connection_flood", count=300, seconds=20, marker=str(flooding))
+        )
         wait_until(flooding.exists, timeout=120, what="the flood to be open")
         sibling = submitted(client, hostile("calls", times=3))
         most = before

@@ -173,7 +173,7 @@ def test_a_hostile_agents_tool_flood_under_a_real_worker_is_refused_and_its_task
         SUREHAND_AGENT_BIND=f"{agent.parent}:ro",
         **LIMITS,
     )
-    body = "HOSTILE " + json.dumps({"probe": "flood", "mib": 0.9, "operations": 25})
+    body = "HOSTILE " + json.dumps({"probe": "tool_flood", "mib": 0.9, "operations": 25})
     with running(start_worker(env, tmp_path / "worker.log")) as worker:
         created = reconciling_client.write_task(
             sender="PM", recipient="DEV", subject="flood", body=body
