@@ -19,7 +19,6 @@ for ``egress`` or ``none`` explicitly there is a ConfigError (:func:`sandbox.san
 from __future__ import annotations
 
 import contextlib
-import shutil
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -29,7 +28,6 @@ from surehand.agents.egress import Allowlist
 from surehand.agents.gateway import Gateway, SessionNet, SessionSpec
 from surehand.agents.sandbox import BWRAP, EGRESS, HOST, Sandbox
 from surehand.config import Settings
-from surehand.errors import ConfigError
 
 HOST_WARNING = (
     "WARNING: the worker's network: an agent reaches every service on this host's loopback "
@@ -47,14 +45,12 @@ class AgentNetwork:
     connections: int
     idle: float
     owner: tuple[int, int] | None
-    python: str  # the interpreter the portal runs on (one the agent's user can run)
 
     @classmethod
     def from_settings(
         cls, settings: Settings, box: Sandbox, owner: tuple[int, int] | None
     ) -> AgentNetwork:
-        """Resolve the settings for ``box`` (ConfigError for a bad allowlist entry, or a
-        portal the agent's user could not start)."""
+        """Resolve the settings for ``box`` (ConfigError for a bad allowlist entry)."""
         egress = Allowlist.parse(settings.agent_egress, command_agent=settings.command_agent)
         own = box.own_network
         return cls(
@@ -64,7 +60,6 @@ class AgentNetwork:
             connections=settings.agent_connections,
             idle=settings.agent_idle_seconds,
             owner=owner,
-            python=portal_python(owner) if own else sys.executable,
         )
 
     @property
@@ -111,43 +106,11 @@ class AgentNetwork:
         if net is None or not net.forwards:
             return []
         forwards = [arg for forward in net.forwards for arg in ("--forward", forward.argument())]
-        return [self.python, "-I", "-S", str(net.portal), *forwards, "--"]
+        # This interpreter: the start check makes sure SUREHAND_AGENT_USER can run it
+        # (launch.require_reachable), and the view binds it in.
+        return [sys.executable, "-I", "-S", str(net.portal), *forwards, "--"]
 
     @staticmethod
     def binds(net: SessionNet | None) -> list[tuple[Path, bool]]:
         """What the sandbox binds in for ``net``: its directory of sockets, read-only."""
         return [] if net is None else [(net.directory, False)]
-
-
-def portal_python(owner: tuple[int, int] | None) -> str:
-    """This interpreter, or where the agent's user cannot run it (a virtualenv of a home it
-    cannot enter), the system's ``python3``: the portal needs only its C modules."""
-    if owner is None or runnable(Path(sys.executable), owner):
-        return sys.executable
-    system = shutil.which("python3", path="/usr/bin:/bin")
-    if system is not None and runnable(Path(system), owner):
-        return system
-    raise ConfigError(
-        f"SUREHAND_AGENT_USER={owner[0]} can run neither {sys.executable} nor a python3 in "
-        "/usr/bin, which its sandbox's network portal needs: install python3, or let that "
-        "user reach this interpreter",
-        setting="SUREHAND_AGENT_USER",
-    )
-
-
-def runnable(path: Path, owner: tuple[int, int]) -> bool:
-    """Whether ``owner`` can execute ``path`` (links followed): every directory above it
-    lets it through, and the file is executable for it."""
-    target = path.resolve()
-    if not target.is_file():
-        return False
-    return all(_allows(step, owner, 0o1) for step in [target, *target.parents])
-
-
-def _allows(path: Path, owner: tuple[int, int], bit: int) -> bool:
-    info = path.stat()
-    if info.st_uid == owner[0]:
-        return bool(info.st_mode & (bit << 6))
-    if info.st_gid == owner[1]:
-        return bool(info.st_mode & (bit << 3))
-    return bool(info.st_mode & bit)
