@@ -338,7 +338,7 @@ def test_the_default_file_does_not_resolve_without_either_password() -> None:
 def test_the_workers_start_lines_reach_a_log_shipper_one_line_each(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """A worker with a command agent says how its programs run in five lines on stderr, each
+    """A worker with a command agent says how its programs run in seven lines on stderr, each
     whole however long (compose/check found 'agent programs: sandbox bwrap: ...' cut in two
     at 80 columns in a container's log, the second half a line of its own)."""
     from surehand.cli.session_commands import announce_confinement
@@ -356,12 +356,14 @@ def test_the_workers_start_lines_reach_a_log_shipper_one_line_each(
     lines = capsys.readouterr().err.splitlines()
     assert [line.split(" ", 3)[:3] for line in lines] == [
         ["agent", "programs:", "sandbox"],
+        ["agent", "programs:", "view"],
         ["agent", "programs:", "network"],
         ["agent", "programs:", "limits"],
+        ["agent", "programs:", "disk"],
         ["agent", "programs:", "user"],
         ["agent", "programs:", "environment"],
     ]
-    assert all(name in lines[4] for name in names)
+    assert all(name in lines[-1] for name in names)
 
 
 def test_beats_health_check_does_not_judge_a_sandbox_it_never_uses(
