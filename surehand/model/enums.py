@@ -102,6 +102,9 @@ class AttemptCause(enum.StrEnum):
     SESSION_LOST = "session_lost"  # the reconciler found the session gone (killed, unreachable)
     SESSION_ERROR = "session_error"  # surehand's own session code failed (a bug, a bad output)
     QUOTA_EXCEEDED = "quota_exceeded"  # the session's program went over its disk quota: stopped
+    CANCELLED = "cancelled"  # a person (or a parent's cancel) cancelled the TASK: stopped
+    TIMED_OUT = "timed_out"  # the TASK's time limit ran out: stopped
+    BUDGET_SPENT = "budget_spent"  # the TASK's cost budget was spent: stopped
 
 
 class OperationState(enum.StrEnum):
