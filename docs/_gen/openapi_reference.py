@@ -115,9 +115,11 @@ def _schema_section(name: str, schema: dict[str, Any]) -> str:
         else f"{schema_text(schema)}\n"
     )
     description = _cell(schema.get("description", ""))
-    return f"### {name} {{#schema-{name.lower()}}}\n\n" + (
-        f"{description}\n\n" if description else ""
-    ) + table
+    return (
+        f"### {name} {{#schema-{name.lower()}}}\n\n"
+        + (f"{description}\n\n" if description else "")
+        + table
+    )
 
 
 def render(spec: dict[str, Any]) -> str:

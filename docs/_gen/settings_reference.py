@@ -30,7 +30,7 @@ def type_text(annotation: Any) -> str:
         return " \\| ".join(f"`{value}`" for value in typing.get_args(annotation))
     if typing.get_origin(annotation) in (typing.Union, types.UnionType):
         parts = [type_text(arg) for arg in typing.get_args(annotation) if arg is not type(None)]
-        return " or ".join(parts) + " (or unset)"
+        return " or ".join(parts) + " or unset"
     if isinstance(annotation, type) and issubclass(annotation, Path):
         return "path"
     return getattr(annotation, "__name__", str(annotation))
