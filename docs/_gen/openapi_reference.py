@@ -31,7 +31,8 @@ def document() -> dict[str, Any]:
                 spec: dict[str, Any] = create_app(sh).openapi()
         finally:
             os.environ.update(saved)
-    return json.loads(json.dumps(spec))  # a plain copy, detached from the app
+    copy: dict[str, Any] = json.loads(json.dumps(spec))  # a plain copy, detached from the app
+    return copy
 
 
 def _ref_name(ref: str) -> str:
