@@ -20,7 +20,7 @@ REPO = Path(__file__).resolve().parent.parent
 DOCS = REPO / "docs"
 GENERATED = DOCS / "_gen"
 # Pages docs/_gen/hooks.py renders on every build (never kept in the repository).
-GENERATED_PAGES = {"docs/reference/settings.md", "docs/reference/http-api.md"}
+GENERATED_PAGES = {f"docs/reference/{name}.md" for name in ("settings", "http-api", "cli")}
 
 
 def generator(name: str) -> ModuleType:
@@ -86,6 +86,14 @@ def test_every_route_of_the_openapi_document_is_in_the_api_reference() -> None:
         assert f"### {name} {{#schema-{name.lower()}}}" in page
 
 
+def test_every_command_of_the_cli_is_in_the_cli_reference_with_its_variables() -> None:
+    page = generator("cli_reference").render()
+    for command in ("up", "worker", "submit", "review", "db upgrade", "fcop export", "effect"):
+        assert f"## `surehand {command}`" in page, command
+    worker = page.split("## `surehand worker`", 1)[1].split("\n## ")[0]
+    assert "| `--roles` | yes |  | `SUREHAND_ROLES` |" in worker
+
+
 def test_the_site_builds_strictly(tmp_path: Path) -> None:
     if importlib.util.find_spec("mkdocs") is None:
         missing("mkdocs (the dev extras) for the documentation site")
@@ -95,7 +103,7 @@ def test_the_site_builds_strictly(tmp_path: Path) -> None:
     home = (tmp_path / "index.html").read_text(encoding="utf-8")
     assert "./scripts/test" in home  # the README is the home page
     assert (tmp_path / "reference" / "openapi.json").is_file()
-    for page in ("reference/settings", "reference/http-api", "agents/sandbox", "deployment/guide"):
+    for page in ("reference/settings", "reference/http-api", "reference/cli", "deployment/guide"):
         assert (tmp_path / page / "index.html").is_file(), page
 
 
