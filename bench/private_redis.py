@@ -1,14 +1,15 @@
-"""A private ``redis-server`` for the benchmarks: no persistence, never the shared Redis.
+"""A private ``redis-server`` for the benchmarks: the tests' own (``tests/procs.py``), with the
+counters a benchmark reads. No persistence, never the shared Redis.
 
-``bench/sessions.py`` and ``bench/reconcile.py`` start one each; it reports the commands and
-the CPU time the server used, so a benchmark can count them per operation.
+``bench/sessions.py``, ``bench/reconcile.py`` and the HTTP and scale benches start one each; it
+reports the commands and the CPU time the server used, so a benchmark can count them per
+operation. Starting, stopping and finding a port are ``tests.procs``'s: one helper for private
+services (it needs the dev extras, as the suite does).
 """
 
 from __future__ import annotations
 
-import shutil
-import socket
-import subprocess
+import sys
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -17,14 +18,18 @@ from typing import Any
 
 import redis
 
+REPO = Path(__file__).resolve().parent.parent
+if str(REPO) not in sys.path:  # a bench runs as a script: bench/ is its path, not the repository
+    sys.path.insert(0, str(REPO))
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+from tests import procs  # noqa: E402
+
+free_port = procs.free_port
 
 
 def wait_for(predicate: Callable[[], bool], timeout: float, what: str) -> None:
+    """Poll ``predicate`` until it holds; raise TimeoutError after ``timeout`` seconds (a bench
+    is not a test: ``tests.procs.wait_until`` fails the test instead)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if predicate():
@@ -34,29 +39,13 @@ def wait_for(predicate: Callable[[], bool], timeout: float, what: str) -> None:
 
 
 class RedisServer:
-    """A private redis-server without persistence."""
+    """``tests.procs.RedisServer``, started, with a client and per-database URLs."""
 
     def __init__(self, directory: Path) -> None:
-        binary = shutil.which("redis-server")
-        if binary is None:
-            raise SystemExit("redis-server is not installed")
-        self.port = free_port()
-        self.process = subprocess.Popen(
-            [
-                *(binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", ""),
-                *("--appendonly", "no", "--dir", str(directory)),
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
+        self.server = procs.RedisServer(directory)
+        self.server.start()
+        self.port = self.server.port
         self.client = redis.Redis(port=self.port, decode_responses=True)
-        wait_for(self._pings, 10, "redis-server")
-
-    def _pings(self) -> bool:
-        try:
-            return bool(self.client.ping())
-        except redis.RedisError:
-            return False
 
     def url(self, db: int) -> str:
         return f"redis://127.0.0.1:{self.port}/{db}"
@@ -73,5 +62,4 @@ class RedisServer:
 
     def stop(self) -> None:
         self.client.close()
-        self.process.kill()
-        self.process.wait()
+        self.server.stop()

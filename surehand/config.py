@@ -136,7 +136,8 @@ class Settings(BaseSettings):
         description="How a command agent's program is confined: bwrap (its own PID, user and "
         "mount namespaces with bubblewrap: it sees no other process, nothing of the surehand "
         "home, and nothing of it outlives the session), none (a process group and a "
-        "subreaper, the worker's network; see the README for what that cannot promise), or "
+        "subreaper, the worker's network; docs/agents/sandbox.md says what that cannot "
+        "promise), or "
         "auto (bwrap; where it does not work the worker refuses to run command agents until "
         "none is chosen here by name).",
     )
@@ -260,8 +261,7 @@ class Settings(BaseSettings):
         "sandbox) or worktree:/path/to/repo (a clone of its own per TASK on the branch "
         "surehand/<task id>, fetched into the repository when a session ends; its successors "
         "find it). The claude preset gets it with --add-dir, "
-        "codex with -C, programs in SUREHAND_WORKSPACE (README: Claude Code and Codex doing "
-        "real work).",
+        "codex with -C, programs in SUREHAND_WORKSPACE (docs/agents/claude-code-and-codex.md).",
     )
     claude_tools: str = Field(
         "",
@@ -352,8 +352,8 @@ class Settings(BaseSettings):
         "process",
         description="Where `surehand api` publishes created TASKs from the outbox: a thread of "
         "the API process, or a child process woken through a pipe (the publish's CPU then "
-        "leaves the API's interpreter lock: for hosts with a core to spare; README: The HTTP "
-        "create's outbox).",
+        "leaves the API's interpreter lock: for hosts with a core to spare; docs/configuration.md: "
+        "The API's publisher).",
     )
     api_max_body_bytes: int = Field(
         2 * 1024 * 1024,

@@ -153,7 +153,7 @@ class LifecycleError(SurehandError):
 
 
 class IllegalTransition(LifecycleError):
-    """This move between buckets is not allowed; see the lifecycle table in the README."""
+    """This move between buckets is not allowed; see the lifecycle table in docs/lifecycle.md."""
 
     code = "illegal_transition"
 

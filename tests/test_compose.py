@@ -258,15 +258,17 @@ def test_redis_requires_a_password_for_the_broker_and_the_leases(
             assert url.startswith("redis://:" + REQUIRED.format(name="REDIS_PASSWORD")), name
 
 
-def test_the_guide_and_the_readme_set_both_passwords_in_the_quick_start() -> None:
+def test_the_guide_and_the_deployment_page_set_both_passwords_in_the_quick_start() -> None:
     guide = (COMPOSE / "DEPLOYMENT.md").read_text(encoding="utf-8")
-    readme = (COMPOSE.parent / "README.md").read_text(encoding="utf-8")
-    deployment = readme.split("## Running the deployment (Docker, podman)", 1)[1]
+    docs = COMPOSE.parent / "docs"
+    page = (docs / "deployment" / "index.md").read_text(encoding="utf-8")
+    deployment = page.split("# Running the deployment (Docker, podman)", 1)[1]
     for text in (guide, deployment):
         quick_start = text.split("```bash", 1)[1].split("```", 1)[0]
         for name in ("POSTGRES_PASSWORD", "REDIS_PASSWORD"):
             assert f"export {name}=" in quick_start
-    assert "compose/ sets both" not in readme  # it did not (issue 29)
+    for path in (COMPOSE.parent / "README.md", *docs.rglob("*.md")):
+        assert "compose/ sets both" not in path.read_text(encoding="utf-8")  # it did not
 
 
 def test_the_worker_image_installs_bubblewrap() -> None:

@@ -3,7 +3,8 @@
 Every expected value here was derived by hand from the published scheme (DESIGN.md section 3,
 ``surehand/digest.py``): the canonical JSON is written out literally and its SHA-256 is a
 constant, so these vectors pin the scheme itself, not whatever the implementation does today.
-Clients in other languages can test themselves against the same table (see the README).
+Clients in other languages can test themselves against the same table (docs/write-task.md,
+"The write-task-v1 digest").
 """
 
 from __future__ import annotations

@@ -5,8 +5,8 @@ it broke goes through admission (held for its approver).
 The agent (``tests/hostile_agent.py``) runs as the ``codex`` preset's program (a stand-in
 ``codex`` on PATH), so its report file is read as Codex's would be. Each probe is one TASK.
 With bubblewrap every probe is refused or contained; in the fallback (``none``) the test
-asserts exactly what the README ("What an agent can reach") says that mode promises and what it
-does not: a program there sees the host's files and processes as the worker's user does.
+asserts exactly what docs/agents/sandbox.md ("What an agent can reach") says that mode promises
+and what it does not: a program there sees the host's files and processes as the worker's user does.
 """
 
 # ruff: noqa: F811  (test functions take the fixtures imported below)
@@ -251,7 +251,8 @@ SUMMARIES = {
 
 
 def expected(mode: str, sqlite: bool) -> dict[str, Any]:
-    """What each probe must end with; in the fallback, what the README says it cannot hide."""
+    """What each probe must end with; in the fallback, what docs/agents/sandbox.md says it
+    cannot hide."""
     contained = {"held": True, "refused_output": False, "killed": True}
     refused_output = {"held": True, "refused_output": True, "killed": False}
     bwrap = mode == "bwrap"

@@ -6,7 +6,7 @@ TASKs keep working. A worker whose work directory runs out of room starts no ses
 leaves the TASK for later; it runs once there is room again.
 
 The probes are in ``tests/hostile_view.py``. In the fallback (``none``) the test asserts what
-the README says that mode promises: the quotas hold, the view is the host's.
+docs/agents/sandbox.md says that mode promises: the quotas hold, the view is the host's.
 """
 
 # ruff: noqa: F811  (test functions take the fixtures imported below)
@@ -141,7 +141,7 @@ def test_the_agent_sees_no_home_no_checkout_and_no_secrets_of_the_host(
 
     on_host = [path for path in SECRETS if os.path.lexists(path)]
     assert len(on_host) >= 4, on_host  # the test looks for what is really there
-    if deployment.mode == "none":  # the README: the host's files, as the worker's user
+    if deployment.mode == "none":  # docs/agents/sandbox.md: the host's files, as the worker's user
         kind = {path: seen.split(":")[0] for path, seen in found["paths"].items()}
         assert kind == {path: hostile_view.seen_as(path).split(":")[0] for path in found["paths"]}
         return

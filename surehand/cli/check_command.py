@@ -201,8 +201,8 @@ def check_agent_programs(settings: Settings) -> list[Check]:
         found["sandbox"] = _warn(
             found["sandbox"],
             "install bubblewrap (apt-get install bubblewrap): without it an agent sees the "
-            "host's processes, files and network as the worker's user does (README: What an "
-            "agent can reach)",
+            "host's processes, files and network as the worker's user does "
+            "(docs/agents/sandbox.md: What an agent can reach)",
         )
     if confinement.net.shares_host:
         found["network"] = _warn(

@@ -121,7 +121,7 @@ def require_pool(pool: str) -> None:
     if pool not in POOLS:
         raise ConfigError(
             f"--pool {pool!r} cannot run sessions here; use threads (the default, the pool for "
-            f"waiting sessions: one thread each, measured in the README), prefork or solo",
+            f"waiting sessions: one thread each, measured in docs/benchmarks.md), prefork or solo",
             setting="SUREHAND_POOL",
         )
 
