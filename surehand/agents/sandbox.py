@@ -30,8 +30,8 @@ ConfigError at worker start) until ``none`` is chosen explicitly.
 subreaper: a process that leaves the group (``setsid``, a double fork) is still the
 trampoline's descendant and is killed with the session; one that escapes while its parent
 dies at the very moment the trampoline is SIGKILLed is not. The program sees the host's
-processes, files and network as the worker's user does. See the README, "What an agent can
-reach".
+processes, files and network as the worker's user does. See docs/agents/sandbox.md, "What an
+agent can reach".
 """
 
 from __future__ import annotations
@@ -164,8 +164,8 @@ def _resolve(mode: str, network: str) -> Sandbox:
         "(seeing the host's processes, files and network as the worker's user), so they are "
         "refused. Install bubblewrap (Debian: apt-get install bubblewrap) and allow user "
         "namespaces (a container: see compose/DEPLOYMENT.md), or set "
-        "SUREHAND_AGENT_SANDBOX=none to run them without a sandbox (README: What an agent can "
-        "reach)",
+        "SUREHAND_AGENT_SANDBOX=none to run them without a sandbox (docs/agents/sandbox.md: "
+        "What an agent can reach)",
         setting="SUREHAND_AGENT_SANDBOX",
     )
 
