@@ -42,9 +42,9 @@ class FakeApi:
         if len(parts) == 4 and parts[0] == "repos" and parts[3] == "pulls":
             repo = f"{parts[1]}/{parts[2]}"
             head = query.get("head", [""])[0].partition(":")[2]
-            found = [{"html_url": url, "number": n + 1} for n, (r, h, url) in
+            pulls = [{"html_url": url, "number": n + 1} for n, (r, h, url) in
                      enumerate(self.pulls) if r == repo and h == head]  # fmt: skip
-            return 200, found
+            return 200, pulls
         return 404, {"message": "Not Found"}
 
 
