@@ -90,8 +90,8 @@ def git_daemon(base: Path) -> Iterator[str]:
     """``git daemon`` serving the repositories under ``base``; yields ``git://host:port``."""
     port = free_port()
     process = subprocess.Popen(
-        ["git", "daemon", "--reuseaddr", "--export-all", f"--base-path={base}",
-         "--listen=127.0.0.1", f"--port={port}", str(base)],
+        ["git", "daemon", "--reuseaddr", "--export-all", "--enable=receive-pack",
+         f"--base-path={base}", "--listen=127.0.0.1", f"--port={port}", str(base)],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         start_new_session=True,  # git runs git-daemon as its child: stop the whole group
