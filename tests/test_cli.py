@@ -268,6 +268,7 @@ def test_check_passes_against_real_services(cli: Cli, tmp_path: Path, pg_url: st
         "redis-lua": "ok",
         "broker": "ok",
         "agent DEV": "ok",
+        "probes": "ok",  # the built-in ones
     }
     assert PG_URL
 

@@ -91,3 +91,40 @@ def test_an_interrupted_push_is_decided_by_the_built_in_probe_and_happens_once(
         assert updates(remote, task_id) == 1  # the remote saw one push, never two
         assert len(sh.attempts(task_id)) == attempts
         sh.close()
+
+
+def test_many_pushes_under_worker_kills_need_no_person_and_each_happens_once(
+    deployment: Deployment, remote: Remote
+) -> None:
+    """Chaos: six TASKs push; two workers die at their first push (one after it landed, one
+    before it ran), killing whatever else they were running mid-session; a clean worker then
+    takes over. Holds that need a person: 0; every TASK's ref updated exactly once."""
+    deployment.env.update(
+        {"SUREHAND_AGENTS": "DEV=tests.push_agents:push", WORK_ENV: str(remote.work),
+         REMOTE_ENV: remote.url,
+         # A dead worker's prefetched messages are lost (early ack): published again soon.
+         "SUREHAND_REPUBLISH_AFTER_SECONDS": "5"}
+    )  # fmt: skip
+    sh = Surehand(database_url=deployment.store.url)
+    doomed = [
+        deployment.worker(SUREHAND_CRASH_AT="operation.after_effect"),
+        deployment.worker(SUREHAND_CRASH_AT="operation.after_intent"),
+    ]
+    deployment.beat()
+    task_ids = [
+        str(sh.write_task(sender="PM", recipient="DEV", subject=f"Push {n}", body="Push.").task_id)
+        for n in range(6)
+    ]
+    deployment.wait(lambda: all(p.returncode is not None for p in doomed), "both workers to die")
+    deployment.worker()
+
+    def all_reviewed() -> bool:
+        return all(sh.get_task(task_id).bucket is Bucket.REVIEW for task_id in task_ids)
+
+    deployment.wait(all_reviewed, "every TASK's REPORT", timeout=120)
+    assert [sh.get_task(task_id).hold for task_id in task_ids] == [None] * 6
+    assert [updates(remote, task_id) for task_id in task_ids] == [1] * 6
+    cases = [case for task_id in task_ids for case in sh.cases(task_id=task_id)]
+    assert len(cases) >= 2  # each doomed worker's session at least
+    assert all(case.admission is not Admission.HOLD_FOR_REVIEW for case in cases)
+    sh.close()
