@@ -23,6 +23,7 @@ class FakeApi:
     pulls: list[tuple[str, str, str]] = field(default_factory=list)
     stall_seconds: float = 0.0
     status: int | None = None  # every answer this status (a 5xx outage)
+    drip_seconds: float = 0.0  # send the body a byte at a time, this far apart
     seen: list[dict[str, str]] = field(default_factory=list)  # each request's headers
 
     @property
@@ -62,7 +63,13 @@ def serve(api: FakeApi) -> Iterator[FakeApi]:
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(data)))
             self.end_headers()
-            self.wfile.write(data)
+            if not api.drip_seconds:
+                self.wfile.write(data)
+                return
+            for byte in data:
+                self.wfile.write(bytes([byte]))
+                self.wfile.flush()
+                time.sleep(api.drip_seconds)
 
         def log_message(self, *_args: object) -> None:
             pass

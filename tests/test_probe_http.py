@@ -70,6 +70,15 @@ def test_an_answer_that_does_not_come_in_time_is_inconclusive(api: FakeApi) -> N
     assert saw["why"].startswith("no answer")
 
 
+def test_an_answer_dripped_a_byte_at_a_time_cannot_hold_the_probe_past_its_bound(
+    api: FakeApi,
+) -> None:
+    api.drip_seconds = 0.3  # each byte well inside the socket timeout, the whole far past it
+    present, saw = ask(probe_for(api, timeout=1.0), url=f"{api.base}/tickets/EXT-1")
+    assert present is None
+    assert saw["why"].startswith("no answer")
+
+
 def test_the_workers_loopback_is_refused_unless_an_entry_names_it(api: FakeApi) -> None:
     url = f"{api.base}/tickets/EXT-1"
     for destinations in (

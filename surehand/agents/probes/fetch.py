@@ -47,15 +47,15 @@ class Destinations:
     def check(self, host: str, port: int) -> list[Address]:
         """The addresses ``host:port`` may be reached at; Refused if none."""
         name = normalise(host)
-        addresses = _resolve(name, port)
         if f"{name}:{port}" in self.trusted:
-            return addresses
+            return _resolve(name, port)
         rule = self.allowlist.rule_for(name, port)
-        if rule is None:
+        if rule is None:  # refused before any lookup: a name off the list is never resolved
             raise Refused(
                 f"{name}:{port} is not an allowed destination (SUREHAND_PROBE_EGRESS or "
                 "SUREHAND_AGENT_EGRESS must list it)"
             )
+        addresses = _resolve(name, port)
         admitted = [address for address in addresses if rule.admits(address)]
         if not admitted:
             raise Refused(
@@ -83,25 +83,33 @@ def get(
     connection = _Pinned(host, port, str(addresses[0]), secure, timeout)
     try:
         connection.request("GET", target, headers={"Host": parts.netloc, **headers})
+        sock = connection.sock  # kept: the connection lets go of it once the answer says close
         response = connection.getresponse()
-        return Answer(response.status, _read(response, deadline))
+        return Answer(response.status, _read(sock, response, deadline))
     except (OSError, http.client.HTTPException) as error:
         raise Unreachable(f"{type(error).__name__}: {error}") from None
     finally:
         connection.close()
 
 
-def _read(response: http.client.HTTPResponse, deadline: float) -> bytes:
+def _read(sock: socket.socket | None, response: http.client.HTTPResponse, deadline: float) -> bytes:
+    """The body, one receive at a time, each bounded by the time left (a server that drips
+    bytes cannot hold the probe past its deadline)."""
     chunks: list[bytes] = []
     size = 0
-    while chunk := response.read(64 * 1024):
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise Unreachable("the answer took too long")
+        if sock is not None:
+            sock.settimeout(left)
+        chunk = response.read1(64 * 1024)
+        if not chunk:
+            return b"".join(chunks)
         size += len(chunk)
         if size > MAX_BYTES:
             raise Unreachable(f"the answer is over {MAX_BYTES} bytes")
-        if time.monotonic() > deadline:
-            raise Unreachable("the answer took too long")
         chunks.append(chunk)
-    return b"".join(chunks)
 
 
 def _resolve(name: str, port: int) -> list[Address]:
