@@ -4,6 +4,7 @@ of the same name takes the built-in one's place."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from surehand.agents.probes.git_push import GitPushProbe
 from surehand.config import Settings
@@ -11,7 +12,7 @@ from surehand.facade import Surehand
 from tests import probes_agents
 
 
-def handle(tmp_path: Path, **values: str) -> Surehand:
+def handle(tmp_path: Path, **values: Any) -> Surehand:
     return Surehand(settings=Settings(database_url=f"sqlite:///{tmp_path / 'db'}", **values))
 
 
