@@ -98,6 +98,34 @@ class Settings(BaseSettings):
         "process that has a probe an open intent names but this process lacks, before it holds "
         "the TASK for review.",
     )
+    probe_timeout_seconds: float = Field(
+        20.0,
+        gt=0,
+        le=300,
+        description="How long one built-in probe (git.push, http.request, "
+        "github.pull_request) may take before its answer is inconclusive.",
+    )
+    probe_egress: str = Field(
+        "",
+        description="Comma list of destinations the HTTP probes may reach besides "
+        "SUREHAND_AGENT_EGRESS, in its syntax: a probe URL on the worker's loopback, a private "
+        "range or a metadata address is refused unless an entry names it exactly.",
+    )
+    probe_credentials: str = Field(
+        "",
+        description="Comma list of environment variable names the http.request probe may "
+        "send as credentials (an effect names one in its auth_env); no other variable is read.",
+    )
+    probe_github_url: str = Field(
+        "https://api.github.com",
+        description="REST API of the forge the github.pull_request probe asks (GitHub's, or a "
+        "server speaking its shape); reached without an egress entry.",
+    )
+    probe_github_token_env: str = Field(
+        "",
+        description="Name of the environment variable holding the token the "
+        "github.pull_request probe sends (empty: none).",
+    )
     command_agent: str = Field(
         "",
         description="Program the built-in command agent runs: a command line, or the presets "

@@ -18,8 +18,9 @@ import re
 from collections.abc import Mapping
 from typing import Annotated, Any
 
-from pydantic import BeforeValidator, field_validator
+from pydantic import BeforeValidator, ValidationInfo, field_validator
 
+from surehand.agents.probes.args import RESERVED, SCHEMAS, check_probe_args
 from surehand.model import RetryPolicy
 from surehand.requests import Edge, at_most, matching, parse, valid_text
 
@@ -101,6 +102,26 @@ class OperationRequest(Edge):
     idempotency_key: Key | None = None
     retry_policy: RetryPolicy = RetryPolicy.NONE
     probe: ProbeName | None = None
+    probe_args: dict[str, Any] | None = None
+
+    @field_validator("probe")
+    @classmethod
+    def _probe(cls, value: str | None) -> str | None:
+        if value is not None and value.startswith(RESERVED) and value not in SCHEMAS:
+            raise ValueError(
+                f"{value!r} is no built-in probe (built-in: {', '.join(sorted(SCHEMAS))})"
+            )
+        return value
+
+    @field_validator("probe_args", mode="before")
+    @classmethod
+    def _probe_args(cls, value: object, info: ValidationInfo) -> object:
+        if value is not None and not isinstance(value, Mapping):
+            raise ValueError(f"must be an object of named arguments, not {type(value).__name__}")
+        if "probe" not in info.data:
+            return value  # the probe itself was refused (that error is the one reported)
+        checked = check_probe_args(info.data["probe"], value)
+        return None if checked is None else check_json(checked, limit=MAX_ARGS_BYTES)
 
 
 class OutcomeRequest(Edge):

@@ -96,10 +96,13 @@ class Runtime:
         # Here, not at import: a process that never runs or routes an agent (`surehand tasks`)
         # does not load the command agents' machinery.
         from surehand.agents.builtin import register_builtin_agents
+        from surehand.agents.probes import builtin_probes
 
         with self._lock:
             registry = AgentRegistry()
             register_builtin_agents(registry, self.settings, session_door())
+            for name, probe in builtin_probes(self.settings).items():
+                registry.register_probe(name, probe, builtin=True)
             if self.settings.agents:
                 registry.load(self.settings.agents)
             if self.settings.probes:

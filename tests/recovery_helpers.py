@@ -165,6 +165,7 @@ class Rig:
         key: str | None = None,
         policy: RetryPolicy | str = RetryPolicy.NONE,
         probe: str | None = None,
+        probe_args: Mapping[str, Any] | None = None,
     ) -> Operation:
         """Commit an intent exactly as ``ctx.operation`` does before running the effect."""
         with session.fenced(f"operation_intent:{name}") as connection:
@@ -180,6 +181,7 @@ class Rig:
                 retry_policy=RetryPolicy(policy),
                 probe=probe,
                 now=self.clock.now(),
+                probe_args=probe_args,
             )
         return self.operation(operation_id)
 

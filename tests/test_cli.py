@@ -37,7 +37,7 @@ class Cli:
         self.env = {**os.environ, "SUREHAND_DATABASE_URL": f"sqlite:///{home / 'db.sqlite3'}"}
 
     def __call__(
-        self, *args: str, code: int = 0, env: dict[str, str] | None = None
+        self, *args: str, code: int | None = 0, env: dict[str, str] | None = None
     ) -> subprocess.CompletedProcess[str]:
         done = subprocess.run(
             [*SUREHAND, *args],
@@ -48,7 +48,9 @@ class Cli:
             timeout=120,
             check=False,
         )
-        assert done.returncode == code, f"{args}: {done.returncode}\n{done.stdout}\n{done.stderr}"
+        assert code is None or done.returncode == code, (
+            f"{args}: {done.returncode}\n{done.stdout}\n{done.stderr}"
+        )
         return done
 
     def json(self, *args: str, code: int = 0, env: dict[str, str] | None = None) -> Any:
@@ -237,6 +239,7 @@ def test_check_embedded_defaults_pass(cli: Cli) -> None:
         "redis",
         "broker",
         "agents",  # none configured: `up` runs the demo agent
+        "probes",  # the built-in ones, registered without settings
     }
 
 
@@ -265,6 +268,7 @@ def test_check_passes_against_real_services(cli: Cli, tmp_path: Path, pg_url: st
         "redis-lua": "ok",
         "broker": "ok",
         "agent DEV": "ok",
+        "probes": "ok",  # the built-in ones
     }
     assert PG_URL
 

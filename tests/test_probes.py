@@ -213,7 +213,10 @@ def test_check_lists_registered_probes_and_those_open_intents_name_but_lack(
     )
 
     assert found["probes"]["status"] == "ok"
-    assert found["probes"]["detail"] == "registered: ledger_by_decorator, ledger_by_setting"
+    assert found["probes"]["detail"] == (
+        "built-in: git.push@1, github.pull_request@1, http.request@1; "
+        "registered: ledger_by_decorator, ledger_by_setting"
+    )
     missing = found["probes-not-registered"]
     assert missing["status"] == "warn"
     assert "'gateway' (2 open intents" in missing["detail"]
@@ -223,7 +226,7 @@ def test_check_lists_registered_probes_and_those_open_intents_name_but_lack(
     assert "SUREHAND_PROBES" in missing["fix"]
 
 
-def test_check_says_when_no_probe_is_registered_but_open_intents_name_one(
+def test_check_says_when_only_built_in_probes_are_registered_but_open_intents_name_another(
     rig: Rig, tmp_path: Path
 ) -> None:
     task_id = rig.new_task()
@@ -231,10 +234,12 @@ def test_check_says_when_no_probe_is_registered_but_open_intents_name_one(
 
     found = check(rig.store, tmp_path)
 
-    assert found["probes"]["status"] == "warn"
-    assert found["probes"]["detail"] == "none registered in this process"
+    assert found["probes"]["status"] == "ok"
+    assert found["probes"]["detail"].endswith("; registered: none")
     assert task_id in found["probes-not-registered"]["detail"]
 
 
-def test_check_is_quiet_about_probes_when_there_are_none(rig: Rig, tmp_path: Path) -> None:
-    assert "probes" not in check(rig.store, tmp_path)
+def test_check_lists_the_built_in_probes_without_any_setting(rig: Rig, tmp_path: Path) -> None:
+    assert check(rig.store, tmp_path)["probes"]["detail"] == (
+        "built-in: git.push@1, github.pull_request@1, http.request@1; registered: none"
+    )

@@ -36,6 +36,7 @@ from typing import Any, Literal
 from urllib.parse import urlsplit
 
 from surehand.agents import git_rules
+from surehand.agents.recognisers import Clone
 
 SESSION_TOOLS = "mcp__surehand__"
 SHELL_OPERATORS = re.compile(r"[;&|<>`$()\n\\]")
@@ -62,6 +63,8 @@ class HookPolicy:
     effectful: tuple[str, ...] = DEFAULT_EFFECTFUL
     allowed: tuple[str, ...] = ("mcp__surehand",)
     git_remotes: tuple[str, ...] = git_rules.DEFAULT_REMOTES
+    # The TASK's clone, whose pushes are recognised (surehand.agents.recognisers).
+    clone: Clone | None = None
 
 
 @dataclass(frozen=True)

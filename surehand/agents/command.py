@@ -34,6 +34,7 @@ an earlier attempt's group of the same TASK is alive (``surehand.agents.group_re
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import os
@@ -46,6 +47,7 @@ from typing import IO, Any
 
 from surehand.agents import quotas, session_dirs
 from surehand.agents.briefing import brief_for
+from surehand.agents.claude_hook import HookPolicy
 from surehand.agents.context import SessionContext
 from surehand.agents.gateway import SessionNet
 from surehand.agents.git_rules import DEFAULT_REMOTES
@@ -65,6 +67,7 @@ from surehand.agents.presets import (
     program_for,
 )
 from surehand.agents.quota_watch import watch_for
+from surehand.agents.recognisers import Clone
 from surehand.agents.sandbox import BWRAP
 from surehand.agents.session_door import AgentGrant, SessionDoor, SessionDoorFactory
 from surehand.agents.workspaces import Workspace, Workspaces, prepare, publish
@@ -121,7 +124,7 @@ class CommandAgent:
     def __call__(self, ctx: SessionContext) -> str:
         mcp = self.mcp
         workspace = self._workspace(ctx)
-        policy = self.program.hook_policy(_remote_names(workspace))
+        policy = _with_clone(self.program.hook_policy(_remote_names(workspace)), workspace)
         grant = mcp.grant(ctx, policy) if mcp is not None else None
         self.running.add(ctx.attempt.attempt_id)
         try:
@@ -431,6 +434,13 @@ class CommandAgent:
             self.settings.session_retention_seconds, self.settings.command_timeout_seconds + 60
         )
         session_dirs.sweep(self.work_dir, retention=retention, keep=set(self.running))
+
+
+def _with_clone(policy: HookPolicy | None, workspace: Workspace | None) -> HookPolicy | None:
+    """The hooks' policy with the TASK's clone, whose pushes they recognise."""
+    if policy is None or workspace is None or workspace.repo is None:
+        return policy
+    return dataclasses.replace(policy, clone=Clone(workspace.path, workspace.remotes))
 
 
 def _remote_names(workspace: Workspace | None) -> tuple[str, ...]:

@@ -37,6 +37,7 @@ class SessionPort(Protocol):
         idempotency_key: str | None,
         retry_policy: RetryPolicy,
         probe: str | None,
+        probe_args: Mapping[str, Any] | None = None,
     ) -> Any: ...
 
     def report(
@@ -138,6 +139,7 @@ class SessionContext:
         idempotency_key: str | None = None,
         retry_policy: RetryPolicy | str = RetryPolicy.NONE,
         probe: str | None = None,
+        probe_args: Mapping[str, Any] | None = None,
     ) -> Any:
         """Declare a side effect, run it, and record its outcome; return the effect's value.
 
@@ -145,7 +147,9 @@ class SessionContext:
         already recorded a successful outcome for the same name and args, ``effect`` does not
         run again and the recorded value is returned. ``idempotency_key`` with
         ``retry_policy="keyed"`` lets a successor repeat an interrupted effect with the same
-        key; ``probe`` names a registered probe that can tell whether the effect happened.
+        key; ``probe`` names a registered probe that can tell whether the effect happened,
+        ``probe_args`` what it looks at (a built-in probe's are validated: ``git.push`` takes
+        ``remote``, ``ref`` and ``commit``; see docs/probes.md).
         """
         return self._port.operation(
             name,
@@ -154,6 +158,7 @@ class SessionContext:
             idempotency_key=idempotency_key,
             retry_policy=RetryPolicy(retry_policy),
             probe=probe,
+            probe_args=probe_args,
         )
 
     def report(

@@ -8,13 +8,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from surehand.agents.context import SessionContext
+from surehand.agents.probes import ProbeResult, described
 from surehand.errors import ConfigError, NoAgentForRole
 from surehand.model import Operation
 from surehand.requests import check_role
 
 AgentHandler = Callable[[SessionContext], Any]
-Probe = Callable[[Operation], "bool | None"]
-"""Answers whether an interrupted operation's effect happened: True, False, or None (unknown)."""
+Probe = Callable[[Operation], "bool | ProbeResult | None"]
+"""Answers whether an interrupted operation's effect happened: True, False, or None (unknown),
+or a :class:`ProbeResult` that also says what the probe saw."""
 
 # Probes declared with ``@sh.probe`` on any handle in this process, in order, with the module
 # that defines each. An agents module usually builds its own handle (``Surehand.from_env()``),
@@ -43,6 +45,7 @@ class AgentRegistry:
     def __init__(self) -> None:
         self._agents: dict[str, AgentSpec] = {}
         self._probes: dict[str, Probe] = {}
+        self._builtin_probes: set[str] = set()
         self.builtin: Callable[[str], AgentHandler | None] = lambda _name: None
 
     def register(self, role: str, handler: AgentHandler, *, review: bool = True) -> None:
@@ -61,8 +64,19 @@ class AgentRegistry:
 
         return decorate
 
-    def register_probe(self, name: str, probe: Probe) -> None:
+    def register_probe(self, name: str, probe: Probe, *, builtin: bool = False) -> None:
+        """Register ``probe`` under ``name`` (an operator's replaces a built-in one)."""
         self._probes[name] = probe
+        if builtin:
+            self._builtin_probes.add(name)
+        else:
+            self._builtin_probes.discard(name)
+
+    def probe_labels(self) -> list[str]:
+        """The probes as ``surehand check`` lists them: built-in ones with their version."""
+        return [
+            described(name) if name in self._builtin_probes else name for name in self.probe_names()
+        ]
 
     def probe(self, name: str) -> Probe | None:
         return self._probes.get(name)
@@ -81,7 +95,8 @@ class AgentRegistry:
             if name in loaded:
                 raise _bad_probe(item, f"probe {name!r} is named twice; keep one entry")
             loaded[name] = _import_probe(item, target)
-        self._probes.update(loaded)
+        for name, probe in loaded.items():
+            self.register_probe(name, probe)
 
     def get(self, role: str) -> AgentSpec:
         spec = self._agents.get(role)
@@ -115,7 +130,7 @@ class AgentRegistry:
         """Register the probes ``@sh.probe`` declared in ``module`` or while importing it."""
         for index, (origin, name, probe) in enumerate(_declared):
             if index >= since or origin == module:
-                self._probes[name] = probe
+                self.register_probe(name, probe)
 
     def update(self, other: Mapping[str, AgentSpec]) -> None:
         self._agents.update(other)

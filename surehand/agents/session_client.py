@@ -48,6 +48,7 @@ def run_effect(
     key: str | None,
     policy: str,
     probe: str | None,
+    probe_args: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Declare, run and record ``argv`` as one effect; the recorded outcome (with ``stdout``).
     ``OperationFailed`` when it exits non-zero (recorded as failed)."""
@@ -62,6 +63,7 @@ def run_effect(
             "idempotency_key": key,
             "retry_policy": policy,
             "probe": probe,
+            "probe_args": probe_args,
         },
     )
     if begun["status"] == "already_done":

@@ -311,7 +311,7 @@ def check_probes(settings: Settings, *, read_intents: bool = True) -> list[Check
 
     Admission asks a probe only where it runs (workers, api, reconcile, up): an open intent
     whose probe is missing there is held after SUREHAND_PROBE_WAIT_SECONDS instead of decided.
-    Says nothing when no probe is registered or named.
+    The built-in probes (with their versions) are registered everywhere, without settings.
     """
     from surehand.facade import Surehand
 
@@ -322,19 +322,17 @@ def check_probes(settings: Settings, *, read_intents: bool = True) -> list[Check
     try:
         # Built the way every deciding process builds it: SUREHAND_AGENTS, then SUREHAND_PROBES.
         registered = sh.registry.probe_names()
+        labels = sh.registry.probe_labels()
     except ConfigError as error:
         return [Check("probes", "fail", error.message, "fix SUREHAND_PROBES / SUREHAND_AGENTS")]
     finally:
         sh.close()
     named = _probes_named_by_open_intents(settings) if read_intents else {}
     missing = {name: tasks for name, tasks in named.items() if name not in registered}
-    if not registered and not missing:
-        return []
-    found = [
-        Check("probes", "ok", f"registered: {', '.join(registered)}")
-        if registered
-        else Check("probes", "warn", "none registered in this process")
-    ]
+    builtin = [label for label in labels if "@" in label]
+    others = [label for label in labels if "@" not in label]
+    detail = f"built-in: {', '.join(builtin) or 'none'}; registered: {', '.join(others) or 'none'}"
+    found = [Check("probes", "ok", detail)]
     if missing:
         found.append(_missing_probes(missing, settings))
     return found

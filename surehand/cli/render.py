@@ -247,3 +247,28 @@ def operations_table(found: Sequence[Operation]) -> Table:
             (op.external_receipt or "-")[:40],
         )
     return table
+
+
+def probes_table(found: Sequence[InterruptionCase]) -> Table | None:
+    """What each probe admission asked answered, and what it saw (None: no probe asked)."""
+    rows = [
+        (case.case_id, asked)
+        for case in found
+        for asked in (case.effect_refs or {}).get("probes", [])
+        if isinstance(asked, Mapping)
+    ]
+    if not rows:
+        return None
+    table = Table(title="probes asked (what they saw)")
+    for column in ("case", "operation", "probe", "answer", "saw"):
+        table.add_column(column)
+    for case_id, asked in rows:
+        saw = asked.get("saw") or {}
+        table.add_row(
+            case_id,
+            str(asked.get("operation_id")),
+            str(asked.get("probe")),
+            str(asked.get("answer")),
+            _plain("; ".join(f"{key}={value}" for key, value in dict(saw).items())),
+        )
+    return table

@@ -329,7 +329,17 @@ def effect(
         str | None,
         typer.Option(
             envvar="SUREHAND_PROBE",
-            help="Probe that can tell later whether CMD's effect happened (SUREHAND_PROBES).",
+            help="Probe that can tell later whether CMD's effect happened: a built-in one "
+            "(git.push, http.request, github.pull_request) or one of SUREHAND_PROBES.",
+        ),
+    ] = None,
+    probe_arg: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--probe-arg",
+            envvar="SUREHAND_PROBE_ARGS",
+            help="NAME=VALUE argument of the probe, repeated (git.push: remote=URL, ref=REF, "
+            "commit=SHA).",
         ),
     ] = None,
 ) -> None:
@@ -346,8 +356,28 @@ def effect(
     from surehand.agents.session_client import run_effect
 
     try:
-        outcome = run_effect(argv, name=name, key=key, policy=policy, probe=probe)
+        outcome = run_effect(
+            argv,
+            name=name,
+            key=key,
+            policy=policy,
+            probe=probe,
+            probe_args=_probe_args(probe_arg or []),
+        )
     except OperationFailed as failed:
         console.print(f"[red]effect failed[/]: {failed.message}", style="red")
         raise typer.Exit(1) from None
     sys.stdout.write(str(outcome.get("stdout", "")))
+
+
+def _probe_args(items: list[str]) -> dict[str, str] | None:
+    """``--probe-arg NAME=VALUE`` options as the probe's arguments (None for none)."""
+    found: dict[str, str] = {}
+    for item in items:
+        name, equals, value = item.partition("=")
+        if not equals or not name.strip():
+            raise typer.BadParameter(f"{item!r}: write it as NAME=VALUE", param_hint="--probe-arg")
+        if name.strip() in found:
+            raise typer.BadParameter(f"{name!r} is given twice", param_hint="--probe-arg")
+        found[name.strip()] = value
+    return found or None

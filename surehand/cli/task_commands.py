@@ -348,6 +348,9 @@ def show(
         console.print(render.operations_table(found_operations))
     if found_cases:
         console.print(render.cases_table(found_cases))
+        probed = render.probes_table(found_cases)
+        if probed is not None:
+            console.print(probed)
 
 
 @app.command()

@@ -18,9 +18,17 @@ from datetime import datetime, timedelta
 
 from sqlalchemy import Connection
 
+from surehand.agents.probes import ProbeResult
 from surehand.dispatcher import lifecycle
 from surehand.dispatcher.context import Services
-from surehand.dispatcher.effects import Evidence, evaluate, is_open
+from surehand.dispatcher.effects import (
+    Evidence,
+    as_result,
+    evaluate,
+    is_open,
+    observation,
+    with_probes,
+)
 from surehand.dispatcher.reports import report_body, write_report_in
 from surehand.errors import CaseNotFound, LeaseUnavailable, StaleDecision
 from surehand.model import (
@@ -49,7 +57,7 @@ class Unset(enum.Enum):
     ANY = "any"  # the caller saw no particular decision
 
 
-ProbeLookup = Callable[[str], Callable[[Operation], "bool | None"] | None]
+ProbeLookup = Callable[[str], Callable[[Operation], "bool | ProbeResult | None"] | None]
 
 
 @dataclass(frozen=True)
@@ -87,12 +95,13 @@ class Admitter:
                 decided_by,
                 principal,
             )
-        unregistered = self._run_probes(attempt)
+        unregistered, asked = self._run_probes(attempt)
         with self.services.store.snapshot() as connection:
             recorded = operations.for_attempt(connection, attempt.attempt_id)
             task = _task(connection, case.task_id)
             history = attempts.for_task(connection, case.task_id)
-        evidence = self._after_wait(case, evaluate(attempt, recorded, case.review, unregistered))
+        evidence = evaluate(attempt, recorded, case.review, unregistered)
+        evidence = self._after_wait(case, with_probes(evidence, asked))
         evidence = self._bounded(case, history, evidence)
         if _still_waiting(case, evidence):
             return case  # recorded on an earlier pass; nothing new to write
@@ -156,11 +165,12 @@ class Admitter:
             # Without Redis we cannot tell; assume the owner may live (never guess the other way).
             return True
 
-    def _run_probes(self, attempt: Attempt) -> frozenset[str]:
-        """Ask each open intent's probe whether its effect happened; record definite answers.
+    def _run_probes(self, attempt: Attempt) -> tuple[frozenset[str], list[dict[str, object]]]:
+        """Ask each open intent's probe whether its effect happened; record definite answers
+        (with what the probe saw) on the operation.
 
-        Returns the probes that open intents name but this process does not have: those were
-        never asked, which is not the same as an inconclusive answer.
+        Returns the probes that open intents name but this process does not have (those were
+        never asked, which is not the same as an inconclusive answer), and each answer given.
         """
         with self.services.store.snapshot() as connection:
             pending = [
@@ -169,31 +179,33 @@ class Admitter:
                 if is_open(op) and op.probe
             ]
         unregistered = {op.probe for op in pending if op.probe and self.probe(op.probe) is None}
+        asked: list[dict[str, object]] = []
         for op in pending:
             if op.probe in unregistered:
                 _log_unregistered(op)
                 continue
-            answer = self._ask(op)
-            if answer is None:
+            result = self._ask(op)
+            asked.append(observation(op, result))
+            if result.present is None:
                 continue
             with self.services.store.transaction() as connection:
                 operations.confirm(
                     connection,
                     op.operation_id,
-                    present=answer,
-                    source={"source": f"probe:{op.probe}"},
+                    present=result.present,
+                    source=_probe_source(op, result),
                     now=self.services.clock.now(),
                 )
-        return frozenset(name for name in unregistered if name)
+        return frozenset(name for name in unregistered if name), asked
 
-    def _ask(self, op: Operation) -> bool | None:
+    def _ask(self, op: Operation) -> ProbeResult:
         probe = self.probe(op.probe or "")
         assert probe is not None  # unregistered probes are not asked (``_run_probes``)
         try:
-            return probe(op)
-        except Exception:
+            return as_result(probe(op))
+        except Exception as error:
             log.exception("probe %r raised; treating the effect as unknown", op.probe)
-            return None
+            return ProbeResult(None, {"why": f"the probe raised {type(error).__name__}"})
 
     def _decide(
         self,
@@ -432,3 +444,9 @@ def _reconciled_body(connection: Connection, case: InterruptionCase, attempt: At
         for op in recorded
     ]
     return "\n".join(lines)
+
+
+def _probe_source(op: Operation, result: ProbeResult) -> dict[str, object]:
+    """Who established an effect (``probe:NAME``) and what it saw, kept on the operation."""
+    source: dict[str, object] = {"source": f"probe:{op.probe}"}
+    return {**source, "saw": dict(result.saw)} if result.saw else source

@@ -7,6 +7,7 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from surehand.agents.probes import ProbeResult, described
 from surehand.model import (
     Admission,
     Attempt,
@@ -184,3 +185,26 @@ def _refs(attempt: Attempt, operations: Sequence[Operation]) -> dict[str, Any]:
             for op in operations
         ],
     }
+
+
+def as_result(answer: bool | ProbeResult | None) -> ProbeResult:
+    """A probe's answer as a :class:`ProbeResult` (an operator's probe may answer a bool)."""
+    return answer if isinstance(answer, ProbeResult) else ProbeResult(answer)
+
+
+def observation(op: Operation, result: ProbeResult) -> dict[str, Any]:
+    """What one probe said about one operation, as the case's evidence records it."""
+    return {
+        "operation_id": op.operation_id,
+        "probe": described(op.probe or ""),
+        "answer": result.answer,
+        "saw": dict(result.saw),
+    }
+
+
+def with_probes(evidence: Evidence, asked: Sequence[Mapping[str, Any]]) -> Evidence:
+    """``evidence`` with the probes' answers (and what they saw) in its references."""
+    if not asked:
+        return evidence
+    refs = {**evidence.refs, "probes": [dict(item) for item in asked]}
+    return Evidence(evidence.fact, evidence.admission, refs, evidence.bound_operation_id)

@@ -48,9 +48,10 @@ def run_operation(
     idempotency_key: str | None,
     retry_policy: RetryPolicy,
     probe: str | None,
+    probe_args: Mapping[str, Any] | None = None,
 ) -> Any:
     """Declare, run and settle one operation for ``session``; returns the effect's value."""
-    declared = Declared.of(name, args, idempotency_key, retry_policy, probe)
+    declared = Declared.of(name, args, idempotency_key, retry_policy, probe, probe_args)
     recorded = session.retrying(
         f"operation_intent:{name}", lambda repeat: _declare(session, declared, repeat)
     )
@@ -114,6 +115,7 @@ class Declared:
     idempotency_key: str | None
     retry_policy: RetryPolicy
     probe: str | None
+    probe_args: Mapping[str, Any] | None = None
 
     @classmethod
     def of(
@@ -123,6 +125,7 @@ class Declared:
         idempotency_key: str | None,
         retry_policy: RetryPolicy | str,
         probe: str | None,
+        probe_args: Mapping[str, Any] | None = None,
     ) -> Declared:
         """The declaration, validated like every door's input (ValidationFailed naming the
         first bad argument; nothing is written)."""
@@ -132,6 +135,7 @@ class Declared:
             idempotency_key=idempotency_key,
             retry_policy=retry_policy,
             probe=probe,
+            probe_args=probe_args,
         )
         return cls(
             request.name,
@@ -139,6 +143,7 @@ class Declared:
             request.idempotency_key,
             request.retry_policy,
             request.probe,
+            request.probe_args,
         )
 
 
@@ -185,6 +190,7 @@ def _declare(
             probe=declared.probe,
             now=session.services.clock.now(),
             declared_within=within,
+            probe_args=declared.probe_args,
         )
 
 
@@ -201,8 +207,9 @@ def _own_open(session: Session, prior: Operation | None) -> bool:
 
 def _require_same(prior: Operation, declared: Declared) -> None:
     """An open intent is answered again only for the declaration it recorded."""
-    recorded = (prior.idempotency_key, prior.retry_policy, prior.probe)
-    if (declared.idempotency_key, declared.retry_policy, declared.probe) != recorded:
+    recorded = (prior.idempotency_key, prior.retry_policy, prior.probe, prior.probe_args or None)
+    asked = (declared.idempotency_key, declared.retry_policy, declared.probe, declared.probe_args)
+    if asked != recorded:
         raise OperationFailed(
             f"operation {prior.name!r} with these args is already begun in this attempt "
             f"(operation {prior.operation_id}, idempotency key {prior.idempotency_key!r}, "

@@ -116,6 +116,7 @@ class _Port:
         idempotency_key: str | None,
         retry_policy: RetryPolicy,
         probe: str | None,
+        probe_args: Mapping[str, Any] | None = None,
     ) -> Any:
         self._check_live(f"operation {name!r}")
         return run_operation(
@@ -126,6 +127,7 @@ class _Port:
             idempotency_key=idempotency_key,
             retry_policy=retry_policy,
             probe=probe,
+            probe_args=probe_args,
         )
 
     def report(

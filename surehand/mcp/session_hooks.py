@@ -33,7 +33,8 @@ from typing import Any
 
 import anyio.to_thread
 
-from surehand.agents.claude_hook import allow, decide, deny, operation_of
+from surehand.agents.claude_hook import HookPolicy, allow, decide, deny, operation_of
+from surehand.agents.recognisers import recognise
 from surehand.dispatcher.operations import Declared
 from surehand.doors import problem
 from surehand.errors import LeaseLost, StaleOwner, SurehandError, ValidationFailed
@@ -112,7 +113,7 @@ class SessionHooks:
                 return deny(f"surehand: call {call_id} was journaled as another call")
             return allow(_journaled(earlier.operation_id), decision.updated_input)
         grant.budget.spend("operation", size_of(args))
-        declared = Declared.of(name, args, None, "none", None)
+        declared = _declared(grant.hooks, tool, tool_input, payload, name, args)
         answer = begin(grant.session, declared, within=self._declared(grant))
         if answer["status"] == "already_done":
             return deny(_already_done(answer))
@@ -141,6 +142,28 @@ class SessionHooks:
         with session.services.store.snapshot() as connection:
             open_ids = operations.open_for_attempt(connection, session.attempt.attempt_id)
         return grant.calls.declared(open_ids)
+
+
+def _declared(
+    policy: HookPolicy,
+    tool: str,
+    tool_input: dict[str, Any],
+    payload: dict[str, Any],
+    name: str,
+    args: dict[str, Any],
+) -> Declared:
+    """The call's intent: with the probe or key a recognised call carries, else plain."""
+    cwd = payload.get("cwd")
+    found = recognise(tool, tool_input, cwd if isinstance(cwd, str) else None, policy.clone)
+    if found is None:
+        return Declared.of(name, args, None, "none", None)
+    try:
+        return Declared.of(
+            name, args, found.idempotency_key, found.retry_policy, found.probe, found.probe_args
+        )
+    except ValidationFailed:
+        log.warning("a recognised %s was not valid as declared; journaled plainly", found.kind)
+        return Declared.of(name, args, None, "none", None)
 
 
 def _call(payload: dict[str, Any]) -> tuple[str, dict[str, Any]]:

@@ -71,6 +71,13 @@ ProbeName = Annotated[
     str | None,
     Field(description="A probe registered in the workers that tells whether it happened."),
 ]
+ProbeArgs = Annotated[
+    dict[str, Any] | None,
+    Field(
+        description="What the probe looks at, e.g. for git.push {remote, ref, commit}; for "
+        "http.request {url, status, field, equals}; for github.pull_request {repo, head}."
+    ),
+]
 Receipt = Annotated[
     str | None,
     Field(max_length=2000, description="The external id it produced (PR URL, message id...)."),
@@ -165,6 +172,7 @@ class SessionTools:
         idempotency_key: IdempotencyKey = None,
         retry_policy: Policy = "none",
         probe: ProbeName = None,
+        probe_args: ProbeArgs = None,
         ctx: Context | None = None,
     ) -> CallToolResult:
         """Declare an effect BEFORE doing it. Returns {status: "begun", operation_id}: do the
@@ -173,9 +181,10 @@ class SessionTools:
         return self.call(
             ctx,
             lambda grant: begin(
-                grant.session, Declared.of(name, args, idempotency_key, retry_policy, probe)
+                grant.session,
+                Declared.of(name, args, idempotency_key, retry_policy, probe, probe_args),
             ),
-            ("operation", [name, args, idempotency_key, probe]),
+            ("operation", [name, args, idempotency_key, probe, probe_args]),
         )
 
     def effect_end(

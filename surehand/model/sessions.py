@@ -94,11 +94,14 @@ class Operation:
     settled_at: datetime | None
     # A call the hooks journaled while the agent's own declared effects were open: their ids.
     declared_within: tuple[int, ...] = ()
+    # The probe's arguments, declared with the effect (validated: ``surehand.agents.probes``).
+    probe_args: Mapping[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
         data["args"] = dict(self.args)
         data["declared_within"] = list(self.declared_within)
+        data["probe_args"] = dict(self.probe_args) if self.probe_args is not None else None
         data["outcome"] = dict(self.outcome) if self.outcome is not None else None
         data["retry_policy"] = self.retry_policy.value
         data["state"] = self.state.value

@@ -33,6 +33,7 @@ def _operation(connection: Connection, row: Row[Any]) -> Operation:
         started_at=row.started_at,
         settled_at=row.settled_at,
         declared_within=tuple(row.declared_within or ()),
+        probe_args=row.probe_args,
     )
 
 
@@ -77,6 +78,7 @@ def insert_intent(
     probe: str | None,
     now: datetime,
     declared_within: Sequence[int] = (),
+    probe_args: Mapping[str, Any] | None = None,
 ) -> int:
     """Record an intent; returns the operation id (as shown: ``store/opaque.py``).
     ``declared_within``: the open declared effects a journaled call ran within (their ids)."""
@@ -95,6 +97,7 @@ def insert_intent(
             "state": OperationState.INTENT.value,
             "started_at": now,
             "declared_within": list(declared_within) or None,
+            "probe_args": dict(probe_args) if probe_args else None,
         },
     )
     return opaque.shown(connection, int(result.scalar_one()))

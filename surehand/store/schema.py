@@ -330,6 +330,8 @@ operations = Table(
     _ts("settled_at", nullable=True),
     # The open declared effects a journaled call ran within (operation ids), not fingerprinted.
     Column("declared_within", JSON),
+    # The arguments of the probe the effect names (the remote and ref of a git.push).
+    Column("probe_args", JSON),
     _check("state", model.OperationState, "state"),
     _check("retry_policy", model.RetryPolicy, "retry_policy"),
 )

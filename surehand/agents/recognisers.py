@@ -1,0 +1,149 @@
+"""Journaled calls that surehand recognises: a ``git push`` becomes a probed intent, a
+``curl`` with an ``Idempotency-Key`` header a keyed one.
+
+Claude Code's hooks journal every effectful call (:mod:`surehand.mcp.session_hooks`), as an
+intent without key or probe: after a crash mid-call it is held for a person. Two calls agents
+make all the time can say more, decided here by the worker (outside the sandbox) from the
+command line alone and what the worker reads itself:
+
+- ``git push REMOTE [REFSPEC]`` in the TASK's clone (:mod:`surehand.agents.workspaces`), to a
+  remote of the repository, names the built-in ``git.push`` probe with the remote's URL (as
+  the worker read it from the repository, not the clone's config the agent can write), the
+  destination ref, and the commit its source pointed to when the call was made (read by the
+  worker's hardened git). A push the probe later finds on the remote is not pushed again.
+- ``curl`` (or ``http``/``https``) with an ``Idempotency-Key`` header is recorded under the
+  ``keyed`` retry policy with that key: the far side dedupes a repeat with the same key.
+
+Anything else -- a compound command, options that rewrite or delete refs, a remote or
+directory outside the TASK's clone -- is not recognised and is journaled as before.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from surehand.agents import git_rules, worker_git
+
+SHELL_OPERATORS = re.compile(r"[;&|<>`$()\n\\]")
+NOT_ONE_PUSH = frozenset(
+    {"--delete", "-d", "--all", "--mirror", "--tags", "--dry-run", "-n", "--prune", "--follow-tags"}
+)
+KEY_HEADER = re.compile(r"\A\s*idempotency-key\s*:\s*(\S+)\s*\Z", re.IGNORECASE)
+HTTP_CLIENTS = frozenset({"curl", "http", "https"})
+
+
+@dataclass(frozen=True)
+class Clone:
+    """The TASK's clone as the worker knows it: where it is and the repository's remotes."""
+
+    path: Path
+    remotes: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True)
+class Recognised:
+    """What a recognised call is journaled with, besides its name and args."""
+
+    probe: str | None = None
+    probe_args: Mapping[str, Any] | None = None
+    idempotency_key: str | None = None
+    retry_policy: str = "none"
+    kind: str = field(default="", compare=False)
+
+
+def recognise(
+    tool: str, tool_input: Mapping[str, Any], cwd: str | None, clone: Clone | None
+) -> Recognised | None:
+    """The recognition of one call, or None (journaled as an unrecognised call)."""
+    command = str(tool_input.get("command", "")) if tool == "Bash" else ""
+    if not command or SHELL_OPERATORS.search(command):
+        return None
+    try:
+        words = shlex.split(command)
+    except ValueError:
+        return None
+    if words and Path(words[0]).name in HTTP_CLIENTS:
+        return keyed_request(words)
+    if clone is not None and git_rules.is_git(words):
+        return git_push(words, cwd, clone)
+    return None
+
+
+def keyed_request(words: Sequence[str]) -> Recognised | None:
+    """An HTTP request carrying ``Idempotency-Key``: keyed (curl ``-H``/``--header``,
+    httpie ``Name:value``)."""
+    for index, word in enumerate(words):
+        header = word
+        if word in ("-H", "--header") and index + 1 < len(words):
+            header = words[index + 1]
+        elif word.startswith("--header="):
+            header = word.removeprefix("--header=")
+        match = KEY_HEADER.match(header)
+        if match and re.fullmatch(r"[\x21-\x7e]{1,255}", match.group(1)):
+            return Recognised(None, None, match.group(1), "keyed", kind="keyed request")
+    return None
+
+
+def git_push(words: Sequence[str], cwd: str | None, clone: Clone) -> Recognised | None:
+    """``git [-C DIR] push REMOTE [REFSPEC]`` in the clone, to one of its remotes."""
+    try:
+        git = git_rules.parse(words)
+    except git_rules.GitRefused:
+        return None
+    if git.subcommand != "push" or not _inside(clone.path, cwd, git.directories):
+        return None
+    positional = [arg for arg in git.args if not arg.startswith("-")]
+    if any(arg in NOT_ONE_PUSH or arg.startswith("--mirror") for arg in git.args):
+        return None
+    if not positional or len(positional) > 2:
+        return None
+    url = _remote_url(positional[0], clone.remotes)
+    refspec = positional[1] if len(positional) == 2 else "HEAD"
+    target = _target(clone.path, refspec)
+    if url is None or target is None:
+        return None
+    ref, commit = target
+    args = {"remote": url, "ref": ref, "commit": commit}
+    return Recognised("git.push", args, kind="git push")
+
+
+def _inside(clone: Path, cwd: str | None, directories: Sequence[str]) -> bool:
+    where = Path(cwd) if cwd else clone
+    for directory in directories:
+        where = where / directory
+    try:
+        return where.resolve().is_relative_to(clone.resolve())
+    except OSError:
+        return False
+
+
+def _remote_url(remote: str, remotes: Sequence[tuple[str, str]]) -> str | None:
+    """The URL the worker read for a remote named or given by URL (None: not the TASK's)."""
+    for name, url in remotes:
+        if remote in (name, url):
+            return url
+    return None
+
+
+def _target(clone: Path, refspec: str) -> tuple[str, str] | None:
+    """(destination ref, commit of the source now) of a one-ref refspec, read by the worker."""
+    source, colon, destination = refspec.removeprefix("+").partition(":")
+    if not source or (colon and not destination):
+        return None  # ":ref" deletes; "src:" is not a push of one ref
+    if not colon:
+        destination = source
+    if destination == "HEAD":
+        branch = worker_git.run(clone, "symbolic-ref", "--quiet", "--short", "HEAD")
+        if not branch:
+            return None
+        destination = branch
+    commit = worker_git.run(clone, "rev-parse", "--verify", "--quiet", f"{source}^{{commit}}")
+    if not commit:
+        return None
+    ref = destination if destination.startswith("refs/") else f"refs/heads/{destination}"
+    return ref, commit

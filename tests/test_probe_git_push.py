@@ -1,0 +1,111 @@
+"""The built-in git.push probe against real remotes: file://, a local git daemon, none."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from surehand.agents.probes import check_probe_args
+from surehand.agents.probes.args import GitPushArgs
+from surehand.agents.probes.git_push import GitPushProbe
+from tests.git_remotes import Remote, git, git_daemon, make_remote, plant_hooks
+
+ZERO = "0" * 40
+
+
+@pytest.fixture
+def remote(tmp_path: Path) -> Remote:
+    made = make_remote(tmp_path)
+    made.commit("first")
+    made.push()
+    return made
+
+
+def ask(url: str, ref: str, commit: str) -> tuple[bool | None, dict[str, object]]:
+    result = GitPushProbe(timeout=20).check(GitPushArgs(remote=url, ref=ref, commit=commit))
+    return result.present, dict(result.saw)
+
+
+def test_a_pushed_commit_is_present_and_the_remote_ref_is_what_it_saw(remote: Remote) -> None:
+    head = git(remote.work, "rev-parse", "HEAD")
+    present, saw = ask(remote.url, "main", head)
+    assert present is True
+    assert saw["remote_ref"] == head
+    assert saw["ref"] == "refs/heads/main"
+
+
+def test_a_commit_the_remote_ref_moved_past_is_still_present(remote: Remote) -> None:
+    pushed = git(remote.work, "rev-parse", "HEAD")
+    remote.commit("second")
+    remote.push()
+    present, saw = ask(remote.url, "refs/heads/main", pushed)
+    assert present is True
+    assert saw["contains"] == "yes"
+
+
+def test_a_commit_not_pushed_is_absent_from_a_remote_that_answers(remote: Remote) -> None:
+    unpushed = remote.commit("never pushed")
+    present, saw = ask(remote.url, "main", unpushed)
+    assert present is False
+    assert saw["contains"] == "no"
+
+
+def test_a_ref_the_remote_does_not_have_is_absent(remote: Remote) -> None:
+    head = git(remote.work, "rev-parse", "HEAD")
+    present, saw = ask(remote.url, "feature", head)
+    assert present is False
+    assert saw["remote_ref"] == "(absent)"
+
+
+def test_an_unreachable_remote_is_inconclusive(tmp_path: Path) -> None:
+    assert ask((tmp_path / "gone.git").as_uri(), "main", ZERO)[0] is None
+    assert ask("git://127.0.0.1:9/nothing.git", "main", ZERO)[0] is None
+
+
+def test_the_probe_answers_over_a_git_daemon(remote: Remote) -> None:
+    head = git(remote.work, "rev-parse", "HEAD")
+    unpushed = remote.commit("local only")
+    with git_daemon(remote.bare.parent) as base:
+        assert ask(f"{base}/remote.git", "main", head)[0] is True
+        assert ask(f"{base}/remote.git", "main", unpushed)[0] is False
+    assert ask(f"{base}/remote.git", "main", head)[0] is None  # the daemon is gone
+
+
+def test_a_hook_planted_in_the_remote_never_runs_in_the_probe(
+    remote: Remote, tmp_path: Path
+) -> None:
+    marker = tmp_path / "hook-ran"
+    plant_hooks(remote.bare, marker)
+    pushed = git(remote.work, "rev-parse", "HEAD")
+    remote.commit("second")
+    remote.push()  # the remote's ref moves on: the probe fetches it into a scratch repository
+    marker.unlink(missing_ok=True)  # the test's own push ran them; the probe must not
+
+    assert ask(remote.url, "main", pushed)[0] is True
+    assert ask(remote.url, "main", remote.commit("unpushed"))[0] is False
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "field"),
+    [
+        ({"remote": "ext::sh -c touch% /tmp/x", "ref": "main", "commit": ZERO}, "remote"),
+        ({"remote": "--upload-pack=touch /tmp/x", "ref": "main", "commit": ZERO}, "remote"),
+        ({"remote": "relative/path", "ref": "main", "commit": ZERO}, "remote"),
+        ({"remote": "file:///r.git", "ref": "main..x", "commit": ZERO}, "ref"),
+        ({"remote": "file:///r.git", "ref": "main", "commit": "HEAD"}, "commit"),
+        ({"remote": "file:///r.git", "ref": "main"}, "commit"),
+        ({"remote": "file:///r.git", "ref": "main", "commit": ZERO, "hook": "x"}, "hook"),
+    ],
+)
+def test_arguments_that_could_run_a_program_or_are_not_a_push_are_refused(
+    args: dict[str, str], field: str
+) -> None:
+    with pytest.raises(ValueError, match=f"^{field}: "):
+        check_probe_args("git.push", args)
+
+
+def test_a_short_branch_name_is_recorded_as_its_full_ref() -> None:
+    checked = check_probe_args("git.push", {"remote": "/srv/r.git", "ref": "main", "commit": ZERO})
+    assert checked == {"remote": "/srv/r.git", "ref": "refs/heads/main", "commit": ZERO}

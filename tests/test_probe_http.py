@@ -1,0 +1,159 @@
+"""The built-in http.request and github.pull_request probes against a local fake API."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from surehand.agents.egress import Allowlist, Rule
+from surehand.agents.probes import builtin_probes, check_probe_args
+from surehand.agents.probes.args import HttpRequestArgs, PullRequestArgs
+from surehand.agents.probes.fetch import Destinations
+from surehand.agents.probes.github_pr import PullRequestProbe
+from surehand.agents.probes.http_request import HttpRequestProbe
+from surehand.config import Settings
+from tests.fake_forge import FakeApi, serve
+
+
+@pytest.fixture
+def api() -> Iterator[FakeApi]:
+    with serve(FakeApi(tickets={"EXT-1": {"id": 7, "external_id": "EXT-1"}})) as running:
+        yield running
+
+
+def allowing(api: FakeApi) -> Destinations:
+    return Destinations(Allowlist.parse(f"127.0.0.1:{api.port}"))
+
+
+def probe_for(api: FakeApi, **options: Any) -> HttpRequestProbe:
+    return HttpRequestProbe(allowing(api), **{"timeout": 5.0, **options})
+
+
+def ask(probe: HttpRequestProbe, **args: Any) -> tuple[bool | None, dict[str, Any]]:
+    result = probe.check(HttpRequestArgs(**args))
+    return result.present, dict(result.saw)
+
+
+def test_a_ticket_with_the_external_id_is_present(api: FakeApi) -> None:
+    url = f"{api.base}/tickets?external_id=EXT-1"
+    present, saw = ask(probe_for(api), url=url, field="items.0.external_id", equals="EXT-1")
+    assert present is True
+    assert saw == {"url": url, "status": 200, "field": "items.0.external_id", "value": "EXT-1"}
+
+
+def test_an_empty_search_is_absent_and_a_404_is_absent(api: FakeApi) -> None:
+    search = f"{api.base}/tickets?external_id=EXT-2"
+    assert ask(probe_for(api), url=search, field="items")[0] is False
+    present, saw = ask(probe_for(api), url=f"{api.base}/tickets/EXT-2")
+    assert (present, saw["status"]) == (False, 404)
+
+
+def test_a_field_that_differs_is_absent_and_a_number_given_as_text_matches(api: FakeApi) -> None:
+    url = f"{api.base}/tickets/EXT-1"
+    assert ask(probe_for(api), url=url, field="id", equals=8)[0] is False
+    assert ask(probe_for(api), url=url, field="id", equals="7")[0] is True
+
+
+def test_a_server_error_is_inconclusive(api: FakeApi) -> None:
+    api.status = 503
+    present, saw = ask(probe_for(api), url=f"{api.base}/tickets/EXT-1")
+    assert present is None
+    assert saw["status"] == 503
+
+
+def test_an_answer_that_does_not_come_in_time_is_inconclusive(api: FakeApi) -> None:
+    api.stall_seconds = 3.0
+    present, saw = ask(probe_for(api, timeout=0.5), url=f"{api.base}/tickets/EXT-1")
+    assert present is None
+    assert saw["why"].startswith("no answer")
+
+
+def test_an_answer_dripped_a_byte_at_a_time_cannot_hold_the_probe_past_its_bound(
+    api: FakeApi,
+) -> None:
+    api.drip_seconds = 0.3  # each byte well inside the socket timeout, the whole far past it
+    present, saw = ask(probe_for(api, timeout=1.0), url=f"{api.base}/tickets/EXT-1")
+    assert present is None
+    assert saw["why"].startswith("no answer")
+
+
+def test_the_workers_loopback_is_refused_unless_an_entry_names_it(api: FakeApi) -> None:
+    url = f"{api.base}/tickets/EXT-1"
+    for destinations in (
+        Destinations(Allowlist.parse("")),
+        Destinations(Allowlist.parse("*.example.com")),
+        Destinations(Allowlist.parse("127.0.0.1:1")),
+    ):
+        result = HttpRequestProbe(destinations, timeout=5).check(HttpRequestArgs(url=url))
+        assert result.present is None
+        assert result.saw["why"].startswith("refused")
+    assert api.seen == []  # nothing reached the server
+    allowed = HttpRequestProbe(allowing(api), timeout=5).check(HttpRequestArgs(url=url))
+    assert allowed.present is True
+
+
+def test_a_name_that_resolves_to_loopback_is_refused_by_an_entry_for_public_addresses(
+    api: FakeApi,
+) -> None:
+    # What a wildcard or a preset's model API admits: public addresses only.
+    destinations = Destinations(Allowlist((Rule("localhost", api.port, public_only=True),)))
+    result = HttpRequestProbe(destinations, timeout=5).check(
+        HttpRequestArgs(url=f"http://localhost:{api.port}/tickets/EXT-1")
+    )
+    assert result.present is None
+    assert "non-public address" in result.saw["why"]
+    assert api.seen == []
+
+
+def test_credentials_come_only_from_a_variable_the_operator_lists(api: FakeApi) -> None:
+    url = f"{api.base}/tickets/EXT-1"
+    environ = {"TICKETS_TOKEN": "s3cret", "OTHER": "leak"}
+    listed = probe_for(api, credentials=frozenset({"TICKETS_TOKEN"}), environ=environ)
+    assert ask(listed, url=url, auth_env="TICKETS_TOKEN")[0] is True
+    assert api.seen[-1]["Authorization"] == "Bearer s3cret"
+    present, saw = ask(listed, url=url, auth_env="OTHER")
+    assert present is None
+    assert "SUREHAND_PROBE_CREDENTIALS" in saw["why"]
+    assert all(headers.get("Authorization") != "Bearer leak" for headers in api.seen)
+
+
+@pytest.mark.parametrize(
+    ("args", "field"),
+    [
+        ({"url": "file:///etc/passwd"}, "url"),
+        ({"url": "http://user:pw@example.com/"}, "url"),
+        ({"url": "https://example.com/", "status": "ok"}, "status"),
+        ({"url": "https://example.com/", "auth_env": "lower case"}, "auth_env"),
+        ({"url": "https://example.com/", "method": "POST"}, "method"),
+    ],
+)
+def test_bad_arguments_are_refused_naming_the_field(args: dict[str, Any], field: str) -> None:
+    with pytest.raises(ValueError, match=f"^{field}"):
+        check_probe_args("http.request", args)
+
+
+def test_a_pull_request_from_the_head_branch_is_present_on_the_fake_forge(api: FakeApi) -> None:
+    api.pulls.append(("acme/app", "surehand/TASK-1", "https://forge/acme/app/pull/1"))
+    probe = PullRequestProbe(
+        api.base, Destinations(Allowlist.parse(""), (f"127.0.0.1:{api.port}",))
+    )
+    found = probe.check(PullRequestArgs(repo="acme/app", head="surehand/TASK-1"))
+    assert (found.present, found.saw["pull_request"]) == (True, "https://forge/acme/app/pull/1")
+    assert probe.check(PullRequestArgs(repo="acme/app", head="other")).present is False
+    api.status = 502
+    assert probe.check(PullRequestArgs(repo="acme/app", head="other")).present is None
+
+
+def test_every_built_in_probe_is_made_from_settings_alone() -> None:
+    made = builtin_probes(Settings(database_url="sqlite://", redis_url="memory://"))
+    assert sorted(made) == ["git.push", "github.pull_request", "http.request"]
+
+
+def test_an_unknown_name_in_a_built_in_namespace_is_refused() -> None:
+    with pytest.raises(ValueError, match="no built-in probe"):
+        check_probe_args("git.pull", {})
+    assert check_probe_args("ledger", {"anything": 1}) == {"anything": 1}
+    with pytest.raises(ValueError, match="need a probe"):
+        check_probe_args(None, {"ref": "main"})

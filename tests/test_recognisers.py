@@ -1,0 +1,132 @@
+"""Journaled calls surehand recognises: ``git push`` in the TASK's clone names the git.push
+probe (remote URL, ref and commit read by the worker), ``curl`` with an Idempotency-Key is
+keyed; anything else is journaled as before. Through the hooks' real HTTP door too."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from surehand.agents.claude_hook import HookPolicy
+from surehand.agents.recognisers import Clone, Recognised, recognise
+from surehand.agents.workspaces import Spec, prepare
+from surehand.facade import Surehand
+from surehand.mcp.session_server import SessionMcp
+from surehand.model import RetryPolicy
+from tests.git_remotes import Remote, git, make_remote, plant_hooks
+from tests.session_helpers import claimed, committed_task, harness, operations_of
+from tests.test_session_hooks import decision, granted, hook
+from tests.test_session_mcp import mcp, sh
+
+__all__ = ["harness", "mcp", "sh"]  # fixtures
+
+BRANCH = "surehand/TASK-1"
+
+
+@pytest.fixture
+def remote(tmp_path: Path) -> Remote:
+    made = make_remote(tmp_path)
+    made.commit("base")
+    made.push()
+    return made
+
+
+@pytest.fixture
+def clone(remote: Remote, tmp_path: Path) -> Clone:
+    """The TASK's clone, made the way the command agent makes it (``worktree:``)."""
+    workspace = prepare(Spec(remote.work, worktree=True), "TASK-1", tmp_path / "sessions")
+    (workspace.path / "work.txt").write_text("the TASK's work")
+    git(workspace.path, "add", "work.txt")
+    git(workspace.path, "commit", "-q", "-m", "work")
+    return Clone(workspace.path, workspace.remotes)
+
+
+def bash(command: str, clone: Clone, cwd: Path | None = None) -> Recognised | None:
+    return recognise("Bash", {"command": command}, str(cwd or clone.path), clone)
+
+
+def test_a_push_of_the_tasks_branch_names_the_probe_with_the_commit_the_worker_read(
+    clone: Clone, remote: Remote
+) -> None:
+    head = git(clone.path, "rev-parse", "HEAD")
+    found = bash(f"git push origin {BRANCH}", clone)
+    assert found == Recognised(
+        "git.push", {"remote": remote.url, "ref": f"refs/heads/{BRANCH}", "commit": head}
+    )
+    assert bash("git push origin", clone) == found  # the current branch
+    assert bash(f"git push -u origin HEAD:{BRANCH}", clone) == found
+    assert bash(f"git -C {clone.path} push origin {BRANCH}", clone, cwd=Path("/")) == found
+
+
+def test_a_push_to_a_refspec_with_another_destination_names_that_ref(clone: Clone) -> None:
+    found = bash("git push origin HEAD:refs/heads/feature", clone)
+    assert found is not None
+    assert found.probe_args is not None
+    assert found.probe_args["ref"] == "refs/heads/feature"
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        "git push elsewhere main",  # not a remote of the repository
+        "git push file:///tmp/other.git main",
+        f"git push --delete origin {BRANCH}",
+        f"git push origin :{BRANCH}",
+        "git push --all origin",
+        f"git push --dry-run origin {BRANCH}",
+        f"cd /tmp && git push origin {BRANCH}",  # compound: not one call
+        "git push origin no-such-branch",
+        f"git -c core.sshCommand=x push origin {BRANCH}",
+        "git status",
+    ],
+)
+def test_other_commands_are_not_recognised(clone: Clone, command: str) -> None:
+    assert bash(command, clone) is None
+
+
+def test_a_push_outside_the_tasks_clone_is_not_recognised(clone: Clone, tmp_path: Path) -> None:
+    assert bash(f"git push origin {BRANCH}", clone, cwd=tmp_path) is None
+    assert recognise("Bash", {"command": f"git push origin {BRANCH}"}, None, None) is None
+
+
+def test_reading_the_commit_runs_nothing_planted_in_the_clone(clone: Clone, tmp_path: Path) -> None:
+    marker = tmp_path / "ran"
+    plant_hooks(clone.path, marker)
+    assert bash(f"git push origin {BRANCH}", clone) is not None
+    assert not marker.exists()
+
+
+def test_an_http_request_with_an_idempotency_key_is_keyed(clone: Clone) -> None:
+    keyed = Recognised(None, None, "order-42", "keyed")
+    assert bash("curl -X POST -H 'Idempotency-Key: order-42' https://api/x", clone) == keyed
+    assert bash("curl --header=idempotency-key:order-42 https://api/x", clone) == keyed
+    assert bash("http POST https://api/x Idempotency-Key:order-42", clone) == keyed
+    assert bash("curl -X POST https://api/x", clone) is None
+
+
+def test_the_hooks_journal_a_recognised_push_as_a_probed_intent(
+    sh: Surehand, mcp: SessionMcp, clone: Clone, remote: Remote
+) -> None:
+    task_id = committed_task(sh)
+    policy = HookPolicy(allowed=("mcp__surehand", "Bash"), clone=clone)
+    grant = granted(mcp, claimed(sh.services, task_id), policy)
+    head = git(clone.path, "rev-parse", "HEAD")
+
+    push = {"command": f"git push origin {BRANCH}"}
+    assert decision(hook(grant, "pre", "toolu_1", push, cwd=str(clone.path))).startswith("allow")
+    curl = {"command": "curl -H 'Idempotency-Key: k-1' https://api.example.com/x"}
+    assert decision(hook(grant, "pre", "toolu_2", curl, cwd=str(clone.path))).startswith("allow")
+    plain = {"command": "make deploy"}
+    assert decision(hook(grant, "pre", "toolu_3", plain, cwd=str(clone.path))).startswith("allow")
+
+    pushed, keyed, unrecognised = operations_of(sh.store, task_id)
+    assert pushed.name == "claude:Bash"
+    assert pushed.probe == "git.push"
+    assert pushed.probe_args == {
+        "remote": remote.url,
+        "ref": f"refs/heads/{BRANCH}",
+        "commit": head,
+    }
+    assert (keyed.idempotency_key, keyed.retry_policy) == ("k-1", RetryPolicy.KEYED)
+    assert (unrecognised.probe, unrecognised.idempotency_key) == (None, None)
