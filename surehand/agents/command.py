@@ -418,7 +418,7 @@ class CommandAgent:
             watched.raise_if_over()
         if ctx.cancelled:
             group.stop()
-            why = ctx.stopped[1] if ctx.stopped else "the session lost its lease"
+            why = ctx.stopped[1] if ctx.stopped else ctx.stop_reason or "the session lost its lease"
             raise AgentError(f"{why}; the command was stopped")
         if time.monotonic() > deadline:
             group.stop()
