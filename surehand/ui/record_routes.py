@@ -9,7 +9,7 @@ page again with the reason and the status the API would give; nothing is written
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Literal, cast
+from typing import Any, Literal, cast
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, RedirectResponse, Response
@@ -21,9 +21,6 @@ from surehand.model import Action
 from surehand.ui import lists, views
 from surehand.ui.routes import FormText, Viewer, check_csrf, render, signed_in
 from surehand.ui.signin import PREFIX
-
-if TYPE_CHECKING:
-    from surehand.facade import Surehand
 
 router = APIRouter()
 Effect = Literal["present", "absent"]
@@ -237,22 +234,30 @@ def pause_role(
     request: Request, csrf_token: FormText = "", role: FormText = "", reason: FormText = ""
 ) -> Response:
     """Pause a role (``Surehand.pause_role``)."""
-    return _role_act(request, csrf_token, lambda sh: sh.pause_role(role, reason=reason), "paused")
+
+    def pause(viewer: Viewer) -> object:
+        return viewer.sh.pause_role(role, reason=reason, actor=viewer.principal.role)
+
+    return _role_act(request, csrf_token, pause, "paused")
 
 
 @router.post("/roles/{role}/resume")
 def resume_role(request: Request, role: str, csrf_token: FormText = "") -> Response:
     """Resume a role and publish what waited (``Surehand.resume_role``)."""
-    return _role_act(request, csrf_token, lambda sh: sh.resume_role(role), "resumed")
+
+    def resume(viewer: Viewer) -> object:
+        return viewer.sh.resume_role(role, actor=viewer.principal.role)
+
+    return _role_act(request, csrf_token, resume, "resumed")
 
 
 def _role_act(
-    request: Request, csrf_token: str, act: Callable[[Surehand], object], done: str
+    request: Request, csrf_token: str, act: Callable[[Viewer], object], done: str
 ) -> Response:
     viewer = signed_in(request)
     check_csrf(viewer, csrf_token)
     try:
-        act(viewer.sh)
+        act(viewer)
     except SurehandError as error:
         return _workers_page(request, viewer, status_for(error), error=error.message)
     return RedirectResponse(f"{PREFIX}/workers?done={done}", status_code=303)
