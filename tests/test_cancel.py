@@ -17,6 +17,7 @@ from surehand.agents.context import SessionContext
 from surehand.digest import request_digest
 from surehand.dispatcher.claims import claim
 from surehand.errors import (
+    ConfigError,
     Forbidden,
     IllegalTransition,
     NotAuthorized,
@@ -304,3 +305,28 @@ def test_only_admin_or_pm_may_pause(rig: Rig) -> None:
     with pytest.raises(NotAuthorized):
         as_role(rig, "QA").resume_role("DEV")
     assert rig.sh.paused_roles() == []
+
+
+def test_a_bad_role_time_limits_setting_is_a_config_error_before_any_session(
+    store: Store, clock: ManualClock, tmp_path: Path
+) -> None:
+    for bad in ("DEV=soon", "DEV=0", "dev=10", "DEV=5,DEV=6"):
+        with (
+            open_rig(store, clock, tmp_path, role_time_limits=bad) as rig,
+            pytest.raises(ConfigError, match="SUREHAND_ROLE_TIME_LIMITS"),
+        ):
+            _ = rig.sh.runner
+
+
+def test_a_task_between_attempts_is_archived_and_its_admitted_successor_never_claimed(
+    rig: Rig,
+) -> None:
+    task_id, _ = rig.interrupted()  # a session died with nothing recorded
+    case = rig.lose(task_id)
+    assert case.admission is Admission.REEXECUTE  # a successor is admitted, not yet claimed
+    outcome = rig.sh.cancel(task_id, reason="no longer wanted")
+    assert (outcome.outcome, outcome.case_id) == ("archived", case.case_id)
+    assert claim(rig.services, task_id, worker="successor", message_id=None) is None
+    assert len(rig.attempts(task_id)) == 1
+    [report] = rig.reports(task_id)
+    assert "attempt 1: SESSION_LOST" in report.body

@@ -45,7 +45,7 @@ from surehand.dispatcher.claims import claim
 from surehand.dispatcher.context import Services
 from surehand.dispatcher.operations import run_operation
 from surehand.dispatcher.sessions import Session
-from surehand.dispatcher.stops import StopWatch
+from surehand.dispatcher.stops import StopWatch, role_time_limits
 from surehand.errors import (
     AgentError,
     EffectLeftOpen,
@@ -162,6 +162,7 @@ class SessionRunner:
         self.leases = leases
         # Runs admission on a stopped session's case at once (else the reconciler's next pass).
         self.admit = admit
+        role_time_limits(services.settings.role_time_limits)  # ConfigError here, not mid-session
         self.stops = StopWatch(services)
 
     @property
