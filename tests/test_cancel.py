@@ -16,6 +16,7 @@ import pytest
 from surehand.agents.context import SessionContext
 from surehand.digest import request_digest
 from surehand.dispatcher.claims import claim
+from surehand.dispatcher.stops import StopWatch
 from surehand.errors import (
     ConfigError,
     Forbidden,
@@ -39,6 +40,7 @@ from surehand.principals import Principal
 from surehand.requests import parse_task_request
 from surehand.store import Store
 from surehand.testing import ManualClock
+from tests.procs import wait_until
 from tests.recovery_helpers import Rig, open_rig
 
 
@@ -330,3 +332,16 @@ def test_a_task_between_attempts_is_archived_and_its_admitted_successor_never_cl
     assert len(rig.attempts(task_id)) == 1
     [report] = rig.reports(task_id)
     assert "attempt 1: SESSION_LOST" in report.body
+
+
+def test_the_stop_watch_reads_the_store_and_its_thread_ends_when_nothing_runs(rig: Rig) -> None:
+    watch = StopWatch(rig.services)
+    task_id = rig.new_task()
+    session = rig.claim(task_id)
+    watch.watch(session)
+    rig.sh.cancel(task_id, reason="stop")
+    wait_until(lambda: session.stop_cause is not None, timeout=10, what="the stop")
+    assert session.stop_cause == (AttemptCause.CANCELLED, "the TASK was cancelled")
+    assert session.cancelled.is_set()
+    watch.forget(session)
+    wait_until(lambda: watch._thread is None, timeout=10, what="the idle thread to end")

@@ -26,6 +26,7 @@ outcome mapping applied after the effect facts were evaluated:
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from collections.abc import Mapping
@@ -107,8 +108,8 @@ class StopWatch:
         self.services = services
         self._watched: dict[str, _Watched] = {}
         self._lock = threading.Lock()
-        self._wake = threading.Event()
         self._thread: threading.Thread | None = None
+        self._pid = os.getpid()  # a forked child (a prefork pool) starts its own thread
 
     def watch(self, session: Session) -> None:
         """Watch ``session`` until :meth:`forget`; its time limit counts from now."""
@@ -116,12 +117,12 @@ class StopWatch:
         deadline = None if limit is None else time.monotonic() + limit
         with self._lock:
             self._watched[session.attempt.attempt_id] = _Watched(session, limit, deadline)
-            if self._thread is None or not self._thread.is_alive():
+            if self._thread is None or self._pid != os.getpid():  # ends when idle
+                self._pid = os.getpid()
                 self._thread = threading.Thread(
                     target=self._run, name="surehand-stop-watch", daemon=True
                 )
                 self._thread.start()
-        self._wake.set()
 
     def forget(self, session: Session) -> None:
         with self._lock:
@@ -130,17 +131,16 @@ class StopWatch:
     def _run(self) -> None:
         interval = self.services.settings.stop_check_seconds
         while True:
-            self._wake.wait(interval)
-            self._wake.clear()
             with self._lock:
                 watched = list(self._watched.values())
-            if not watched:
-                self._wake.wait()  # idle: sleep until a session is watched
-                continue
+                if not watched:
+                    self._thread = None
+                    return
             try:
                 self.check(watched)
             except Exception:  # the store may be away: the next tick reads again
                 log.warning("could not read cancel requests; reading again", exc_info=True)
+            time.sleep(interval)
 
     def check(self, watched: list[_Watched]) -> None:
         """One tick: one store read for the cancel requests, then the time limits."""
