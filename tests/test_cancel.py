@@ -345,3 +345,16 @@ def test_the_stop_watch_reads_the_store_and_its_thread_ends_when_nothing_runs(ri
     assert session.cancelled.is_set()
     watch.forget(session)
     wait_until(lambda: watch._thread is None, timeout=10, what="the idle thread to end")
+
+
+def test_a_task_sent_back_for_rework_is_archived_at_once_and_never_claimed(rig: Rig) -> None:
+    rig.sh.agent("DEV")(lambda ctx: "first try")
+    task_id = rig.new_task()
+    rig.sh.run_session(task_id)
+    rig.sh.transition(task_id, "reject", actor="PM", reason="not good enough")
+    outcome = rig.sh.cancel(task_id, reason="we will do it differently")
+    assert outcome.outcome == "archived"
+    assert claim(rig.services, task_id, worker="w", message_id=None) is None
+    reports = rig.reports(task_id)
+    assert [r.status for r in reports] == [ReportStatus.DONE, ReportStatus.ABORTED]
+    assert "attempt 1: succeeded" in reports[-1].body
