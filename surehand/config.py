@@ -131,7 +131,27 @@ class Settings(BaseSettings):
         description="Program the built-in command agent runs: a command line, or the presets "
         "claude or codex (each optionally followed by more arguments for that CLI).",
     )
-    command_timeout_seconds: float = Field(3600.0, gt=0, description="Command agent timeout.")
+    command_timeout_seconds: float = Field(
+        3600.0,
+        gt=0,
+        description="Command agent timeout: the longest any command agent's program runs, "
+        "whatever its TASK's time limit (the shorter of the two stops it; this one ends the "
+        "attempt as the agent's failure, a TASK's or role's time limit as timed_out).",
+    )
+    role_time_limits: str = Field(
+        "",
+        description="Default time limit per attempt, by role: a comma list of [ROLE=]SECONDS "
+        "(e.g. DEV=600,QA=300, or 900 for every role without its own). A TASK's own "
+        "time_limit_seconds wins over it; the session is stopped when it runs out and its "
+        "attempt ends timed_out (docs/unattended-cancel.md).",
+    )
+    stop_check_seconds: float = Field(
+        1.0,
+        gt=0,
+        le=60,
+        description="How often a worker reads the store for cancel requests of the sessions it "
+        "runs (one query for all of them) and checks their time limits.",
+    )
     session_mcp: bool = Field(
         True,
         description="Offer each command agent's session an MCP server on 127.0.0.1 (effect_begin, "

@@ -205,6 +205,12 @@ class NotClaimable(SessionError):
     code = "not_claimable"
 
 
+class RolePaused(NotClaimable):
+    """The TASK's role is paused: no session of it starts until ``surehand resume ROLE``."""
+
+    code = "role_paused"
+
+
 class LeaseLost(SessionError):
     """The session's Redis lease could not be renewed; the session stops without settling."""
 

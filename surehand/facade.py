@@ -12,7 +12,9 @@ from typing import TYPE_CHECKING, Any, Literal
 from surehand.agents.registry import AgentHandler, AgentRegistry, Probe, declare_probe
 from surehand.clock import Clock
 from surehand.config import Settings
-from surehand.dispatcher import actions, diagnostics, reports
+from surehand.dispatcher import actions, diagnostics, pauses, reports
+from surehand.dispatcher.cancel import CancelOutcome
+from surehand.dispatcher.cancel import cancel as cancel_task
 from surehand.dispatcher.context import Publisher, Services
 from surehand.errors import CaseNotFound, ConfigError, TaskNotFound, ValidationFailed
 from surehand.model import (
@@ -48,6 +50,7 @@ from surehand.store import attempts as attempt_rows
 from surehand.store import cases as case_rows
 from surehand.store import operations as operation_rows
 from surehand.store import reports as report_rows
+from surehand.store.pauses import Pause
 
 if TYPE_CHECKING:
     # Imported where they are used: a process that only reads or writes the store (the CLI's
@@ -242,6 +245,50 @@ class Surehand:
             report_id=report_id,
             principal=self.principal,
         )
+
+    def cancel(self, task_id: str, *, reason: str, actor: str | None = None) -> CancelOutcome:
+        """Cancel a TASK (its sender, its approvers or an ADMIN): an ``inbox`` TASK is archived
+        and never claimed; a running session is stopped within seconds and its attempt ends
+        ``cancelled`` through admission; a held TASK keeps its hold (docs/unattended-cancel.md).
+        ``actor``: the role acting (default: this handle's principal's)."""
+        return cancel_task(
+            self.services,
+            task_id,
+            actor=actor or self.principal.role,
+            reason=reason,
+            tenant=self.tenant,
+            principal=self.principal,
+            admit=self._admit,
+        )
+
+    def _admit(self, case_id: str) -> InterruptionCase:
+        return self.recovery.admitter.admit(case_id, decided_by=self.principal.role)
+
+    def pause_role(self, role: str, *, reason: str = "", actor: str | None = None) -> Pause:
+        """Pause ``role`` in this tenant: no session of it starts until :meth:`resume_role`
+        (ADMIN or PM); running sessions continue."""
+        return pauses.pause_role(
+            self.services,
+            role,
+            actor=actor or self.principal.role,
+            reason=reason,
+            tenant=self.tenant,
+            principal=self.principal,
+        )
+
+    def resume_role(self, role: str, *, actor: str | None = None) -> int:
+        """Resume ``role`` and publish its TASKs that waited; how many wait in inbox."""
+        return pauses.resume_role(
+            self.services,
+            role,
+            actor=actor or self.principal.role,
+            tenant=self.tenant,
+            principal=self.principal,
+        )
+
+    def paused_roles(self) -> list[Pause]:
+        """This tenant's paused roles."""
+        return pauses.paused_roles(self.services, self.tenant)
 
     # -- reads ----------------------------------------------------------------------------------
 

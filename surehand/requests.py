@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     BeforeValidator,
     ConfigDict,
@@ -41,6 +42,7 @@ MAX_ID = 255
 MAX_SUBJECT = 512
 MAX_BODY_BYTES = 1024 * 1024
 MAX_ITEMS = 256
+MAX_TIME_LIMIT_SECONDS = 7 * 24 * 3600  # a week: longer is no limit a person means
 # Anchored with \A...\Z, not ^...$: ``$`` also matches before a trailing newline, which let
 # "sub-1\n" through ``.match``.
 ID_RE = re.compile(r"\A[A-Za-z0-9._:-]{1,255}\Z")
@@ -116,6 +118,9 @@ class TaskRequest(Edge):
     depends_on: list[str] = Field(default_factory=list, max_length=MAX_ITEMS)
     risk_level: RiskLevel = RiskLevel.MEDIUM
     client_submission_id: str | None = None
+    # Seconds one attempt may run before its session is stopped (cause timed_out); None: the
+    # role's default (SUREHAND_ROLE_TIME_LIMITS), if any. In the digest only when given.
+    time_limit_seconds: int | None = Field(None, ge=1, le=MAX_TIME_LIMIT_SECONDS, strict=True)
 
     @field_validator("subject", "body", "thread_key", "parent")
     @classmethod
@@ -177,6 +182,7 @@ class TaskRequest(Edge):
             references=tuple(self.references),
             depends_on=tuple(self.depends_on),
             risk_level=self.risk_level,
+            time_limit_seconds=self.time_limit_seconds,
         )
 
 
@@ -326,6 +332,28 @@ class TransitionRequest(Edge):
     actor: RoleCode
     reason: Text | None = None
     report_id: ReportId | None = None
+
+
+def _reason(value: str) -> str:
+    if not value.strip():
+        raise ValueError("must say why (it is blank)")
+    return value
+
+
+class CancelTaskRequest(Edge):
+    """A request to cancel a TASK (``cancel``): who asks, and why (required)."""
+
+    task_id: TaskId
+    actor: RoleCode
+    reason: Annotated[Text, AfterValidator(_reason)]
+
+
+class PauseRequest(Edge):
+    """A request to pause or resume a role (``pause_role``/``resume_role``)."""
+
+    role: RoleCode
+    actor: RoleCode
+    reason: Text = ""
 
 
 class RecoverRequest(Edge):

@@ -127,8 +127,18 @@ class Runtime:
         """Claims and runs sessions in this process."""
         from surehand.dispatcher.runner import SessionRunner
 
+        # Admission on a session stopped on purpose (a cancel, a time limit) runs at once; by a
+        # weak reference, so that the runner does not keep a dropped runtime alive.
+        owner = weakref.ref(self)
         with self._lock:
-            return SessionRunner(self.services, self.registry, self.leases)
+            return SessionRunner(
+                self.services,
+                self.registry,
+                self.leases,
+                admit=lambda case_id: _alive(owner).recovery.admitter.admit(
+                    case_id, decided_by="worker"
+                ),
+            )
 
     @cached_property
     def recovery(self) -> Recovery:

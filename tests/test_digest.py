@@ -114,6 +114,16 @@ GOLDEN: list[tuple[str, dict[str, Any], str, str]] = [
         "7fafeb85919939bbfcf2dd5f8882734e0307ba73c6515940ff0b12ed22670781",
     ),
     (
+        # A field added after write-task-v1 is digested only when given (the minimal vector
+        # above, without it, is unchanged).
+        "time limit given",
+        {**MINIMAL, "time_limit_seconds": 600},
+        '{"body":"","depends_on":[],"parent":"","priority":"P2","recipient":"DEV",'
+        '"references":[],"risk_level":"medium","sender":"PM","subject":"Fix login",'
+        '"thread_key":"","time_limit_seconds":600}',
+        "b67f8d23c78faf011b179eff34bc8d20473bb4cd1460ab67a3db8300d875b2f5",
+    ),
+    (
         "every field",
         {
             "sender": "PM",

@@ -29,13 +29,17 @@ PATH_TO = {
     Bucket.DONE: [Action.CLAIM, Action.FINISH],
     Bucket.ARCHIVE: [Action.CLAIM, Action.FINISH, Action.ARCHIVE],
 }
-ALLOWED = [(action, source, target) for action, (source, target) in lifecycle.EDGES.items()]
+ALLOWED = [
+    (action, source, target)
+    for action, (first, target) in lifecycle.EDGES.items()
+    for source in (first, *sorted(lifecycle.OTHER_SOURCES.get(action, ())))
+]
 ALLOWED_MOVES = [(a, s, t) for a, s, t in ALLOWED if s is not None]
 DISALLOWED = [
     (bucket, action)
     for bucket in Bucket
     for action in Action
-    if lifecycle.EDGES[action][0] is not bucket
+    if bucket not in lifecycle.sources(action)
 ]
 
 
@@ -86,7 +90,7 @@ def drive_to(services: Services, bucket: Bucket, sender: str = "PM") -> Task:
 
 def actor_for(action: Action) -> str:
     """A non-runtime role allowed to take ``action`` on a PM->DEV task (rollback has none)."""
-    if action in lifecycle.APPROVER_ACTIONS:
+    if action in lifecycle.APPROVER_ACTIONS or action is Action.CANCEL:
         return "PM"
     return SYSTEM if action is Action.ROLLBACK else "DEV"
 
@@ -106,6 +110,8 @@ def test_the_edge_table_has_exactly_the_designed_moves() -> None:
         ("archive", "done", "archive"),
         ("rollback", "active", "inbox"),
         ("reopen", "done", "active"),
+        ("cancel", "active", "archive"),
+        ("cancel", "inbox", "archive"),
     ]
 
 
@@ -146,7 +152,7 @@ def test_an_illegal_transition_names_the_edge_and_what_is_allowed(services: Serv
         move(services, task.task_id, Action.APPROVE, by="PM")
     assert "review -> done" in caught.value.message
     assert "inbox" in caught.value.message
-    assert caught.value.details["allowed"] == ["claim"]
+    assert caught.value.details["allowed"] == ["claim", "cancel"]
 
 
 # -- authority ------------------------------------------------------------------------------

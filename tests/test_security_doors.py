@@ -288,7 +288,14 @@ def test_mcp_tool_schemas_forbid_extra_arguments(store: Store) -> None:
     finally:
         sh.close()
     bodies = {name for name, _ in inspect.getmembers(Tools, inspect.isfunction)}
-    assert set(schemas) == {"write_task", "write_report", "read_task", "list_tasks", "task_status"}
+    assert set(schemas) == {
+        "write_task",
+        "write_report",
+        "read_task",
+        "list_tasks",
+        "task_status",
+        "cancel_task",
+    }
     assert set(schemas) == bodies - {"__init__", "principal", "call"}  # every tool body listed
     assert {name: schemas[name].get("additionalProperties") for name in schemas} == dict.fromkeys(
         schemas, False

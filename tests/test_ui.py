@@ -300,10 +300,16 @@ DISPATCHER_READS = {
     ("surehand.dispatcher.effects", "evaluate"),  # pure: "what would a review lead to"
     ("surehand.dispatcher.effects", "unsettled"),  # pure: which operations a review answers
     ("surehand.dispatcher.lifecycle", "approvers"),  # who gets the review form
+    ("surehand.dispatcher.lifecycle", "cancellers"),  # who gets the cancel button
+    ("surehand.dispatcher.pauses", "PAUSERS"),  # who gets the pause form
 }
-SERVICE_WRITES = {"review", "recover", "transition", "write_task", "write_report", "reconcile"}
-# The approver's acts, each the call the API's route makes: review, approve/reject, recover.
-CONSOLE_WRITES = {"review", "transition", "recover"}
+SERVICE_WRITES = {
+    *("review", "recover", "transition", "write_task", "write_report", "reconcile"),
+    *("cancel", "pause_role", "resume_role"),
+}
+# The console's acts, each the call the API's route makes: review, approve/reject, recover,
+# cancel, pause and resume.
+CONSOLE_WRITES = {"review", "transition", "recover", "cancel", "pause_role", "resume_role"}
 
 
 def _imports(tree: ast.AST) -> Iterator[tuple[str, str]]:

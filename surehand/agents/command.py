@@ -82,6 +82,9 @@ _POLL = 0.1
 # The longest a waiting session sleeps even when its program's end and its cancellation both
 # wake it: a safety net should a wake-up ever be missed, not a poll (1,000 sessions: 17/s).
 _SAFETY_NAP = 60.0
+# From SIGTERM to SIGKILL for a program whose session was stopped on purpose (a cancel, a time
+# limit): a moment to clean up, short enough that a cancel ends the whole tree within seconds.
+STOPPED_GRACE_SECONDS = 2.0
 
 
 class CommandAgent:
@@ -420,8 +423,8 @@ class CommandAgent:
             group.kill()  # at once: no grace to write more in
             watched.raise_if_over()
         if ctx.cancelled:
-            group.stop()
-            why = ctx.stopped[1] if ctx.stopped else "the session lost its lease"
+            group.stop(STOPPED_GRACE_SECONDS if ctx.stop_reason else None)
+            why = ctx.stopped[1] if ctx.stopped else ctx.stop_reason or "the session lost its lease"
             raise AgentError(f"{why}; the command was stopped")
         if time.monotonic() > deadline:
             group.stop()

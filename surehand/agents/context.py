@@ -54,6 +54,16 @@ class Cancellation(threading.Event):
         super().__init__()
         self._wakers: set[threading.Event] = set()
         self._wakers_lock = threading.Lock()
+        # Why the session is stopped, when it is stopped on purpose (a cancel, a time limit);
+        # None for a lost lease or a shutdown.
+        self.why: str | None = None
+
+    def stop(self, why: str) -> None:
+        """Set, saying why (the first reason given stands)."""
+        with self._wakers_lock:
+            if self.why is None:
+                self.why = why
+        self.set()
 
     def set(self) -> None:
         with self._wakers_lock:
@@ -103,6 +113,11 @@ class SessionContext:
     def cancelled(self) -> bool:
         """True once the session lost its lease: stop work, do not settle anything."""
         return self._cancelled.is_set()
+
+    @property
+    def stop_reason(self) -> str | None:
+        """Why the session was stopped on purpose (cancelled, out of time), if it was."""
+        return getattr(self._cancelled, "why", None)
 
     def interrupt(self) -> None:
         """End the session as interrupted (its worker is shutting down): like a lost lease, it

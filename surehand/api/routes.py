@@ -14,6 +14,8 @@ from surehand.api.problems import conflict_response
 from surehand.api.schemas import (
     ID_PATTERN,
     ROLE_PATTERN,
+    CancelBody,
+    PauseBody,
     RecoverBody,
     ReportBody,
     ReviewBody,
@@ -156,6 +158,53 @@ def recover(
     """Ask for a successor of an interrupted TASK; admission decides from the evidence."""
     outcome = caller.sh.recover(task_id, actor=caller.acting(body.actor if body else None))
     return _json(outcome.to_dict())
+
+
+@router.post(
+    "/tasks/{task_id}/cancel",
+    tags=["tasks"],
+    responses=problems(
+        *WRITE, s403="Only the TASK's sender, its approvers or an ADMIN may cancel it."
+    ),
+)
+def cancel(task_id: TaskIdPath, body: CancelBody, caller: CallerDep) -> JSONResponse:
+    """Cancel the TASK: in inbox it is archived and never claimed; a running session is
+    stopped within seconds (its attempt ends ``cancelled`` through admission); a held TASK
+    keeps its hold. Asking again changes nothing (``repeated``)."""
+    outcome = caller.sh.cancel(task_id, reason=body.reason, actor=caller.acting(body.actor))
+    return _json(outcome.to_dict())
+
+
+RolePath = Annotated[str, Path(pattern=ROLE_PATTERN, max_length=32, description="A role code.")]
+
+
+@router.get("/roles/paused", tags=["roles"], responses=problems(*READ))
+def paused_roles(caller: CallerDep) -> JSONResponse:
+    """The paused roles of the caller's tenant."""
+    return _json({"paused": [pause.to_dict() for pause in caller.sh.paused_roles()]})
+
+
+@router.post(
+    "/roles/{role}/pause",
+    tags=["roles"],
+    responses=problems(*WRITE, s403="Only ADMIN or PM may pause a role."),
+)
+def pause_role(role: RolePath, caller: CallerDep, body: PauseBody | None = None) -> JSONResponse:
+    """Pause a role: no session of it starts (its TASKs wait in inbox); running ones go on."""
+    actor = caller.acting(body.actor if body else None)
+    pause = caller.sh.pause_role(role, reason=body.reason if body else "", actor=actor)
+    return _json(pause.to_dict())
+
+
+@router.post(
+    "/roles/{role}/resume",
+    tags=["roles"],
+    responses=problems(*WRITE, s403="Only ADMIN or PM may resume a role."),
+)
+def resume_role(role: RolePath, caller: CallerDep, body: PauseBody | None = None) -> JSONResponse:
+    """Resume a role and publish its TASKs that waited."""
+    waiting = caller.sh.resume_role(role, actor=caller.acting(body.actor if body else None))
+    return _json({"role": role, "resumed": True, "waiting": waiting})
 
 
 @router.get("/cases", tags=["recovery"], responses=problems(*READ))

@@ -122,3 +122,17 @@ class ReviewBody(_Body):
     )
     note: str = Field(min_length=1, max_length=4096, description="How the effect was checked.")
     actor: RoleCode | None = Field(None, description="Reviewing role; defaults to the caller's.")
+
+
+class CancelBody(_Body):
+    """Cancel the TASK named in the path: its sender, its approvers or an ADMIN."""
+
+    reason: str = Field(min_length=1, max_length=4096, description="Why (required, recorded).")
+    actor: RoleCode | None = Field(None, description="Acting role; defaults to the caller's.")
+
+
+class PauseBody(_Body):
+    """Pause a role of the caller's tenant (ADMIN or PM): no session of it starts."""
+
+    reason: str = Field("", max_length=4096, description="Why (recorded with the pause).")
+    actor: RoleCode | None = Field(None, description="Acting role; defaults to the caller's.")

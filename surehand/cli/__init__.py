@@ -7,6 +7,7 @@ from surehand.cli import (
     check_command,
     serve_commands,
     session_commands,
+    stop_commands,
     task_commands,
 )
 from surehand.cli.app import app
@@ -18,6 +19,7 @@ __all__ = [
     "main",
     "serve_commands",
     "session_commands",
+    "stop_commands",
     "task_commands",
 ]
 

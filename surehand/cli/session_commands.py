@@ -95,6 +95,9 @@ def require_agents(sh: Surehand, roles: list[str]) -> None:
 
     No default agent here (unlike `surehand up`, whose demo agent suits a trial): a deployment
     worker that silently ran the demo agent would answer real TASKs with fake REPORTs."""
+    from surehand.dispatcher.stops import role_time_limits
+
+    role_time_limits(sh.settings.role_time_limits)  # a bad SUREHAND_ROLE_TIME_LIMITS: now
     missing = [role for role in roles if role not in sh.registry.roles()]
     if not missing:
         return

@@ -81,6 +81,13 @@ def submit(
     risk_level: Annotated[
         str, typer.Option(envvar="SUREHAND_RISK_LEVEL", help="low|medium|high|irreversible.")
     ] = "medium",
+    time_limit: Annotated[
+        int | None,
+        typer.Option(
+            envvar="SUREHAND_TIME_LIMIT",
+            help="Seconds an attempt may run before it is stopped (default: the role's).",
+        ),
+    ] = None,
     database_url: DatabaseUrl = None,
     tenant: Tenant = None,
     as_json: JsonFlag = False,
@@ -99,6 +106,8 @@ def submit(
         "risk_level": risk_level,
         "client_submission_id": submission_id,
     }
+    if time_limit is not None:  # in the request (and its digest) only when given
+        request["time_limit_seconds"] = time_limit
     from surehand.model import ConflictCode, Disposition
 
     result = _open(database_url, tenant).write_task(request)
@@ -255,6 +264,9 @@ def list_tasks(
         from surehand.cli.render import tasks_table
 
         console.print(tasks_table(found, _notes(sh, found)))
+        for paused in sh.paused_roles():
+            why = f": {paused.reason}" if paused.reason else ""
+            console.print(f"[yellow]paused[/]: role {paused.role} (by {paused.paused_by}{why})")
 
 
 def _notes(sh: Surehand, found: list[Task]) -> dict[str, str]:

@@ -20,6 +20,7 @@ from sqlalchemy import Connection
 
 from surehand.agents.probes import ProbeResult
 from surehand.dispatcher import lifecycle
+from surehand.dispatcher.cancel import archive_cancelled
 from surehand.dispatcher.context import Services
 from surehand.dispatcher.effects import (
     Evidence,
@@ -30,6 +31,7 @@ from surehand.dispatcher.effects import (
     with_probes,
 )
 from surehand.dispatcher.reports import report_body, write_report_in
+from surehand.dispatcher.stops import after_stop
 from surehand.errors import CaseNotFound, LeaseUnavailable, StaleDecision
 from surehand.model import (
     SYSTEM,
@@ -102,6 +104,8 @@ class Admitter:
             history = attempts.for_task(connection, case.task_id)
         evidence = evaluate(attempt, recorded, case.review, unregistered)
         evidence = self._after_wait(case, with_probes(evidence, asked))
+        # A cancelled TASK, an attempt out of time: the cause's outcome (dispatcher/stops.py).
+        evidence = after_stop(task, attempt, case.review, evidence)
         evidence = self._bounded(case, history, evidence)
         if _still_waiting(case, evidence):
             return case  # recorded on an earlier pass; nothing new to write
@@ -258,6 +262,8 @@ class Admitter:
     ) -> None:
         if evidence.admission is Admission.HOLD_FOR_REVIEW:
             _hold(connection, self.services, case, task, evidence)
+        elif evidence.admission is Admission.RECONCILE_ONLY and evidence.refs.get("cancelled"):
+            _cancel(connection, self.services, case, task)
         elif evidence.admission is Admission.RECONCILE_ONLY:
             _reconcile(connection, self.services, case, task)
         elif evidence.admission is Admission.REEXECUTE and task.hold is not None:
@@ -403,6 +409,13 @@ def _reconcile(
         attempt_id=attempt.attempt_id,
         epoch=attempt.number,
     )
+
+
+def _cancel(connection: Connection, services: Services, case: InterruptionCase, task: Task) -> None:
+    """Archive a cancelled TASK with a REPORT from the records; nothing runs again."""
+    if task.hold is not None:
+        task = _release_hold(connection, services, task)
+    archive_cancelled(connection, services, task, case=case, by=SYSTEM)
 
 
 def _release_hold(connection: Connection, services: Services, task: Task) -> Task:

@@ -17,6 +17,7 @@ from surehand.errors import (
     DuplicateKey,
     IllegalTransition,
     NotClaimable,
+    RolePaused,
     StaleDecision,
     TaskHeld,
 )
@@ -30,7 +31,7 @@ from surehand.model import (
     EventKind,
     Task,
 )
-from surehand.store import attempts, cases, events, operations, tasks
+from surehand.store import attempts, cases, events, operations, pauses, tasks
 
 # -- claiming --------------------------------------------------------------------------------
 
@@ -62,6 +63,7 @@ def claim(
             task = tasks.get_for_update(connection, task_id)
             if task is None:
                 return None
+            _refuse_stopped(connection, task)
             if task.bucket is Bucket.ACTIVE:
                 if _is_rework(connection, task):
                     _claim_rework(connection, services, task, attempt_id, worker)
@@ -89,6 +91,9 @@ def claim(
             )
             attempts.insert(connection, attempt)
             return Session(services=services, task=moved, attempt=attempt)
+    except RolePaused:
+        _park(services, task_id)  # no event: a paused role's TASKs wait without a trace each
+        return None
     except (
         IllegalTransition,
         Conflict,
@@ -99,6 +104,21 @@ def claim(
     ) as refused:
         _record_refusal(services, task_id, worker, message_id, refused)
         return None
+
+
+def _refuse_stopped(connection: Connection, task: Task) -> None:
+    """No session starts for a cancelled TASK, nor for a TASK of a paused role."""
+    if task.cancel is not None:
+        raise NotClaimable(f"{task.task_id} was cancelled by {task.cancel.by}")
+    if pauses.get(connection, task.tenant, task.fields.recipient) is not None:
+        raise RolePaused(f"role {task.fields.recipient} is paused; {task.task_id} waits")
+
+
+def _park(services: Services, task_id: str) -> None:
+    """A TASK refused because its role is paused waits unpublished: the sweep leaves paused
+    roles alone, and ``resume`` publishes what waited."""
+    with services.store.one_write() as connection:
+        tasks.set_unpublished(connection, task_id)
 
 
 def _is_rework(connection: Connection, task: Task) -> bool:

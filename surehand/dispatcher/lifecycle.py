@@ -46,17 +46,32 @@ EDGES: dict[Action, tuple[Bucket | None, Bucket]] = {
     Action.ARCHIVE: (Bucket.DONE, Bucket.ARCHIVE),
     Action.ROLLBACK: (Bucket.ACTIVE, Bucket.INBOX),
     Action.REOPEN: (Bucket.DONE, Bucket.ACTIVE),
+    # Cancel ends a TASK that has not finished: from active (its session stopped, the attempt
+    # through admission) or, without any session, from inbox (:data:`OTHER_SOURCES`).
+    Action.CANCEL: (Bucket.ACTIVE, Bucket.ARCHIVE),
 }
+# Actions whose one target is reached from more than one bucket.
+OTHER_SOURCES: dict[Action, frozenset[Bucket]] = {Action.CANCEL: frozenset({Bucket.INBOX})}
 APPROVER_ACTIONS = frozenset({Action.APPROVE, Action.REJECT, Action.ARCHIVE, Action.REOPEN})
 DRIVER_ACTIONS = frozenset({Action.SUBMIT, Action.FINISH})
-REASON_REQUIRED = frozenset({Action.REJECT, Action.ARCHIVE, Action.REOPEN})
+REASON_REQUIRED = frozenset({Action.REJECT, Action.ARCHIVE, Action.REOPEN, Action.CANCEL})
 REPORT_REQUIRED = frozenset({Action.SUBMIT, Action.FINISH})
 REWORK_ACTIONS = frozenset({Action.REJECT, Action.REOPEN})
 
 
+def sources(action: Action) -> frozenset[Bucket | None]:
+    """The buckets ``action`` moves a TASK from."""
+    return frozenset({EDGES[action][0], *OTHER_SOURCES.get(action, ())})
+
+
 def allowed_actions(bucket: Bucket) -> list[Action]:
     """The actions whose edge starts at ``bucket``, in table order."""
-    return [action for action, (source, _) in EDGES.items() if source is bucket]
+    return [action for action in EDGES if bucket in sources(action)]
+
+
+def cancellers(task: Task) -> frozenset[str]:
+    """Who may cancel: the TASK's sender and its approvers (ADMIN always among them)."""
+    return approvers(task) | {task.fields.sender}
 
 
 def approvers(task: Task) -> frozenset[str]:
@@ -69,6 +84,8 @@ def _authorised(task: Task, action: Action) -> frozenset[str]:
     """The roles (besides the runtime) that may perform ``action`` on ``task``."""
     if action in APPROVER_ACTIONS:
         return approvers(task)
+    if action is Action.CANCEL:
+        return cancellers(task)
     if action in DRIVER_ACTIONS or action is Action.CLAIM:
         return frozenset({task.fields.recipient})
     return frozenset()  # rollback: the runtime's move only
@@ -77,7 +94,7 @@ def _authorised(task: Task, action: Action) -> frozenset[str]:
 def check_edge(task: Task, action: Action) -> Bucket:
     """The destination bucket, or IllegalTransition naming what is allowed from here."""
     source, target = EDGES[action]
-    if source is task.bucket:
+    if task.bucket in sources(action):
         return target
     allowed = allowed_actions(task.bucket)
     names = ", ".join(a.value for a in allowed) or "none"
@@ -323,6 +340,10 @@ def transition(
     ``principal`` None is an in-process caller trusted as any role (tests, operator tools).
     """
     _refuse_system(actor)
+    if str(action) == Action.CANCEL.value:
+        raise ValidationFailed(
+            "action", "a TASK is cancelled with cancel (its session is stopped), not a move"
+        )
     request = parse(
         TransitionRequest,
         task_id=task_id,

@@ -25,6 +25,7 @@ lost session's.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import socket
@@ -44,6 +45,7 @@ from surehand.dispatcher.claims import claim
 from surehand.dispatcher.context import Services
 from surehand.dispatcher.operations import run_operation
 from surehand.dispatcher.sessions import Session
+from surehand.dispatcher.stops import StopWatch, role_time_limits
 from surehand.errors import (
     AgentError,
     EffectLeftOpen,
@@ -53,9 +55,16 @@ from surehand.errors import (
     SessionInterrupted,
     StaleOwner,
     StoreUnavailable,
+    SurehandError,
     ValidationFailed,
 )
-from surehand.model import AttemptCause, ReportStatus, RetryPolicy, WriteReportResult
+from surehand.model import (
+    AttemptCause,
+    ReportStatus,
+    RetryPolicy,
+    WriteReportResult,
+    case_id_for,
+)
 from surehand.queue.heartbeat import Heartbeat
 from surehand.queue.leases import LeaseStore
 
@@ -101,8 +110,10 @@ class _Port:
     def _check_live(self, write: str) -> None:
         if self.session.cancelled.is_set():
             self.session.refuse_late(write)
+            stopped = self.session.stop_cause
+            why = stopped[1] if stopped is not None else "lost its lease"
             raise LeaseLost(
-                f"{write} refused: the session of {self.session.task_id} lost its lease",
+                f"{write} refused: the session of {self.session.task_id} stopped ({why})",
                 task_id=self.session.task_id,
                 attempt_id=self.session.attempt.attempt_id,
             )
@@ -140,10 +151,21 @@ class _Port:
 class SessionRunner:
     """Runs sessions for TASKs with the registered agents, under Redis leases."""
 
-    def __init__(self, services: Services, registry: AgentRegistry, leases: LeaseStore) -> None:
+    def __init__(
+        self,
+        services: Services,
+        registry: AgentRegistry,
+        leases: LeaseStore,
+        *,
+        admit: Callable[[str], object] | None = None,
+    ) -> None:
         self.services = services
         self.registry = registry
         self.leases = leases
+        # Runs admission on a stopped session's case at once (else the reconciler's next pass).
+        self.admit = admit
+        role_time_limits(services.settings.role_time_limits)  # ConfigError here, not mid-session
+        self.stops = StopWatch(services)
 
     @property
     def ttl_ms(self) -> int:
@@ -200,15 +222,44 @@ class SessionRunner:
             defer=self.services.settings.heartbeat_seconds,
         )
         heartbeat.start()
+        self.stops.watch(session)  # cancel requests and the time limit
         try:
-            return self._run_agent(session)
+            outcome = self._run_agent(session)
         except Exception as error:  # surehand's own code failed: never leave it running
-            return self._interrupt(session, session_error(error))
+            outcome = self._interrupt(session, session_error(error))
         finally:
+            self.stops.forget(session)
             heartbeat.stop()
             metrics.observe_renew_failures(heartbeat.renew_failures)
-            if not session.cancelled.is_set():
-                self._release(session)
+            if not session.cancelled.is_set() or session.stop_cause is not None:
+                self._release(session)  # a session stopped on purpose still holds its lease
+        return self._admit_stopped(session, outcome)
+
+    def _admit_stopped(self, session: Session, outcome: SessionOutcome) -> SessionOutcome:
+        """Admission on the case of a session stopped on purpose, once its lease is released
+        (a live lease would keep its owner): the TASK is archived or held at once."""
+        if session.stop_cause is None or self.admit is None:
+            return outcome
+        if outcome.outcome != session.stop_cause[0].value:
+            return outcome  # it ended otherwise (fenced, or the end was not recorded)
+        try:
+            self.admit(case_id_for(session.attempt))
+        except SurehandError as error:
+            log.warning("admission of stopped %s deferred (%s)", session.task_id, error)
+        return outcome
+
+    def _stopped(self, session: Session, **returned: Any) -> SessionOutcome:
+        """The session was stopped on purpose (cancelled, out of time): end its attempt
+        interrupted with that cause (never settled), for admission to decide."""
+        assert session.stop_cause is not None
+        cause, why = session.stop_cause
+        interrupted = SessionInterrupted(
+            f"{why}; the session of {session.task_id} was stopped", cause=cause.value
+        )
+        ended = self._interrupt(session, interrupted, **returned)
+        if ended.outcome != "interrupted":
+            return ended
+        return dataclasses.replace(ended, outcome=cause.value)
 
     def _acquire(self, session: Session) -> str | None:
         """SET NX PX the lease; wait out at most one TTL for a dead predecessor's key.
@@ -268,6 +319,8 @@ class SessionRunner:
             if context.stopped is not None and context.stopped[0] == "stale_owner":
                 return self._outcome(session, "stale", error)  # its tools were fenced: stopped
             return self._raised(session, error)
+        if session.stop_cause is not None:
+            return self._stopped(session, returned=result)
         if session.cancelled.is_set():
             return self._lease_lost(session, LeaseLost("lease lost; not settling"))
         if session.interruption is not None:
@@ -292,7 +345,10 @@ class SessionRunner:
         return SessionOutcome(session.task_id, "settled", session.attempt.number, task.bucket.value)
 
     def _raised(self, session: Session, error: Exception) -> SessionOutcome:
-        """The handler raised: a lost lease, an interruption, or the agent's own failure."""
+        """The handler raised: a stop, a lost lease, an interruption, or the agent's own
+        failure."""
+        if session.stop_cause is not None:
+            return self._stopped(session)
         if session.cancelled.is_set():
             log.warning("agent for %s stopped after its lease was lost: %s", session.task_id, error)
             return self._lease_lost(session, error)

@@ -90,10 +90,23 @@ class Session:
     # What the agent tried after the lease was lost, refused before it ran (``_Port``): kept
     # with the attempt's end, so the store, not only a log, says the late write was stopped.
     refused_late: list[str] = field(default_factory=list)
+    # Set when the session is stopped on purpose (a cancel request, a time limit): its attempt
+    # ends interrupted with this cause and goes through admission (dispatcher/stops.py).
+    stop_cause: tuple[AttemptCause, str] | None = None
 
     @property
     def task_id(self) -> str:
         return self.task.task_id
+
+    def stop(self, cause: AttemptCause, why: str) -> None:
+        """Stop the session on purpose: its agent is stopped (a command agent's whole process
+        tree), its port refuses further writes, and its attempt ends ``cause``."""
+        if self.stop_cause is None:
+            self.stop_cause = (cause, why)
+        if isinstance(self.cancelled, Cancellation):
+            self.cancelled.stop(why)
+        else:
+            self.cancelled.set()
 
     def refuse_late(self, write: str) -> None:
         """Keep a write refused after the lease was lost: each once, at most

@@ -1,4 +1,5 @@
-"""The MCP tools: ``write_task``, ``write_report``, ``read_task``, ``list_tasks``, ``task_status``.
+"""The MCP tools: ``write_task``, ``write_report``, ``read_task``, ``list_tasks``, ``task_status``,
+``cancel_task``.
 
 Each tool calls the same facade as the other doors and returns the same records as structured
 content (and as JSON text for hosts that only read text). Every failure -- a typed surehand
@@ -91,10 +92,14 @@ class Tools:
         parent: Annotated[str, Field(description="Parent TASK id, if any.")] = "",
         references: list[str] | None = None,
         depends_on: Annotated[list[str] | None, Field(description="TASK ids.")] = None,
+        time_limit_seconds: Annotated[
+            int | None,
+            Field(description="Seconds an attempt may run before it is stopped (timed_out)."),
+        ] = None,
         ctx: Context | None = None,
     ) -> CallToolResult:
         """Create a TASK once per client_submission_id (the tool text is ``WRITE_TASK``)."""
-        request = {
+        request: dict[str, Any] = {
             "sender": sender,
             "recipient": recipient,
             "subject": subject,
@@ -107,7 +112,20 @@ class Tools:
             "depends_on": depends_on or [],
             "client_submission_id": client_submission_id,
         }
+        if time_limit_seconds is not None:  # in the request (and its digest) only when given
+            request["time_limit_seconds"] = time_limit_seconds
         return self.call(ctx, lambda _p, sh: sh.write_task(request).to_dict())
+
+    def cancel_task(
+        self,
+        task_id: TaskId,
+        reason: Annotated[str, Field(description="Why (required, recorded in the history).")],
+        ctx: Context | None = None,
+    ) -> CallToolResult:
+        """Cancel a TASK you sent (or approve): in inbox it is never run; a running session is
+        stopped within seconds; a TASK held for review keeps its hold for its approver.
+        Asking again changes nothing."""
+        return self.call(ctx, lambda _p, sh: sh.cancel(task_id, reason=reason).to_dict())
 
     def write_report(
         self,
@@ -181,6 +199,7 @@ class Tools:
                 "attempt": attempts[-1].number if attempts else None,
                 "attempt_state": attempts[-1].state.value if attempts else None,
                 "latest_report": latest.to_dict() if latest else None,
+                "cancel": task.to_dict()["cancel"],
                 "updated_at": task.updated_at.isoformat(),
             }
 
@@ -198,6 +217,11 @@ def build_server(sh: Surehand) -> MCPServer[Any]:
         strict_tool(tools.read_task, "read_task", annotations=read_only),
         strict_tool(tools.list_tasks, "list_tasks", annotations=read_only),
         strict_tool(tools.task_status, "task_status", annotations=read_only),
+        strict_tool(
+            tools.cancel_task,
+            "cancel_task",
+            annotations=ToolAnnotations(idempotent_hint=True, destructive_hint=True),
+        ),
     ]
     return SurehandServer(
         "surehand",

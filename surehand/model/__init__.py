@@ -25,6 +25,7 @@ from surehand.model.enums import (
     RiskLevel,
 )
 from surehand.model.records import (
+    CancelRequest,
     ConflictInfo,
     Hold,
     Receipt,
@@ -57,6 +58,7 @@ __all__ = [
     "AttemptCause",
     "AttemptState",
     "Bucket",
+    "CancelRequest",
     "CaseState",
     "ConflictCode",
     "ConflictInfo",

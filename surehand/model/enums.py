@@ -68,6 +68,7 @@ class Action(enum.StrEnum):
     ARCHIVE = "archive"
     ROLLBACK = "rollback"
     REOPEN = "reopen"
+    CANCEL = "cancel"
 
 
 class ReportStatus(enum.StrEnum):
@@ -157,3 +158,5 @@ class EventKind(enum.StrEnum):
     # Publishing failed in a way a retry would repeat (bad role code, publisher error): the
     # TASK is marked undispatchable (tasks.dispatch_error), never a stop of the sweep.
     DISPATCH_FAILED = "dispatch_failed"
+    # A sender, approver or ADMIN asked to cancel the TASK (tasks.cancel_requested_at).
+    CANCEL_REQUESTED = "cancel_requested"

@@ -34,9 +34,24 @@ class TaskFields:
     references: tuple[str, ...] = ()
     depends_on: tuple[str, ...] = ()
     risk_level: RiskLevel = RiskLevel.MEDIUM
+    # The TASK's own time limit per attempt, in seconds (None: its role's default, if any).
+    time_limit_seconds: int | None = None
 
     def semantic_dict(self) -> dict[str, Any]:
-        """The JSON object that the write-task-v1 digest is computed over."""
+        """The JSON object that the write-task-v1 digest is computed over. A field added after
+        write-task-v1 (``time_limit_seconds``) is in it only when given, so the digest of
+        every request that does not give it stays byte-for-byte what it was."""
+        return {
+            **self._base_dict(),
+            **self._optional_dict(),
+        }
+
+    def _optional_dict(self) -> dict[str, Any]:
+        if self.time_limit_seconds is None:
+            return {}
+        return {"time_limit_seconds": self.time_limit_seconds}
+
+    def _base_dict(self) -> dict[str, Any]:
         return {
             "sender": self.sender,
             "recipient": self.recipient,
@@ -149,6 +164,18 @@ class Hold:
 
 
 @dataclass(frozen=True, slots=True)
+class CancelRequest:
+    """A durable request to cancel a TASK: when, by which role, and why."""
+
+    at: datetime
+    by: str
+    reason: str
+
+    def to_dict(self) -> dict[str, str]:
+        return {"at": self.at.isoformat(), "by": self.by, "reason": self.reason}
+
+
+@dataclass(frozen=True, slots=True)
 class Task:
     """A TASK as stored: its fields, lifecycle position and fencing epoch."""
 
@@ -171,6 +198,7 @@ class Task:
     # and when that was last seen; None when it was dispatched or never tried. See dispatch.py.
     dispatch_error: str | None = None
     dispatch_error_at: datetime | None = None
+    cancel: CancelRequest | None = None
 
     @property
     def task_path(self) -> str:
@@ -197,6 +225,8 @@ class Task:
             "dispatch_error_at": (
                 self.dispatch_error_at.isoformat() if self.dispatch_error_at else None
             ),
+            "time_limit_seconds": self.fields.time_limit_seconds,
+            "cancel": self.cancel.to_dict() if self.cancel else None,
         }
 
 

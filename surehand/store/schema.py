@@ -143,6 +143,13 @@ tasks = Table(
     # back-off passes or a restart retries it, and a successful publish clears it.
     Column("dispatch_error", Text),
     _ts("dispatch_error_at", nullable=True),
+    # The TASK's own time limit per attempt (NULL: its role's default, if any; migration 0015).
+    Column("time_limit_seconds", Integer),
+    # A cancel request, set once (compare-and-set): when, by which role, why. The store is the
+    # truth a worker's stop watch reads; the principal is in the cancel_requested event.
+    _ts("cancel_requested_at", nullable=True),
+    Column("cancel_requested_by", String(64)),
+    Column("cancel_reason", Text),
     _check("bucket", model.Bucket, "bucket"),
     _check("priority", model.Priority, "priority"),
     _check("risk_level", model.RiskLevel, "risk_level"),
@@ -192,6 +199,19 @@ Index(
     tasks.c.dispatch_error_at,
     sqlite_where=_UNDISPATCHABLE,
     postgresql_where=_UNDISPATCHABLE,
+)
+
+# Paused roles, per tenant: no session of a paused role starts (the claim refuses it and the
+# TASK waits in inbox, published again on resume); running sessions continue.
+role_pauses = Table(
+    "role_pauses",
+    metadata,
+    Column("tenant", String(255), primary_key=True),
+    Column("role", String(32), primary_key=True),
+    Column("paused_by", String(64), nullable=False),
+    Column("principal", String(64)),
+    Column("reason", Text, nullable=False),
+    _ts("paused_at"),
 )
 
 task_events = Table(

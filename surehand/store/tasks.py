@@ -22,13 +22,14 @@ from sqlalchemy import (
 from surehand.model import (
     DIGEST_SCHEMA_VERSION,
     Bucket,
+    CancelRequest,
     Hold,
     Priority,
     RiskLevel,
     Task,
     TaskFields,
 )
-from surehand.store.schema import tasks
+from surehand.store.schema import role_pauses, tasks
 
 
 def _fields(row: Any) -> TaskFields:
@@ -43,7 +44,14 @@ def _fields(row: Any) -> TaskFields:
         references=tuple(row.references),
         depends_on=tuple(row.depends_on),
         risk_level=RiskLevel(row.risk_level),
+        time_limit_seconds=row.time_limit_seconds,
     )
+
+
+def _cancel(row: Any) -> CancelRequest | None:
+    if row.cancel_requested_at is None:
+        return None
+    return CancelRequest(row.cancel_requested_at, row.cancel_requested_by, row.cancel_reason or "")
 
 
 def from_row(row: Any) -> Task:
@@ -67,6 +75,7 @@ def from_row(row: Any) -> Task:
         updated_at=row.updated_at,
         dispatch_error=row.dispatch_error,
         dispatch_error_at=row.dispatch_error_at,
+        cancel=_cancel(row),
     )
 
 
@@ -112,6 +121,10 @@ def new_row(
         "updated_at": now,
         "dispatch_error": None,
         "dispatch_error_at": None,
+        "time_limit_seconds": fields.time_limit_seconds,
+        "cancel_requested_at": None,
+        "cancel_requested_by": None,
+        "cancel_reason": None,
     }
 
 
@@ -128,7 +141,14 @@ TASK_COLUMNS = tuple(
         *("revision", "epoch", "rework_round", "hold_case_id", "hold_reason"),
         *("client_submission_id", "request_digest", "idempotent", "document_digest"),
         *("published", "created_at", "updated_at", "dispatch_error", "dispatch_error_at"),
+        *("time_limit_seconds", "cancel_requested_at", "cancel_requested_by", "cancel_reason"),
     )
+)
+# No session of a paused role starts: the claim's WHERE (and the sweep's) leaves its TASKs.
+ROLE_NOT_PAUSED = ~(
+    select(role_pauses.c.role)
+    .where(role_pauses.c.tenant == tasks.c.tenant, role_pauses.c.role == tasks.c.recipient)
+    .exists()
 )
 CLAIM_INBOX = (
     update(tasks)
@@ -136,6 +156,8 @@ CLAIM_INBOX = (
         tasks.c.task_id == bindparam("b_task_id"),
         tasks.c.bucket == Bucket.INBOX.value,
         tasks.c.hold_case_id.is_(None),
+        tasks.c.cancel_requested_at.is_(None),
+        ROLE_NOT_PAUSED,
     )
     .values(
         bucket=Bucket.ACTIVE.value,
@@ -287,6 +309,38 @@ def set_published(connection: Connection, task_id: str, now: datetime) -> None:
     set_published_many(connection, [task_id], now)
 
 
+def cancel_requested(connection: Connection, task_ids: Sequence[str]) -> set[str]:
+    """Of ``task_ids``, those with a cancel request (one indexed read by primary key)."""
+    if not task_ids:
+        return set()
+    rows = connection.execute(
+        select(tasks.c.task_id).where(
+            tasks.c.task_id.in_(list(task_ids)), tasks.c.cancel_requested_at.isnot(None)
+        )
+    ).all()
+    return {row.task_id for row in rows}
+
+
+def set_unpublished(connection: Connection, task_id: str) -> None:
+    """Mark a TASK as waiting to be published (no lifecycle change: no revision bump)."""
+    connection.execute(update(tasks).where(tasks.c.task_id == task_id).values(published=False))
+
+
+def unpublish_role(connection: Connection, tenant: str, role: str) -> int:
+    """Mark every ``inbox`` TASK of ``role`` in ``tenant`` as waiting to be published (what
+    ``resume`` does before the sweep publishes them); returns how many."""
+    result = connection.execute(
+        update(tasks)
+        .where(
+            tasks.c.tenant == tenant,
+            tasks.c.recipient == role,
+            tasks.c.bucket == Bucket.INBOX.value,
+        )
+        .values(published=False)
+    )
+    return result.rowcount
+
+
 def waiting_to_publish(connection: Connection, task_ids: Sequence[str]) -> list[Task]:
     """Of ``task_ids``, the TASKs still unpublished in ``inbox`` and not held, in that order."""
     if not task_ids:
@@ -396,7 +450,7 @@ def unpublished_inbox(
         retry = or_(retry, tasks.c.dispatch_error_at < failed_before)
     rows = connection.execute(
         select(tasks)
-        .where(or_(inbox, rework), tasks.c.hold_case_id.is_(None), retry)
+        .where(or_(inbox, rework), tasks.c.hold_case_id.is_(None), retry, ROLE_NOT_PAUSED)
         .order_by(tasks.c.created_at)
         .limit(limit)
     ).all()

@@ -14,8 +14,9 @@ from typing import Any, Literal, cast
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, RedirectResponse, Response
 
+from surehand.dispatcher.pauses import PAUSERS
 from surehand.doors.problem import status_for
-from surehand.errors import SurehandError
+from surehand.errors import SurehandError, ValidationFailed
 from surehand.model import Action
 from surehand.ui import lists, views
 from surehand.ui.routes import FormText, Viewer, check_csrf, render, signed_in
@@ -43,6 +44,10 @@ DONE = {
     "recover-reconcile_only": "Recover: the REPORT was built from the records.",
     "recover-hold_for_review": "Recover: the TASK is held for review; answer its case.",
     "recover-not_admitted": "Recover: not admitted; see the history for why.",
+    "cancel-archived": "Cancelled: the TASK is archived; nothing of it runs.",
+    "cancel-stopping": "Cancelled: its running session is being stopped; admission decides next.",
+    "cancel-held": "Cancel recorded: the hold stays for the approver's review.",
+    "cancel-pending": "Cancel recorded: the next reconciler pass ends the TASK.",
 }
 
 
@@ -51,7 +56,10 @@ def _task_page(
 ) -> Response:
     page = views.task_page(viewer.sh, task_id)
     may = views.may_review(viewer.principal, page.task)
-    return render(request, "task.html", viewer, status, page=page, may_act=may, **extra)
+    may_cancel = views.may_cancel(viewer.principal, page.task)
+    return render(
+        request, "task.html", viewer, status, page=page, may_act=may, may_cancel=may_cancel, **extra
+    )
 
 
 @router.get("/tasks/{task_id}/live")
@@ -108,6 +116,25 @@ def recover(request: Request, task_id: str, csrf_token: FormText = "") -> Respon
     def ask(viewer: Viewer) -> str:
         outcome = viewer.sh.recover(task_id, actor=viewer.principal.role)
         return f"recover-{outcome.admission.value}"
+
+    return _act(request, task_id, csrf_token, ask)
+
+
+@router.post("/tasks/{task_id}/cancel")
+def cancel(
+    request: Request,
+    task_id: str,
+    csrf_token: FormText = "",
+    reason: FormText = "",
+    confirm: FormText = "",
+) -> Response:
+    """Cancel the TASK (``Surehand.cancel``) once the form's confirmation is ticked."""
+
+    def ask(viewer: Viewer) -> str:
+        if confirm != "yes":
+            raise ValidationFailed("confirm", "tick the confirmation to cancel the TASK")
+        outcome = viewer.sh.cancel(task_id, reason=reason, actor=viewer.principal.role)
+        return f"cancel-{outcome.outcome}"
 
     return _act(request, task_id, csrf_token, ask)
 
@@ -186,10 +213,54 @@ def _answers(fields: dict[str, str]) -> dict[int, Effect]:
 
 
 @router.get("/workers", name="workers")
-def workers(request: Request) -> Response:
-    """Running sessions with their leases and heartbeats, lost sessions, the reconciler."""
+def workers(request: Request, done: str = "") -> Response:
+    """Running sessions with their leases and heartbeats, lost sessions, the reconciler, and
+    the paused roles (ADMIN and PM pause and resume them here)."""
     viewer = signed_in(request)
-    return render(request, "workers.html", viewer, page=lists.workers(viewer.sh))
+    return _workers_page(request, viewer, done=PAUSE_DONE.get(done))
+
+
+PAUSE_DONE = {"paused": "Paused: no session of that role starts.", "resumed": "Resumed."}
+
+
+def _workers_page(request: Request, viewer: Viewer, status: int = 200, **extra: Any) -> Response:
+    may_pause = viewer.principal.role in PAUSERS
+    page = lists.workers(viewer.sh)
+    return render(request, "workers.html", viewer, status, page=page, may_pause=may_pause, **extra)
+
+
+@router.post("/roles/pause")
+def pause_role(
+    request: Request, csrf_token: FormText = "", role: FormText = "", reason: FormText = ""
+) -> Response:
+    """Pause a role (``Surehand.pause_role``)."""
+
+    def pause(viewer: Viewer) -> object:
+        return viewer.sh.pause_role(role, reason=reason, actor=viewer.principal.role)
+
+    return _role_act(request, csrf_token, pause, "paused")
+
+
+@router.post("/roles/{role}/resume")
+def resume_role(request: Request, role: str, csrf_token: FormText = "") -> Response:
+    """Resume a role and publish what waited (``Surehand.resume_role``)."""
+
+    def resume(viewer: Viewer) -> object:
+        return viewer.sh.resume_role(role, actor=viewer.principal.role)
+
+    return _role_act(request, csrf_token, resume, "resumed")
+
+
+def _role_act(
+    request: Request, csrf_token: str, act: Callable[[Viewer], object], done: str
+) -> Response:
+    viewer = signed_in(request)
+    check_csrf(viewer, csrf_token)
+    try:
+        act(viewer)
+    except SurehandError as error:
+        return _workers_page(request, viewer, status_for(error), error=error.message)
+    return RedirectResponse(f"{PREFIX}/workers?done={done}", status_code=303)
 
 
 @router.get("/workers/live")

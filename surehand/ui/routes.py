@@ -58,6 +58,8 @@ def render(
 ) -> Response:
     """Render a page with the viewer and its CSRF token in the context."""
     context.update(viewer=viewer, csrf=viewer.session.csrf if viewer else context.get("csrf"))
+    # Paused roles show on every page of a signed-in viewer (one small read of the store).
+    context.setdefault("paused", viewer.sh.paused_roles() if viewer else [])
     templates = console_of(request).templates
     return templates.TemplateResponse(request, name, context, status_code=status)
 

@@ -13,7 +13,7 @@ from typing import Any
 
 from surehand.dispatcher import dispatch
 from surehand.dispatcher.effects import Evidence, evaluate, unsettled
-from surehand.dispatcher.lifecycle import approvers
+from surehand.dispatcher.lifecycle import approvers, cancellers
 from surehand.facade import Surehand
 from surehand.model import (
     Admission,
@@ -73,6 +73,12 @@ def task_page(sh: Surehand, task_id: str) -> TaskPage:
 def may_review(principal: Principal, task: Task) -> bool:
     """Whether ``principal`` is one of the TASK's approvers (the review form's audience)."""
     return principal.role in approvers(task)
+
+
+def may_cancel(principal: Principal, task: Task) -> bool:
+    """Whether ``principal`` may cancel ``task`` now (its sender, an approver; not finished)."""
+    unfinished = task.bucket.value in ("inbox", "active") and task.cancel is None
+    return unfinished and principal.role in cancellers(task)
 
 
 def approver_names(task: Task) -> str:
