@@ -32,7 +32,7 @@ from surehand.errors import (
 from surehand.model import ADMIN, PM, SYSTEM, Action, Bucket, EventKind, Fence, Task
 from surehand.principals import Principal, acting_for
 from surehand.requests import TransitionRequest, parse, validate_tenant
-from surehand.store import events, session_writes, tasks
+from surehand.store import dependencies, events, session_writes, tasks
 from surehand.store import reports as report_rows
 from surehand.store.fence import task_expectation
 
@@ -193,6 +193,8 @@ def apply(
         extra_expect = {**(extra_expect or {}), **task_expectation(fence)}
         attempt_id, epoch = fence.attempt_id, fence.epoch
     moved = _compare_and_set(connection, task, values, extra_expect, now)
+    if target is Bucket.DONE:
+        dependencies.release(connection, task.task_id, now)
     data = {**_event_data(action, values, cited), **(acting or {})}
     events.insert(
         connection,

@@ -42,6 +42,7 @@ from surehand.crashpoints import CrashPoint, crash_point
 from surehand.dispatcher import sessions
 from surehand.dispatcher.claims import claim
 from surehand.dispatcher.context import Services
+from surehand.dispatcher.dispatch import after_done
 from surehand.dispatcher.operations import run_operation
 from surehand.dispatcher.sessions import Session
 from surehand.errors import (
@@ -287,6 +288,7 @@ class SessionRunner:
             return self._fail(
                 session, AgentError(f"the agent's result is no valid REPORT ({invalid.message})")
             )
+        after_done(self.services, task)  # the dependants it released
         return SessionOutcome(session.task_id, "settled", session.attempt.number, task.bucket.value)
 
     def _raised(self, session: Session, error: Exception) -> SessionOutcome:

@@ -18,8 +18,11 @@ transaction, or restored from elsewhere) is recovered under its original identit
 from __future__ import annotations
 
 from collections.abc import Mapping
+from contextlib import AbstractContextManager
 from datetime import datetime
 from typing import Any
+
+from sqlalchemy import Connection
 
 from surehand.clock import utc_day
 from surehand.crashpoints import CrashPoint, crash_point
@@ -29,6 +32,7 @@ from surehand.dispatcher.dispatch import after_create
 from surehand.dispatcher.receipt_recovery import ReceiptRecovery
 from surehand.dispatcher.task_creation import (
     SubmissionCall,
+    check_dependencies,
     creation_event,
     insert_task,
     render,
@@ -67,6 +71,7 @@ def write_task(
     tenant = validate_tenant(tenant)
     acting = acting_for(principal, parsed.sender, "sender")
     fields = parsed.to_fields()
+    check_dependencies(services, tenant, fields)
     digest = request_digest(fields)
     if parsed.client_submission_id is None:
         return _create_legacy(services, fields, digest, tenant, acting)
@@ -158,7 +163,7 @@ class _Submission:
         call = self.call
         try:
             # One statement on Postgres, one transaction on SQLite: all or nothing either way.
-            with call.services.store.one_write() as connection:
+            with self._writer() as connection:
                 task_id = _new_task_id(connection, now, ahead)
                 path = task_path(Bucket.INBOX, task_id, call.fields.sender, call.fields.recipient)
                 result = call.result(task_id, path, Disposition.CREATED, ReceiptState.COMMITTED)
@@ -196,6 +201,12 @@ class _Submission:
         crash_point(CrashPoint.WRITE_TASK_AFTER_COMMIT)
         after_create(call.services, task_id)
         return result
+
+    def _writer(self) -> AbstractContextManager[Connection]:
+        """One statement on Postgres, unless the TASK has dependencies (their rows make it
+        several: a transaction)."""
+        store = self.call.services.store
+        return store.transaction() if self.call.fields.depends_on else store.one_write()
 
     def _read(self) -> Receipt | None:
         call = self.call

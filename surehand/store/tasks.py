@@ -28,7 +28,12 @@ from surehand.model import (
     Task,
     TaskFields,
 )
+from surehand.store.dependencies import unmet
 from surehand.store.schema import tasks
+
+# Unclaimable until every dependency is done: a claim's compare-and-set, the sweep and the
+# outbox drain check it in the store, so no publisher's view decides it.
+_READY = ~unmet(tasks.c.task_id)
 
 
 def _fields(row: Any) -> TaskFields:
@@ -136,6 +141,7 @@ CLAIM_INBOX = (
         tasks.c.task_id == bindparam("b_task_id"),
         tasks.c.bucket == Bucket.INBOX.value,
         tasks.c.hold_case_id.is_(None),
+        _READY,
     )
     .values(
         bucket=Bucket.ACTIVE.value,
@@ -162,6 +168,13 @@ def get_for_update(connection: Connection, task_id: str) -> Task | None:
     write transactions are already exclusive)."""
     row = connection.execute(_GET_FOR_UPDATE, {"task_id": task_id}).one_or_none()
     return from_row(row) if row is not None else None
+
+
+def ready(connection: Connection, task_id: str) -> bool:
+    """Whether every dependency of ``task_id`` is done (True for a TASK without any)."""
+    return not connection.execute(
+        select(unmet(bindparam("task_id"))), {"task_id": task_id}
+    ).scalar_one()
 
 
 def document(connection: Connection, task_id: str) -> str | None:
@@ -297,6 +310,7 @@ def waiting_to_publish(connection: Connection, task_ids: Sequence[str]) -> list[
             tasks.c.bucket == Bucket.INBOX.value,
             tasks.c.published.is_(False),
             tasks.c.hold_case_id.is_(None),
+            _READY,
         )
     ).all()
     found = {row.task_id: from_row(row) for row in rows}
@@ -363,6 +377,7 @@ def unclaimed_by_role(
             tasks.c.hold_case_id.is_(None),
             tasks.c.dispatch_error.is_(None),
             tasks.c.created_at < created_before,
+            _READY,
         )
         .group_by(tasks.c.recipient)
         .order_by(tasks.c.recipient)
@@ -387,7 +402,7 @@ def unpublished_inbox(
     waiting: ColumnElement[bool] = tasks.c.published.is_(False)
     if published_before is not None:
         waiting = or_(waiting, tasks.c.published_at < published_before)
-    inbox = and_(tasks.c.bucket == Bucket.INBOX.value, waiting)
+    inbox = and_(tasks.c.bucket == Bucket.INBOX.value, waiting, _READY)
     rework = and_(
         tasks.c.bucket == Bucket.ACTIVE.value, tasks.c.published.is_(False), tasks.c.epoch > 0
     )
