@@ -9,12 +9,19 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from surehand.model import Attempt, ReportStatus, RetryPolicy, Task, WriteReportResult
+from surehand.model import (
+    Attempt,
+    ReportStatus,
+    RetryPolicy,
+    Task,
+    WriteReportResult,
+    WriteTaskResult,
+)
 
 
 @dataclass(frozen=True)
@@ -42,6 +49,8 @@ class SessionPort(Protocol):
     def report(
         self, body: str, status: ReportStatus, submission_id: str | None
     ) -> WriteReportResult: ...
+
+    def delegate(self, arguments: Mapping[str, Any]) -> WriteTaskResult: ...
 
 
 class Cancellation(threading.Event):
@@ -165,3 +174,34 @@ class SessionContext:
     ) -> WriteReportResult:
         """Write a REPORT now (the session's result otherwise becomes the REPORT at settle)."""
         return self._port.report(body, ReportStatus(status), submission_id)
+
+    def delegate(
+        self,
+        recipient: str,
+        subject: str,
+        body: str = "",
+        *,
+        key: str | None = None,
+        depends_on: Sequence[str] = (),
+        priority: str = "P2",
+        references: Sequence[str] = (),
+        risk_level: str = "medium",
+    ) -> WriteTaskResult:
+        """Create a child TASK for ``recipient`` (sent as this TASK's recipient, ``parent`` set
+        to this TASK), once: the same ``key`` (or, without one, the same request) from any
+        attempt of this TASK returns the same child with disposition ``reused``; a changed
+        request under a key already used is disposition ``conflict`` and creates nothing.
+        ``depends_on``: task ids of siblings (children of this TASK) that must be done first.
+        Fenced like every session write (``StaleOwner`` once this attempt lost its TASK)."""
+        return self._port.delegate(
+            {
+                "recipient": recipient,
+                "subject": subject,
+                "body": body,
+                "key": key,
+                "depends_on": list(depends_on),
+                "priority": priority,
+                "references": list(references),
+                "risk_level": risk_level,
+            }
+        )

@@ -39,7 +39,7 @@ from surehand.agents.context import SessionContext
 from surehand.agents.quotas import require_free_space
 from surehand.agents.registry import AgentRegistry
 from surehand.crashpoints import CrashPoint, crash_point
-from surehand.dispatcher import sessions
+from surehand.dispatcher import delegation, sessions
 from surehand.dispatcher.claims import claim
 from surehand.dispatcher.context import Services
 from surehand.dispatcher.dispatch import after_done
@@ -56,7 +56,13 @@ from surehand.errors import (
     StoreUnavailable,
     ValidationFailed,
 )
-from surehand.model import AttemptCause, ReportStatus, RetryPolicy, WriteReportResult
+from surehand.model import (
+    AttemptCause,
+    ReportStatus,
+    RetryPolicy,
+    WriteReportResult,
+    WriteTaskResult,
+)
 from surehand.queue.heartbeat import Heartbeat
 from surehand.queue.leases import LeaseStore
 
@@ -134,6 +140,10 @@ class _Port:
     ) -> WriteReportResult:
         self._check_live("report")
         return self.session.report(body, status, submission_id)
+
+    def delegate(self, arguments: Mapping[str, Any]) -> WriteTaskResult:
+        self._check_live("delegate")
+        return delegation.delegate(self.session, arguments)
 
 
 class SessionRunner:

@@ -177,6 +177,20 @@ def ready(connection: Connection, task_id: str) -> bool:
     ).scalar_one()
 
 
+def children(connection: Connection, parent_id: str, limit: int = 1000) -> list[Task]:
+    """The TASKs whose ``parent`` is ``parent_id``, in its tenant only (a ``parent`` is a
+    plain reference any caller may write: another tenant's TASK naming it is no child),
+    oldest first (``ix_tasks_parent``)."""
+    tenant = select(tasks.c.tenant).where(tasks.c.task_id == parent_id).scalar_subquery()
+    rows = connection.execute(
+        select(*TASK_COLUMNS)
+        .where(tasks.c.tenant == tenant, tasks.c.parent == parent_id)
+        .order_by(tasks.c.created_at, tasks.c.task_id)
+        .limit(limit)
+    ).all()
+    return [from_row(row) for row in rows]
+
+
 def document(connection: Connection, task_id: str) -> str | None:
     value = connection.execute(
         select(tasks.c.document).where(tasks.c.task_id == task_id)
