@@ -15,9 +15,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from surehand.model import Attempt, InterruptionCase, Operation, OperationState, Task
+from surehand.model import Attempt, InterruptionCase, Operation, OperationState, Report, Task
 from surehand.model.delegation import key_of
-from surehand.store import Store, cases, operations, tasks
+from surehand.store import Store, cases, operations, reports, tasks
 
 # What each recorded operation means for a successor (the ``status`` of a briefed effect).
 DONE = "done"  # succeeded: never repeat it (effect_begin answers already_done)
@@ -77,9 +77,10 @@ class BriefedChild:
     bucket: str
     held: bool
     depends_on: tuple[str, ...]
+    report: str | None  # the body of its latest REPORT (None before one)
 
     @classmethod
-    def of(cls, parent_id: str, task: Task) -> BriefedChild:
+    def of(cls, parent_id: str, task: Task, report: Report | None) -> BriefedChild:
         return cls(
             task_id=task.task_id,
             key=key_of(parent_id, task.client_submission_id),
@@ -88,6 +89,7 @@ class BriefedChild:
             bucket=task.bucket.value,
             held=task.hold is not None,
             depends_on=task.fields.depends_on,
+            report=report.body if report is not None else None,
         )
 
 
@@ -126,7 +128,10 @@ def brief_for(store: Store, task_id: str, attempt: Attempt) -> Brief:
     with store.snapshot() as connection:
         found = cases.for_task(connection, task_id)
         recorded = operations.for_task(connection, task_id)
-        delegated = tasks.children(connection, task_id)
+        delegated = [
+            (child, reports.latest_for_task(connection, child.task_id))
+            for child in tasks.children(connection, task_id)
+        ]
     return Brief(
         task_id=task_id,
         attempt=attempt.number,
@@ -140,7 +145,7 @@ def brief_for(store: Store, task_id: str, attempt: Attempt) -> Brief:
             for op in recorded
             if op.epoch < attempt.number or op.operation_id == attempt.bound_operation_id
         ],
-        children=[BriefedChild.of(task_id, child) for child in delegated],
+        children=[BriefedChild.of(task_id, child, report) for child, report in delegated],
     )
 
 

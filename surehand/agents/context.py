@@ -52,6 +52,10 @@ class SessionPort(Protocol):
 
     def delegate(self, arguments: Mapping[str, Any]) -> WriteTaskResult: ...
 
+    def wait_for(self, children: Sequence[str]) -> dict[str, Any]: ...
+
+    def children(self) -> list[dict[str, Any]]: ...
+
 
 class Cancellation(threading.Event):
     """A session's cancellation: an event that also sets the events :meth:`waking` lends it,
@@ -100,7 +104,8 @@ class SessionContext:
         self.work_dir = work_dir
         self._port = port
         self._cancelled = cancelled
-        # Why the session's own tools stopped it (stop()): "stale_owner" or "lease_lost".
+        # Why the session's own tools stopped it (stop()): "stale_owner", "lease_lost", or
+        # "waiting" (it waits for its children: wait_for).
         self.stopped: tuple[str, str] | None = None
         self.log = logging.LoggerAdapter(
             logging.getLogger(f"surehand.agent.{task.fields.recipient}"),
@@ -205,3 +210,19 @@ class SessionContext:
                 "risk_level": risk_level,
             }
         )
+
+    def wait_for(self, children: Sequence[str] = ()) -> dict[str, Any]:
+        """Wait for child TASKs (task ids; none: every child of this TASK) without holding a
+        worker. Answers ``{"status": "ready"}`` when they are all done already: go on. Else
+        ``{"status": "waiting"}``: this attempt has ended (the TASK is back in ``inbox``), so
+        return at once; the TASK runs again, in a new attempt, once they are all done, and
+        :meth:`children` then gives their REPORTs."""
+        answer = self._port.wait_for(list(children))
+        if answer["status"] == "waiting":
+            self.stop("waiting", f"{self.task.task_id} waits for {', '.join(answer['children'])}")
+        return answer
+
+    def children(self) -> list[dict[str, Any]]:
+        """The child TASKs this TASK delegated (by any attempt): task_id, key, recipient,
+        subject, bucket, held, depends_on, and the last REPORT's body (None before one)."""
+        return self._port.children()

@@ -14,18 +14,20 @@ not done keeps it in ``inbox`` (dependencies are enforced by the claim).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict
 from typing import Any
 
+from surehand.agents.briefing import brief_for
 from surehand.crashpoints import CrashPoint, crash_point
 from surehand.digest import request_digest
 from surehand.dispatcher.sessions import Session
 from surehand.dispatcher.submissions import write_task
 from surehand.errors import ValidationFailed
-from surehand.model import Task, WriteTaskResult
+from surehand.model import Bucket, Task, WriteTaskResult
 from surehand.model.delegation import submission_id
 from surehand.requests import DelegateRequest, parse, parse_task_request
-from surehand.store import tasks
+from surehand.store import dependencies, tasks
 
 
 def delegate(session: Session, arguments: Mapping[str, Any]) -> WriteTaskResult:
@@ -88,3 +90,44 @@ def _check_siblings(session: Session, depends_on: list[str]) -> None:
             f"{', '.join(strangers)} is no child of {session.task_id}: a delegated TASK may "
             "depend only on its siblings (delegate them first, then name their task_id)",
         )
+
+
+def wait_for(session: Session, children: Sequence[str]) -> dict[str, Any]:
+    """End ``session`` waiting for ``children`` (task ids of its TASK's children; empty: all of
+    them) without holding a worker: in one fenced transaction the TASK waits for them as for
+    dependencies (``task_dependencies``), goes back to ``inbox`` unpublished, and the attempt
+    ends (succeeded). The move to done of the last of them queues the TASK again (the claim
+    makes a new attempt, briefed with the children and their REPORTs). Answers ``waiting``, or
+    ``ready`` (nothing written) when they are all done already.
+
+    ValidationFailed (``children``) for a TASK that is no child; StaleOwner when fenced."""
+    named = list(dict.fromkeys(children))
+    with session.fenced("wait_for") as connection:
+        mine = {t.task_id: t for t in tasks.children(connection, session.task_id, lock=True)}
+        named = named or list(mine)
+        strangers = [c for c in named if c not in mine]
+        if strangers or not named:
+            raise ValidationFailed("children", _not_children(session.task_id, strangers))
+        waiting = [c for c in named if mine[c].bucket is not Bucket.DONE]
+        if waiting:
+            dependencies.add_missing(connection, session.task_id, waiting)
+            session.wait_in(connection, waiting)
+    if not waiting:
+        return {"status": "ready", "children": named, "next": "they are all done: go on"}
+    return {
+        "status": "waiting",
+        "children": waiting,
+        "next": "stop now: this TASK runs again, in a new attempt, once they are done",
+    }
+
+
+def _not_children(parent_id: str, strangers: list[str]) -> str:
+    if not strangers:
+        return f"{parent_id} has delegated no child to wait for"
+    return f"{', '.join(strangers)} is no child of {parent_id}: wait only for TASKs it delegated"
+
+
+def children(session: Session) -> list[dict[str, Any]]:
+    """The children of ``session``'s TASK as its brief lists them (with their REPORTs)."""
+    brief = brief_for(session.services.store, session.task_id, session.attempt)
+    return [asdict(child) for child in brief.children]

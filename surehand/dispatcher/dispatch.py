@@ -334,7 +334,7 @@ def waiting_note(services: Services, task: Task) -> str | None:
     """What a door should say about ``task``'s dispatch, or None when nothing is wrong."""
     if task.dispatch_error is not None:
         return f"undispatchable: {task.dispatch_error}"
-    if task.bucket is Bucket.INBOX and task.fields.depends_on:
+    if task.bucket is Bucket.INBOX:  # its depends_on, or the children it waits for
         with services.store.snapshot() as connection:
             pending = dependencies.not_done(connection, [task.task_id]).get(task.task_id)
         if pending:

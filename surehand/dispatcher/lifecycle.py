@@ -46,6 +46,9 @@ EDGES: dict[Action, tuple[Bucket | None, Bucket]] = {
     Action.ARCHIVE: (Bucket.DONE, Bucket.ARCHIVE),
     Action.ROLLBACK: (Bucket.ACTIVE, Bucket.INBOX),
     Action.REOPEN: (Bucket.DONE, Bucket.ACTIVE),
+    # The runtime's, for a session that waits for its children (delegation.wait_for): the
+    # TASK goes back to inbox, unpublished, and is claimed again once they are done.
+    Action.WAIT: (Bucket.ACTIVE, Bucket.INBOX),
 }
 APPROVER_ACTIONS = frozenset({Action.APPROVE, Action.REJECT, Action.ARCHIVE, Action.REOPEN})
 DRIVER_ACTIONS = frozenset({Action.SUBMIT, Action.FINISH})
@@ -71,7 +74,7 @@ def _authorised(task: Task, action: Action) -> frozenset[str]:
         return approvers(task)
     if action in DRIVER_ACTIONS or action is Action.CLAIM:
         return frozenset({task.fields.recipient})
-    return frozenset()  # rollback: the runtime's move only
+    return frozenset()  # rollback, wait: the runtime's moves only
 
 
 def check_edge(task: Task, action: Action) -> Bucket:

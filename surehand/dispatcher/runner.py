@@ -30,7 +30,7 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -145,6 +145,18 @@ class _Port:
         self._check_live("delegate")
         return delegation.delegate(self.session, arguments)
 
+    def wait_for(self, children: Sequence[str]) -> dict[str, Any]:
+        self._check_live("wait_for")
+        return delegation.wait_for(self.session, children)
+
+    def children(self) -> list[dict[str, Any]]:
+        return delegation.children(self.session)
+
+
+def _waiting(context: SessionContext) -> bool:
+    """Whether the agent ended its attempt to wait for its children (ctx or MCP wait_for)."""
+    return context.stopped is not None and context.stopped[0] == "waiting"
+
 
 class SessionRunner:
     """Runs sessions for TASKs with the registered agents, under Redis leases."""
@@ -216,7 +228,7 @@ class SessionRunner:
         finally:
             heartbeat.stop()
             metrics.observe_renew_failures(heartbeat.renew_failures)
-            if not session.cancelled.is_set():
+            if not session.cancelled.is_set() or session.waiting:
                 self._release(session)
 
     def _acquire(self, session: Session) -> str | None:
@@ -274,9 +286,13 @@ class SessionRunner:
         except StaleOwner as error:
             return self._outcome(session, "stale", error)
         except Exception as error:
+            if _waiting(context):
+                return self._waiting(session)
             if context.stopped is not None and context.stopped[0] == "stale_owner":
                 return self._outcome(session, "stale", error)  # its tools were fenced: stopped
             return self._raised(session, error)
+        if _waiting(context):
+            return self._waiting(session)
         if session.cancelled.is_set():
             return self._lease_lost(session, LeaseLost("lease lost; not settling"))
         if session.interruption is not None:
@@ -284,6 +300,12 @@ class SessionRunner:
             # is unknown, so the return is not settled.
             return self._interrupt(session, session.interruption)
         return self._settle(session, result, review=spec.review)
+
+    def _waiting(self, session: Session) -> SessionOutcome:
+        """The agent waits for its children: its attempt ended in the store (wait_for), the
+        lease is released and the worker slot is free until they are done."""
+        session.waiting = True
+        return SessionOutcome(session.task_id, "waiting", session.attempt.number, "inbox")
 
     def _settle(self, session: Session, result: Any, *, review: bool) -> SessionOutcome:
         try:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -90,6 +90,8 @@ class Session:
     # What the agent tried after the lease was lost, refused before it ran (``_Port``): kept
     # with the attempt's end, so the store, not only a log, says the late write was stopped.
     refused_late: list[str] = field(default_factory=list)
+    # The agent ended this attempt to wait for its children (delegation.wait_for).
+    waiting: bool = False
 
     @property
     def task_id(self) -> str:
@@ -368,6 +370,25 @@ class Session:
                 fence=self.attempt.fence,
             )
             self._end(connection, AttemptState.FAILED, why, AttemptCause.NOT_STARTED)
+
+    def wait_in(self, connection: Connection, waiting_for: Sequence[str]) -> Task:
+        """End this attempt as having returned to wait for ``waiting_for`` (child TASKs): the
+        TASK goes back to ``inbox``, unpublished, and the attempt succeeds -- in the caller's
+        fenced transaction, which also records what it waits for
+        (:func:`surehand.dispatcher.delegation.wait_for`)."""
+        why = f"waiting for its children {', '.join(waiting_for)} to be done"
+        moved = lifecycle.apply(
+            connection,
+            self.current_task(connection),
+            Action.WAIT,
+            by=SYSTEM,
+            now=self.services.clock.now(),
+            reason=why,
+            extra_values={"published": False},
+            fence=self.attempt.fence,
+        )
+        self._end(connection, AttemptState.SUCCEEDED, None, AttemptCause.RETURNED)
+        return moved
 
     def fail(self, error: BaseException) -> None:
         """The agent raised: end the attempt ``failed`` (cause ``agent_failed``) and open its

@@ -154,11 +154,16 @@ def render_recovery(facts: Mapping[str, Any]) -> str:
     return "\n".join([*lines, "", f"**{facts['instruction']}**", ""])
 
 
+MAX_CHILD_REPORT = 4000  # characters of a child's REPORT quoted in the Recovery section
+
+
 def _child_line(child: Mapping[str, Any]) -> str:
     line = f"- {child['task_id']} for {child['recipient']}, key {_code(child['key'])}: "
     line += f"{child['bucket']}{' (held)' if child['held'] else ''}, {_code(child['subject'])}"
     if child.get("depends_on"):
         line += f", after {', '.join(child['depends_on'])}"
+    if child.get("report"):
+        line += f"; its REPORT: {_code(child['report'][:MAX_CHILD_REPORT])}"
     return line
 
 

@@ -184,6 +184,7 @@ def build_session_server(tools: SessionTools) -> MCPServer[Any]:
         strict_tool(tools.report, "report", annotations=idempotent),
         strict_tool(tools.progress, "progress", annotations=idempotent),
         strict_tool(tools.delegate, "delegate", annotations=idempotent),
+        strict_tool(tools.wait_for, "wait_for", annotations=idempotent),
         strict_tool(tools.recovery_brief, "recovery_brief", annotations=read_only),
     ]
     return SurehandServer(

@@ -29,7 +29,7 @@ from pydantic import Field
 from surehand.agents.briefing import brief_for
 from surehand.agents.claude_hook import HookPolicy
 from surehand.digest import operation_fingerprint
-from surehand.dispatcher.delegation import delegate
+from surehand.dispatcher.delegation import delegate, wait_for
 from surehand.dispatcher.operations import Declared, declare_operation, settle_operation
 from surehand.dispatcher.sessions import Session
 from surehand.doors import problem
@@ -47,8 +47,9 @@ system): call effect_begin(name, args). If it answers already_done, the effect a
 in an earlier attempt: do NOT do it again, use its recorded outcome. Otherwise do the effect,
 then call effect_end(operation_id, outcome, receipt) with the external id it produced. To hand
 work to another role, call delegate(recipient, subject, body, key): it creates the child TASK
-once, whichever attempt asks. Call recovery_brief() first: it lists what earlier attempts of
-this TASK already did and the children they delegated.
+once, whichever attempt asks; wait_for(children) ends this session until they are done. Call
+recovery_brief() first: it lists what earlier attempts of this TASK already did and the
+children they delegated, with their REPORTs.
 """
 
 
@@ -266,6 +267,30 @@ class SessionTools:
             lambda grant: delegated(grant.session, arguments),
             ("delegate", arguments),
         )
+
+    def wait_for(
+        self,
+        children: Annotated[
+            list[str],
+            Field(
+                max_length=256,
+                description="task_ids of children of this TASK to wait for (none: all).",
+            ),
+        ] = [],  # noqa: B006  (pydantic copies defaults; the tool schema shows [])
+        ctx: Context | None = None,
+    ) -> CallToolResult:
+        """Wait for child TASKs without holding a worker. "ready": they are all done, go on.
+        "waiting": this session ENDS now (stop working); the TASK runs again in a new session
+        once they are done, and recovery_brief() then lists their REPORTs."""
+        return self.call(ctx, lambda grant: self._waited(grant, children))
+
+    def _waited(self, grant: Grant, children: list[str]) -> dict[str, Any]:
+        answer = wait_for(grant.session, children)
+        if answer["status"] == "waiting":
+            why = f"{grant.task_id} waits for {', '.join(answer['children'])}"
+            self.revoke(grant.token, f"this session ended: {why}")
+            grant.stop("waiting", why)
+        return answer
 
     def recovery_brief(self, ctx: Context | None = None) -> CallToolResult:
         """What earlier, interrupted attempts of this TASK declared and what is recorded as done

@@ -68,6 +68,7 @@ class Action(enum.StrEnum):
     ARCHIVE = "archive"
     ROLLBACK = "rollback"
     REOPEN = "reopen"
+    WAIT = "wait"  # a session waits for its children: back to inbox, until they are done
 
 
 class ReportStatus(enum.StrEnum):

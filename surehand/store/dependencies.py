@@ -9,9 +9,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 
-from sqlalchemy import ColumnElement, Connection, and_, exists, insert, select
+from sqlalchemy import ColumnElement, Connection, and_, delete, exists, insert, select
 
-from surehand.model import Bucket
+from surehand.model import Bucket, Task
 from surehand.store.schema import outbox, task_dependencies, tasks
 
 _dependency = tasks.alias("dependency")
@@ -35,6 +35,17 @@ def insert_rows(connection: Connection, task_id: str, depends_on: Sequence[str])
     if depends_on:
         rows = [{"dependency_id": d, "task_id": task_id} for d in dict.fromkeys(depends_on)]
         connection.execute(insert(task_dependencies), rows)
+
+
+def add_missing(connection: Connection, task_id: str, depends_on: Sequence[str]) -> None:
+    """Rows making ``task_id`` wait for ``depends_on`` too (those it has already are kept):
+    a session that waits for its children (``delegation.wait_for``)."""
+    have = set(
+        connection.execute(
+            select(task_dependencies.c.dependency_id).where(task_dependencies.c.task_id == task_id)
+        ).scalars()
+    )
+    insert_rows(connection, task_id, [d for d in depends_on if d not in have])
 
 
 def unknown(connection: Connection, tenant: str, ids: Sequence[str]) -> list[str]:
@@ -105,3 +116,40 @@ def not_done(connection: Connection, task_ids: Iterable[str]) -> dict[str, list[
     for task_id, dependency, bucket in rows:
         found.setdefault(task_id, []).append((dependency, bucket))
     return found
+
+
+def release_waiting_parent(connection: Connection, child: Task, now: datetime) -> str | None:
+    """``child`` was held (its hold written in the caller's transaction): if its parent waits
+    for it (``delegation.wait_for``), the parent stops waiting for any of its children and is
+    queued to run again, its successor briefed with the hold. Returns the parent's id."""
+    parent = child.fields.parent
+    if not parent:
+        return None
+    waits = and_(
+        task_dependencies.c.task_id == parent,
+        task_dependencies.c.dependency_id.in_(
+            select(tasks.c.task_id).where(tasks.c.parent == parent, tasks.c.tenant == child.tenant)
+        ),
+    )
+    found = connection.execute(
+        select(task_dependencies.c.dependency_id).where(
+            waits, task_dependencies.c.dependency_id == child.task_id
+        )
+    ).first()
+    if found is None:
+        return None
+    connection.execute(delete(task_dependencies).where(waits))
+    waiting = connection.execute(
+        select(tasks.c.task_id).where(
+            tasks.c.task_id == parent,
+            tasks.c.tenant == child.tenant,
+            tasks.c.bucket == Bucket.INBOX.value,
+            tasks.c.published.is_(False),
+            tasks.c.hold_case_id.is_(None),
+            ~unmet(tasks.c.task_id),
+        )
+    ).first()
+    if waiting is None:
+        return None
+    connection.execute(insert(outbox).values(task_id=parent, created_at=now))
+    return parent

@@ -177,17 +177,23 @@ def ready(connection: Connection, task_id: str) -> bool:
     ).scalar_one()
 
 
-def children(connection: Connection, parent_id: str, limit: int = 1000) -> list[Task]:
+def children(
+    connection: Connection, parent_id: str, limit: int = 1000, *, lock: bool = False
+) -> list[Task]:
     """The TASKs whose ``parent`` is ``parent_id``, in its tenant only (a ``parent`` is a
     plain reference any caller may write: another tenant's TASK naming it is no child),
-    oldest first (``ix_tasks_parent``)."""
+    oldest first (``ix_tasks_parent``). ``lock``: lock their rows until the transaction ends
+    (Postgres), so none moves to done unseen."""
     tenant = select(tasks.c.tenant).where(tasks.c.task_id == parent_id).scalar_subquery()
-    rows = connection.execute(
+    query = (
         select(*TASK_COLUMNS)
         .where(tasks.c.tenant == tenant, tasks.c.parent == parent_id)
         .order_by(tasks.c.created_at, tasks.c.task_id)
         .limit(limit)
-    ).all()
+    )
+    if lock and connection.dialect.name == "postgresql":
+        query = query.with_for_update(of=tasks)
+    rows = connection.execute(query).all()
     return [from_row(row) for row in rows]
 
 
