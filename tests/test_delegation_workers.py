@@ -4,10 +4,11 @@ private ``redis-server`` (broker and leases), on each database.
 The PM's first worker serves PM only and kills itself (SIGKILL) right after its first
 ``delegate`` committed: the DEV child exists, the PM never got the answer. A second worker
 (PM, DEV and QA) runs the reconciler's passes and the PM's successor, which delegates DEV again
-(answered ``reused``, the same child) and QA after DEV. QA waits in ``inbox`` until its
-approver approves DEV, then runs and sees DEV done. Counted in the agents' own ledger: one
-child per key, the build once. Settings are scaled down: lease TTL 1 s, heartbeat 0.3 s, grace
-0.5 s, reconcile every 0.5 s.
+(answered ``reused``, the same child) and QA after DEV, then waits for both without holding a
+worker. QA waits in ``inbox`` until its approver approves DEV, then runs and sees DEV done;
+once QA is approved too, the PM runs a third attempt and reports both children's REPORTs.
+Counted in the agents' own ledger: one child per key, the build once. Settings are scaled
+down: lease TTL 1 s, heartbeat 0.3 s, grace 0.5 s, reconcile every 0.5 s.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -115,14 +117,16 @@ def test_a_pm_killed_after_delegating_is_succeeded_by_one_that_reuses_its_childr
         with store.snapshot() as connection:
             return [t.task_id for t in tasks.children(connection, parent)]
 
-    deployment.wait(lambda: len(children()) == 2, "the successor's second child")
-    lines = ledger(Path(deployment.env[LEDGER_ENV]))
-    pm_lines = [line for line in lines if line["agent"] == "PM"]
-    assert [(x["attempt"], x["key"], x["disposition"]) for x in pm_lines] == [
+    def pm_lines() -> list[dict[str, Any]]:
+        return [x for x in ledger(Path(deployment.env[LEDGER_ENV])) if x["agent"] == "PM"]
+
+    deployment.wait(lambda: len(pm_lines()) >= 2, "the successor's two delegate answers")
+    answers = pm_lines()
+    assert [(x["attempt"], x["key"], x["disposition"]) for x in answers[:2]] == [
         (2, "dev", "reused"),
         (2, "qa", "created"),
     ]
-    dev_id, qa_id = pm_lines[0]["task_id"], pm_lines[1]["task_id"]
+    dev_id, qa_id = answers[0]["task_id"], answers[1]["task_id"]
     assert sorted(children()) == sorted([dev_id, qa_id])
     deployment.wait(lambda: sh.get_task(dev_id).bucket is Bucket.REVIEW, "DEV's REPORT")
     assert sh.get_task(qa_id).bucket is Bucket.INBOX  # QA waits for DEV to be done
@@ -132,11 +136,20 @@ def test_a_pm_killed_after_delegating_is_succeeded_by_one_that_reuses_its_childr
     lines = ledger(Path(deployment.env[LEDGER_ENV]))
     assert [x["dependencies"] for x in lines if x["agent"] == "QA"] == [{dev_id: "done"}]
     assert [x["task_id"] for x in lines if x["agent"] == "DEV"] == [dev_id]  # built once
+    # The PM waited in inbox, holding no worker, until QA was done too.
+    assert sh.get_task(parent).bucket is Bucket.INBOX
+    sh.transition(qa_id, "approve", actor="PM")
+
     deployment.wait(lambda: sh.get_task(parent).bucket is Bucket.REVIEW, "the PM's REPORT")
     assert [a.state for a in sh.attempts(parent)] == [
-        AttemptState.SESSION_LOST,
-        AttemptState.SUCCEEDED,
+        AttemptState.SESSION_LOST,  # killed right after its first delegate
+        AttemptState.SUCCEEDED,  # delegated again (reused, created) and waited
+        AttemptState.SUCCEEDED,  # resumed with both REPORTs
     ]
+    [report] = sh.reports(parent)
+    assert report.body == "DEV: built on branch fix-login\nQA: all 12 tests pass"
+    resumed = [x for x in ledger(Path(deployment.env[LEDGER_ENV])) if x.get("resumed")]
+    assert [x["attempt"] for x in resumed] == [3]
     with store.snapshot() as connection:
         assert tasks.count(connection) == 3  # the PM's TASK and one child per key
     sh.close()
