@@ -102,7 +102,8 @@ def test_a_pm_killed_after_delegating_is_succeeded_by_one_that_reuses_its_childr
     deployment: Deployment, store: Store
 ) -> None:
     sh = Surehand(database_url=store.url)
-    doomed = deployment.worker("PM", SUREHAND_CRASH_AT="session.after_delegate")
+    crash_at = "session.after_delegate"  # the child committed, the PM not yet answered
+    doomed = deployment.worker("PM", SUREHAND_CRASH_AT=crash_at)
     deployment.beat()
     parent = sh.write_task(
         sender="ADMIN", recipient="PM", subject="Ship the login fix", body="DEV builds, QA tests."
