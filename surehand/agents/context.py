@@ -98,10 +98,15 @@ class SessionContext:
         port: SessionPort,
         cancelled: threading.Event,
         work_dir: Path | None = None,
+        services: Any = None,
     ) -> None:
         self.task = task
         self.attempt = attempt
         self.work_dir = work_dir
+        # The service layer the runner runs this session with (opaque here): the session MCP
+        # server acts with it, so that what the tools create (a delegated child) is published
+        # by this process's publisher, not left for the sweep.
+        self.services = services
         self._port = port
         self._cancelled = cancelled
         # Why the session's own tools stopped it (stop()): "stale_owner", "lease_lost", or

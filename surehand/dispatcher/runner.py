@@ -280,6 +280,7 @@ class SessionRunner:
             port=_Port(session),
             cancelled=session.cancelled,
             work_dir=self.services.settings.work_dir / session.attempt.attempt_id,
+            services=self.services,
         )
         try:
             result = spec.handler(context)

@@ -277,7 +277,10 @@ class SessionMcp:
         """A new grant for ``ctx``'s attempt, with its budget and (for Claude Code) what its
         hooks decide by; revoke it when the session ends."""
         token = secrets.token_urlsafe(32)
-        session = Session(services=self.services, task=ctx.task, attempt=ctx.attempt)
+        # The runner's services when it gave them (its publisher sends a delegated child at
+        # once); this server's own otherwise (the sweep publishes what they create).
+        services = ctx.services if isinstance(ctx.services, Services) else self.services
+        session = Session(services=services, task=ctx.task, attempt=ctx.attempt)
         url = f"{self.base_url()}/tasks/{ctx.task.task_id}{MCP_PATH}"
         grant = Grant(
             token=token,
