@@ -7,20 +7,26 @@ it; the sweep finds it too if that row was lost. Unknown ids are refused at crea
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
 import threading
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 from sqlalchemy import select
 
+from surehand.config import Settings
 from surehand.dispatcher import actions, dispatch
 from surehand.dispatcher.claims import claim
 from surehand.dispatcher.context import Services
 from surehand.dispatcher.submissions import write_task
 from surehand.errors import ValidationFailed
 from surehand.model import Action, Bucket, EventKind, Task
-from surehand.store import outbox, tasks
+from surehand.store import Store, outbox, tasks
 from surehand.store import schema as tables
+from tests.procs import SUREHAND
 from tests.session_helpers import claimed, committed_task, events_of, read_task, task_request
 
 
@@ -238,3 +244,27 @@ def test_a_retry_of_a_create_with_dependencies_is_reused(services: Services) -> 
     with services.store.snapshot() as connection:
         rows = connection.execute(select(tables.task_dependencies)).all()
     assert [(r.dependency_id, r.task_id) for r in rows] == [(dev, first.task_id)]
+
+
+def test_surehand_tasks_and_show_say_what_a_task_waits_for(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'surehand.sqlite3'}"
+    store = Store(url)
+    store.ensure_schema()
+    local = Services(store=store, settings=Settings())
+    dev = committed_task(local, recipient="DEV")
+    qa = committed_task(local, recipient="QA", depends_on=[dev])
+    store.dispose()
+    env = {**os.environ, "SUREHAND_DATABASE_URL": url, "COLUMNS": "250"}
+    env.pop("SUREHAND_BROKER_URL", None)
+
+    def surehand(*args: str) -> str:
+        done = subprocess.run(
+            [*SUREHAND, *args], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120
+        )
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    assert f"waiting for {dev} (inbox)" in surehand("tasks")
+    shown = json.loads(surehand("show", qa, "--json"))
+    assert shown["dispatch_note"] == f"waiting for {dev} (inbox)"
+    assert f"waiting for {dev}" in surehand("show", qa)
