@@ -185,3 +185,22 @@ def test_only_children_can_be_waited_for(harness: Harness) -> None:
             wait_for(session, children)
         assert refused.value.field == "children"
     assert read_task(sh.store, session.task_id).bucket is Bucket.ACTIVE
+
+
+def test_a_child_held_already_answers_ready_instead_of_waiting(harness: Harness) -> None:
+    sh = harness.surehand()
+
+    def broken(ctx: SessionContext) -> str:
+        raise RuntimeError("the build server is down")
+
+    sh.registry.register("DEV", broken)
+    session = claimed(sh.services, pm_task(sh))
+    dev = delegate(session, {"recipient": "DEV", "subject": "Build", "key": "dev"})
+    assert dev.task_id is not None
+    sh.run_session(dev.task_id)
+    sh.reconcile()
+
+    answer = wait_for(session, [])
+
+    assert (answer["status"], answer["held"]) == ("ready", [dev.task_id])
+    assert read_task(sh.store, session.task_id).bucket is Bucket.ACTIVE

@@ -98,7 +98,8 @@ def wait_for(session: Session, children: Sequence[str]) -> dict[str, Any]:
     dependencies (``task_dependencies``), goes back to ``inbox`` unpublished, and the attempt
     ends (succeeded). The move to done of the last of them queues the TASK again (the claim
     makes a new attempt, briefed with the children and their REPORTs). Answers ``waiting``, or
-    ``ready`` (nothing written) when they are all done already.
+    ``ready`` (nothing written) when they are all done already or one is held (a held child
+    would not be done before its approver acts: the parent decides now).
 
     ValidationFailed (``children``) for a TASK that is no child; StaleOwner when fenced."""
     named = list(dict.fromkeys(children))
@@ -108,10 +109,18 @@ def wait_for(session: Session, children: Sequence[str]) -> dict[str, Any]:
         strangers = [c for c in named if c not in mine]
         if strangers or not named:
             raise ValidationFailed("children", _not_children(session.task_id, strangers))
-        waiting = [c for c in named if mine[c].bucket is not Bucket.DONE]
+        held = [c for c in named if mine[c].hold is not None]
+        waiting = [] if held else [c for c in named if mine[c].bucket is not Bucket.DONE]
         if waiting:
             dependencies.add_missing(connection, session.task_id, waiting)
             session.wait_in(connection, waiting)
+    if held:
+        return {
+            "status": "ready",
+            "children": named,
+            "held": held,
+            "next": "a child is held for its approver: decide without it (recovery_brief)",
+        }
     if not waiting:
         return {"status": "ready", "children": named, "next": "they are all done: go on"}
     return {
