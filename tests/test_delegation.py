@@ -319,3 +319,23 @@ def test_the_session_budget_bounds_delegation() -> None:
         budget.spend("delegate", 10)
     assert "SUREHAND_SESSION_TOOLS_MAX_CHILDREN" in refused.value.message
     budget.spend("report", 10)  # other calls go on
+
+
+def test_a_session_past_its_children_budget_is_refused_over_mcp_and_goes_on(
+    harness: Harness,
+) -> None:
+    sh = harness.surehand(session_tools_max_children=2)
+    server = SessionMcp(sh.services)
+    try:
+        grant = granted(server, claimed(sh.services, pm_task(sh)))
+        calls = [("delegate", {**DEV, "key": f"dev-{n}"}) for n in range(3)]
+        first, second, third, brief = anyio.run(_calls, grant, [*calls, ("recovery_brief", {})])
+    finally:
+        server.stop()
+
+    assert [structured(r)["disposition"] for r in (first, second)] == ["created", "created"]
+    assert third.is_error
+    refused = structured(third)["error"]
+    assert refused["code"] == "session_limit"
+    assert "SUREHAND_SESSION_TOOLS_MAX_CHILDREN" in refused["detail"]
+    assert len(structured(brief)["children"]) == 2  # the session goes on
