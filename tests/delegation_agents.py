@@ -58,9 +58,16 @@ def _answer(result: Any) -> dict[str, Any]:
 
 
 def dev(ctx: SessionContext) -> str:
-    """One declared effect: the build."""
+    """One declared effect, the build, keyed: a successor may repeat it when it was
+    interrupted before its outcome was recorded."""
     record = {"agent": "DEV", "task_id": ctx.task.task_id, "attempt": ctx.attempt.number}
-    ctx.operation("build", {"task": ctx.task.task_id}, lambda: _write(record))
+    ctx.operation(
+        "build",
+        {"task": ctx.task.task_id},
+        lambda: _write(record),
+        idempotency_key=f"build:{ctx.task.task_id}",
+        retry_policy="keyed",
+    )
     return "built on branch fix-login"
 
 

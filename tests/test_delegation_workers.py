@@ -2,13 +2,14 @@
 private ``redis-server`` (broker and leases), on each database.
 
 The PM's first worker serves PM only and kills itself (SIGKILL) right after its first
-``delegate`` committed: the DEV child exists, the PM never got the answer. A second worker
-(PM, DEV and QA) runs the reconciler's passes and the PM's successor, which delegates DEV again
-(answered ``reused``, the same child) and QA after DEV, then waits for both without holding a
-worker. QA waits in ``inbox`` until its approver approves DEV, then runs and sees DEV done;
-once QA is approved too, the PM runs a third attempt and reports both children's REPORTs.
-Counted in the agents' own ledger: one child per key, the build once. Settings are scaled
-down: lease TTL 1 s, heartbeat 0.3 s, grace 0.5 s, reconcile every 0.5 s.
+``delegate`` committed: the DEV child exists, the PM never got the answer. A second PM worker
+runs the PM's successor, which delegates DEV again (answered ``reused``, the same child) and QA
+after DEV, then waits for both without holding a worker. DEV's first worker kills itself in
+the middle of DEV's build (its keyed intent recorded, the effect not run); a third worker runs
+DEV's successor, which builds once. QA waits in ``inbox`` until its approver approves DEV,
+then runs and sees DEV done; once QA is approved too, the PM runs a third attempt and reports
+both children's REPORTs. Counted in the agents' own ledger: one child per key, the build once.
+Settings are scaled down: lease TTL 1 s, heartbeat 0.3 s, grace 0.5 s, reconcile every 0.5 s.
 """
 
 from __future__ import annotations
@@ -112,7 +113,10 @@ def test_a_pm_killed_after_delegating_is_succeeded_by_one_that_reuses_its_childr
     deployment.wait(lambda: doomed.returncode is not None, "the PM's worker to die")
     assert doomed.returncode == -signal.SIGKILL, doomed.output()[-2000:]
     assert ledger(Path(deployment.env[LEDGER_ENV])) == []  # the answer died with it
-    deployment.worker("PM,DEV,QA")
+    # DEV's first worker dies mid-effect: its intent recorded, the build not run.
+    crash_at = "operation.after_intent"
+    doomed_dev = deployment.worker("DEV", SUREHAND_CRASH_AT=crash_at)
+    deployment.worker("PM")
 
     def children() -> list[str]:
         with store.snapshot() as connection:
@@ -129,6 +133,9 @@ def test_a_pm_killed_after_delegating_is_succeeded_by_one_that_reuses_its_childr
     ]
     dev_id, qa_id = answers[0]["task_id"], answers[1]["task_id"]
     assert sorted(children()) == sorted([dev_id, qa_id])
+    deployment.wait(lambda: doomed_dev.returncode is not None, "DEV's worker to die")
+    assert doomed_dev.returncode == -signal.SIGKILL, doomed_dev.output()[-2000:]
+    deployment.worker("DEV,QA")  # runs the reconciler's passes and DEV's successor
     deployment.wait(lambda: sh.get_task(dev_id).bucket is Bucket.REVIEW, "DEV's REPORT")
     assert sh.get_task(qa_id).bucket is Bucket.INBOX  # QA waits for DEV to be done
     sh.transition(dev_id, "approve", actor="PM")
@@ -136,7 +143,12 @@ def test_a_pm_killed_after_delegating_is_succeeded_by_one_that_reuses_its_childr
     deployment.wait(lambda: sh.get_task(qa_id).bucket is Bucket.REVIEW, "QA's REPORT")
     lines = ledger(Path(deployment.env[LEDGER_ENV]))
     assert [x["dependencies"] for x in lines if x["agent"] == "QA"] == [{dev_id: "done"}]
-    assert [x["task_id"] for x in lines if x["agent"] == "DEV"] == [dev_id]  # built once
+    # Built once, by DEV's successor (the keyed intent admitted it to run again).
+    assert [(x["task_id"], x["attempt"]) for x in lines if x["agent"] == "DEV"] == [(dev_id, 2)]
+    assert [a.state for a in sh.attempts(dev_id)] == [
+        AttemptState.SESSION_LOST,
+        AttemptState.SUCCEEDED,
+    ]
     # The PM waited in inbox, holding no worker, until QA was done too.
     assert sh.get_task(parent).bucket is Bucket.INBOX
     sh.transition(qa_id, "approve", actor="PM")
