@@ -11,6 +11,7 @@ brief lists the children with their buckets. The same through the session MCP to
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -21,9 +22,12 @@ import httpx2
 import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
+from typer.testing import CliRunner
 
 from surehand.agents.briefing import brief_for
 from surehand.agents.context import SessionContext, SessionPort
+from surehand.agents.presets import TOKEN_ENV, URL_ENV
+from surehand.cli import app
 from surehand.dispatcher import actions, dispatch
 from surehand.dispatcher.claims import claim
 from surehand.dispatcher.delegation import delegate
@@ -339,3 +343,21 @@ def test_a_session_past_its_children_budget_is_refused_over_mcp_and_goes_on(
     assert refused["code"] == "session_limit"
     assert "SUREHAND_SESSION_TOOLS_MAX_CHILDREN" in refused["detail"]
     assert len(structured(brief)["children"]) == 2  # the session goes on
+
+
+def test_surehand_delegate_in_a_command_agents_session_creates_once(
+    mcp: tuple[Surehand, SessionMcp],
+) -> None:
+    sh, server = mcp
+    grant = granted(server, claimed(sh.services, pm_task(sh)))
+    env = {URL_ENV: grant.url, TOKEN_ENV: grant.token}
+    argv = ["delegate", "--to", "DEV", "--subject", "Build the login fix", "--key", "dev"]
+
+    first = CliRunner().invoke(app, argv, env=env)
+    again = CliRunner().invoke(app, argv, env=env)
+
+    assert first.exit_code == 0, first.output
+    created, reused = json.loads(first.output), json.loads(again.output)
+    assert (created["disposition"], reused["disposition"]) == ("created", "reused")
+    assert reused["task_id"] == created["task_id"]
+    assert reused["client_submission_id"] == f"delegate:{grant.task_id}:dev"
