@@ -92,6 +92,10 @@ def _check_siblings(session: Session, depends_on: list[str]) -> None:
         )
 
 
+# A child in archive was done before (done -> archive is its only way there).
+_SETTLED = frozenset({Bucket.DONE, Bucket.ARCHIVE})
+
+
 def wait_for(session: Session, children: Sequence[str]) -> dict[str, Any]:
     """End ``session`` waiting for ``children`` (task ids of its TASK's children; empty: all of
     them) without holding a worker: in one fenced transaction the TASK waits for them as for
@@ -110,7 +114,7 @@ def wait_for(session: Session, children: Sequence[str]) -> dict[str, Any]:
         if strangers or not named:
             raise ValidationFailed("children", _not_children(session.task_id, strangers))
         held = [c for c in named if mine[c].hold is not None]
-        waiting = [] if held else [c for c in named if mine[c].bucket is not Bucket.DONE]
+        waiting = [] if held else [c for c in named if mine[c].bucket not in _SETTLED]
         if waiting:
             dependencies.add_missing(connection, session.task_id, waiting)
             session.wait_in(connection, waiting)
