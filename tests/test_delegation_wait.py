@@ -204,3 +204,26 @@ def test_a_child_held_already_answers_ready_instead_of_waiting(harness: Harness)
 
     assert (answer["status"], answer["held"]) == ("ready", [dev.task_id])
     assert read_task(sh.store, session.task_id).bucket is Bucket.ACTIVE
+
+
+def test_a_child_settling_to_done_in_a_worker_publishes_its_waiting_parent(
+    harness: Harness,
+) -> None:
+    published: list[str] = []
+    sh = Surehand(
+        settings=harness.settings(),
+        clock=harness.clock,
+        publisher=lambda task: published.append(task.task_id),
+    )
+    harness.handles.append(sh)
+    sh.registry.register("DEV", lambda ctx: "built", review=False)
+    session = claimed(sh.services, pm_task(sh))
+    dev = delegate(session, {"recipient": "DEV", "subject": "Build", "key": "dev"})
+    assert dev.task_id is not None
+    wait_for(session, [])
+    published.clear()  # the creations' messages
+
+    assert sh.run_session(dev.task_id).bucket == "done"
+
+    assert published.count(session.task_id) == 1  # by the runner, after the move's commit
+    assert read_task(sh.store, session.task_id).published

@@ -321,7 +321,8 @@ class SessionRunner:
             return self._fail(
                 session, AgentError(f"the agent's result is no valid REPORT ({invalid.message})")
             )
-        after_done(self.services, task)  # the dependants it released
+        if session.may_release:
+            after_done(self.services, task)  # the dependants it released
         return SessionOutcome(session.task_id, "settled", session.attempt.number, task.bucket.value)
 
     def _raised(self, session: Session, error: Exception) -> SessionOutcome:

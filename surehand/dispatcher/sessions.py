@@ -54,6 +54,7 @@ from surehand.model import (
     Attempt,
     AttemptCause,
     AttemptState,
+    Bucket,
     EventKind,
     OperationState,
     ReportStatus,
@@ -92,6 +93,8 @@ class Session:
     refused_late: list[str] = field(default_factory=list)
     # The agent ended this attempt to wait for its children (delegation.wait_for).
     waiting: bool = False
+    # Its settle moved the TASK to done the general way: dependants may be queued to publish.
+    may_release: bool = False
 
     @property
     def task_id(self) -> str:
@@ -353,6 +356,9 @@ class Session:
             fence=self.attempt.fence,
         )
         self._end(connection, AttemptState.SUCCEEDED, None)
+        # The general path's move to done may have queued dependants (lifecycle.apply); the
+        # one-statement path is refused for a TASK that has any.
+        self.may_release = moved.bucket is Bucket.DONE
         return moved
 
     def rollback(self, why: str) -> None:
