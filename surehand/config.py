@@ -326,6 +326,13 @@ class Settings(BaseSettings):
         description="Child TASKs (delegate calls, ctx.delegate) one session may ask for; more "
         "are refused with session_limit (a call answered reused counts too).",
     )
+    delegation_max_depth: int = Field(
+        8,
+        ge=1,
+        description="How deep delegated TASKs may nest: a session whose TASK already has this "
+        "many ancestors (parent, its parent...) cannot delegate (session_limit), so no chain "
+        "of agents grows the queue without end.",
+    )
     session_tools_calls_per_minute: int = Field(
         300,
         ge=1,

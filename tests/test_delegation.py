@@ -361,3 +361,19 @@ def test_surehand_delegate_in_a_command_agents_session_creates_once(
     assert (created["disposition"], reused["disposition"]) == ("created", "reused")
     assert reused["task_id"] == created["task_id"]
     assert reused["client_submission_id"] == f"delegate:{grant.task_id}:dev"
+
+
+def test_delegation_is_bounded_in_depth(harness: Harness) -> None:
+    sh = harness.surehand(delegation_max_depth=2)
+    task_id = pm_task(sh)
+    for generation in range(2):  # the PM's TASK delegates, and so does its child
+        child = delegate(claimed(sh.services, task_id), {**DEV, "key": f"g{generation}"})
+        assert child.task_id is not None
+        task_id = child.task_id
+
+    with pytest.raises(SessionLimitReached) as refused:
+        delegate(claimed(sh.services, task_id), {**DEV, "key": "g2"})
+
+    assert refused.value.limit == "delegation_max_depth"
+    assert "SUREHAND_DELEGATION_MAX_DEPTH" in refused.value.message
+    assert children_of(sh, task_id) == []

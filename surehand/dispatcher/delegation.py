@@ -23,7 +23,7 @@ from surehand.crashpoints import CrashPoint, crash_point
 from surehand.digest import request_digest
 from surehand.dispatcher.sessions import Session
 from surehand.dispatcher.submissions import write_task
-from surehand.errors import ValidationFailed
+from surehand.errors import SessionLimitReached, ValidationFailed
 from surehand.model import Bucket, Task, WriteTaskResult
 from surehand.model.delegation import submission_id
 from surehand.requests import DelegateRequest, parse, parse_task_request
@@ -44,6 +44,7 @@ def delegate(session: Session, arguments: Mapping[str, Any]) -> WriteTaskResult:
     key = request.key or _derived_key(payload)
     payload["client_submission_id"] = submission_id(parent.task_id, key)
     _check_siblings(session, request.depends_on)
+    _check_depth(session)
     result = write_task(
         session.services,
         payload,
@@ -89,6 +90,24 @@ def _check_siblings(session: Session, depends_on: list[str]) -> None:
             "depends_on",
             f"{', '.join(strangers)} is no child of {session.task_id}: a delegated TASK may "
             "depend only on its siblings (delegate them first, then name their task_id)",
+        )
+
+
+def _check_depth(session: Session) -> None:
+    """Refuse a child deeper than ``delegation_max_depth`` generations (SessionLimitReached)."""
+    limit = session.services.settings.delegation_max_depth
+    ancestors, parent = 0, session.task.fields.parent
+    with session.services.store.snapshot() as connection:
+        while parent and ancestors < limit:
+            found = tasks.get(connection, parent, session.task.tenant)
+            parent = found.fields.parent if found is not None else ""
+            ancestors += 1
+    if ancestors >= limit:
+        raise SessionLimitReached(
+            f"{session.task_id} is {ancestors} generations deep already "
+            "(SUREHAND_DELEGATION_MAX_DEPTH): it cannot delegate; do the work itself or "
+            "report what should be delegated",
+            limit="delegation_max_depth",
         )
 
 
