@@ -155,7 +155,7 @@ class Settings(BaseSettings):
     session_mcp: bool = Field(
         True,
         description="Offer each command agent's session an MCP server on 127.0.0.1 (effect_begin, "
-        "effect_end, report, progress, recovery_brief) through SUREHAND_MCP_URL, "
+        "effect_end, report, progress, delegate, recovery_brief) through SUREHAND_MCP_URL, "
         "SUREHAND_MCP_TOKEN and the .mcp.json file of its directory.",
     )
     session_mcp_ports: str = Field(
@@ -367,6 +367,19 @@ class Settings(BaseSettings):
         description="MiB of arguments (REPORT bodies, effect args, outcomes, journaled tool "
         "input and output) one session may send to be stored; more is refused with "
         "session_limit.",
+    )
+    session_tools_max_children: int = Field(
+        50,
+        ge=1,
+        description="Child TASKs (delegate calls, ctx.delegate) one session may ask for; more "
+        "are refused with session_limit (a call answered reused counts too).",
+    )
+    delegation_max_depth: int = Field(
+        8,
+        ge=1,
+        description="How deep delegated TASKs may nest: a session whose TASK already has this "
+        "many ancestors (parent, its parent...) cannot delegate (session_limit), so no chain "
+        "of agents grows the queue without end.",
     )
     session_tools_calls_per_minute: int = Field(
         300,

@@ -27,6 +27,7 @@ class CrashPoint(enum.StrEnum):
     WRITE_TASK_AFTER_COMMIT = "write_task.after_commit"  # committed, the reply not yet given
     SESSION_AFTER_CLAIM = "session.after_claim"  # the claim committed, no lease yet
     SESSION_AFTER_RETURN = "session.after_return"  # the agent's return recorded, not settled
+    SESSION_AFTER_DELEGATE = "session.after_delegate"  # a child committed, its answer not given
     OPERATION_AFTER_INTENT = "operation.after_intent"  # the intent committed, the effect not run
     OPERATION_AFTER_EFFECT = "operation.after_effect"  # the effect ran, its outcome unrecorded
     OPERATION_AFTER_OUTCOME = "operation.after_outcome"  # the outcome recorded, agent not back

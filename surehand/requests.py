@@ -450,6 +450,31 @@ class _One(Edge):
 _M = TypeVar("_M", bound=BaseModel)
 
 
+DELEGATION_KEY_RE = re.compile(r"\A[A-Za-z0-9._-]{1,128}\Z")
+
+
+class DelegateRequest(Edge):
+    """A session's request for a child TASK (``delegate``). The child's sender, tenant,
+    parent and thread come from the session's TASK; its fields are then checked as any
+    ``write_task`` request's (:class:`TaskRequest`), naming the same fields."""
+
+    recipient: str
+    subject: str
+    body: str = ""
+    priority: str = Priority.P2.value
+    depends_on: list[str] = Field(default_factory=list, max_length=MAX_ITEMS)
+    references: list[str] = Field(default_factory=list, max_length=MAX_ITEMS)
+    risk_level: str = RiskLevel.MEDIUM.value
+    key: str | None = None
+
+    @field_validator("key")
+    @classmethod
+    def _key(cls, value: str | None) -> str | None:
+        if value is not None and not DELEGATION_KEY_RE.match(value):
+            raise ValueError("must be 1-128 characters of [A-Za-z0-9._-]")
+        return value
+
+
 def parse(model: type[_M], **arguments: Any) -> _M:
     """Validate a call's arguments with ``model``; ValidationFailed names the first bad one."""
     try:

@@ -117,6 +117,8 @@ def test_every_session_tool_carries_the_annotations_codex_needs_to_run_it() -> N
         "effect_end",
         "report",
         "progress",
+        "delegate",
+        "wait_for",
         "recovery_brief",
     }
     for tool in tools:

@@ -89,10 +89,11 @@ def drive_to(services: Services, bucket: Bucket, sender: str = "PM") -> Task:
 
 
 def actor_for(action: Action) -> str:
-    """A non-runtime role allowed to take ``action`` on a PM->DEV task (rollback has none)."""
+    """A non-runtime role allowed to take ``action`` on a PM->DEV task (rollback and wait have
+    none)."""
     if action in lifecycle.APPROVER_ACTIONS or action is Action.CANCEL:
         return "PM"
-    return SYSTEM if action is Action.ROLLBACK else "DEV"
+    return SYSTEM if action in (Action.ROLLBACK, Action.WAIT) else "DEV"
 
 
 # -- the edge table -------------------------------------------------------------------------
@@ -112,6 +113,7 @@ def test_the_edge_table_has_exactly_the_designed_moves() -> None:
         ("reopen", "done", "active"),
         ("cancel", "active", "archive"),
         ("cancel", "inbox", "archive"),
+        ("wait", "active", "inbox"),
     ]
 
 
@@ -194,12 +196,13 @@ def test_only_the_recipient_may_submit_or_claim(services: Services) -> None:
         move(services, task.task_id, Action.SUBMIT, by="QA")
 
 
-def test_rollback_is_the_runtimes_move_alone(services: Services) -> None:
+@pytest.mark.parametrize("action", [Action.ROLLBACK, Action.WAIT])
+def test_rollback_and_wait_are_the_runtimes_moves_alone(services: Services, action: Action) -> None:
     task = drive_to(services, Bucket.ACTIVE)
     for role in ("DEV", "PM", "ADMIN"):
         with pytest.raises(NotAuthorized):
-            move(services, task.task_id, Action.ROLLBACK, by=role)
-    assert move(services, task.task_id, Action.ROLLBACK).bucket is Bucket.INBOX
+            move(services, task.task_id, action, by=role)
+    assert move(services, task.task_id, action).bucket is Bucket.INBOX
 
 
 def test_nobody_external_can_act_as_system(services: Services) -> None:

@@ -15,8 +15,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from surehand.model import Attempt, InterruptionCase, Operation, OperationState
-from surehand.store import Store, cases, operations
+from surehand.model import Attempt, InterruptionCase, Operation, OperationState, Report, Task
+from surehand.model.delegation import key_of
+from surehand.store import Store, cases, operations, reports, tasks
 
 # What each recorded operation means for a successor (the ``status`` of a briefed effect).
 DONE = "done"  # succeeded: never repeat it (effect_begin answers already_done)
@@ -30,7 +31,8 @@ NOT_TO_REPEAT = frozenset({DONE, CONFIRMED_PRESENT})
 INSTRUCTION = (
     "Do not repeat an effect listed as done or confirmed_present: it already happened. "
     "Declare every effect with effect_begin before doing it; when it answers already_done, "
-    "use the recorded outcome instead of doing the effect again."
+    "use the recorded outcome instead of doing the effect again. The children listed were "
+    "delegated already: delegate one again only with its key (answered reused), never anew."
 )
 
 
@@ -64,6 +66,34 @@ class BriefedCase:
 
 
 @dataclass(frozen=True)
+class BriefedChild:
+    """A TASK this TASK delegated (by any attempt): delegate again with its key and it is
+    answered ``reused``, never created twice."""
+
+    task_id: str
+    key: str | None
+    recipient: str
+    subject: str
+    bucket: str
+    held: bool
+    depends_on: tuple[str, ...]
+    report: str | None  # the body of its latest REPORT (None before one)
+
+    @classmethod
+    def of(cls, parent_id: str, task: Task, report: Report | None) -> BriefedChild:
+        return cls(
+            task_id=task.task_id,
+            key=key_of(parent_id, task.client_submission_id),
+            recipient=task.fields.recipient,
+            subject=task.fields.subject,
+            bucket=task.bucket.value,
+            held=task.hold is not None,
+            depends_on=task.fields.depends_on,
+            report=report.body if report is not None else None,
+        )
+
+
+@dataclass(frozen=True)
 class Brief:
     """The recovery briefing of one attempt of a TASK."""
 
@@ -71,6 +101,7 @@ class Brief:
     attempt: int
     interruptions: Sequence[BriefedCase]
     effects: Sequence[BriefedEffect]
+    children: Sequence[BriefedChild] = ()
 
     @property
     def done(self) -> list[BriefedEffect]:
@@ -85,6 +116,7 @@ class Brief:
             "recovering": bool(self.interruptions),
             "interruptions": [asdict(case) for case in self.interruptions],
             "effects": [asdict(effect) for effect in self.effects],
+            "children": [asdict(child) for child in self.children],
             "instruction": INSTRUCTION,
         }
 
@@ -92,10 +124,14 @@ class Brief:
 def brief_for(store: Store, task_id: str, attempt: Attempt) -> Brief:
     """The briefing for ``attempt`` of ``task_id``, from the store's records: the interruption
     cases and the operations of every earlier attempt (with the open intent admission bound
-    to this attempt, if any)."""
+    to this attempt, if any), and the children the TASK delegated."""
     with store.snapshot() as connection:
         found = cases.for_task(connection, task_id)
         recorded = operations.for_task(connection, task_id)
+        delegated = [
+            (child, reports.latest_for_task(connection, child.task_id))
+            for child in tasks.children(connection, task_id)
+        ]
     return Brief(
         task_id=task_id,
         attempt=attempt.number,
@@ -109,6 +145,7 @@ def brief_for(store: Store, task_id: str, attempt: Attempt) -> Brief:
             for op in recorded
             if op.epoch < attempt.number or op.operation_id == attempt.bound_operation_id
         ],
+        children=[BriefedChild.of(task_id, child, report) for child, report in delegated],
     )
 
 

@@ -362,7 +362,7 @@ class CommandAgent:
             submission_id=ctx.task.client_submission_id,
         )
         brief = brief_for(self.store, ctx.task.task_id, ctx.attempt)
-        if brief.interruptions:  # a successor: what its predecessors did, from the records
+        if brief.interruptions or brief.children:  # what earlier attempts did, from the records
             document += "\n" + render_recovery(brief.to_dict())
         session_dirs.write_private(work_dir, "TASK.md", document)
         session_dirs.make_private(work_dir / "home")

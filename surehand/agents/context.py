@@ -9,12 +9,19 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from surehand.model import Attempt, ReportStatus, RetryPolicy, Task, WriteReportResult
+from surehand.model import (
+    Attempt,
+    ReportStatus,
+    RetryPolicy,
+    Task,
+    WriteReportResult,
+    WriteTaskResult,
+)
 
 
 @dataclass(frozen=True)
@@ -43,6 +50,12 @@ class SessionPort(Protocol):
     def report(
         self, body: str, status: ReportStatus, submission_id: str | None
     ) -> WriteReportResult: ...
+
+    def delegate(self, arguments: Mapping[str, Any]) -> WriteTaskResult: ...
+
+    def wait_for(self, children: Sequence[str]) -> dict[str, Any]: ...
+
+    def children(self) -> list[dict[str, Any]]: ...
 
 
 class Cancellation(threading.Event):
@@ -96,13 +109,19 @@ class SessionContext:
         port: SessionPort,
         cancelled: threading.Event,
         work_dir: Path | None = None,
+        services: Any = None,
     ) -> None:
         self.task = task
         self.attempt = attempt
         self.work_dir = work_dir
+        # The service layer the runner runs this session with (opaque here): the session MCP
+        # server acts with it, so that what the tools create (a delegated child) is published
+        # by this process's publisher, not left for the sweep.
+        self.services = services
         self._port = port
         self._cancelled = cancelled
-        # Why the session's own tools stopped it (stop()): "stale_owner" or "lease_lost".
+        # Why the session's own tools stopped it (stop()): "stale_owner", "lease_lost", or
+        # "waiting" (it waits for its children: wait_for).
         self.stopped: tuple[str, str] | None = None
         self.log = logging.LoggerAdapter(
             logging.getLogger(f"surehand.agent.{task.fields.recipient}"),
@@ -185,3 +204,50 @@ class SessionContext:
     ) -> WriteReportResult:
         """Write a REPORT now (the session's result otherwise becomes the REPORT at settle)."""
         return self._port.report(body, ReportStatus(status), submission_id)
+
+    def delegate(
+        self,
+        recipient: str,
+        subject: str,
+        body: str = "",
+        *,
+        key: str | None = None,
+        depends_on: Sequence[str] = (),
+        priority: str = "P2",
+        references: Sequence[str] = (),
+        risk_level: str = "medium",
+    ) -> WriteTaskResult:
+        """Create a child TASK for ``recipient`` (sent as this TASK's recipient, ``parent`` set
+        to this TASK), once: the same ``key`` (or, without one, the same request) from any
+        attempt of this TASK returns the same child with disposition ``reused``; a changed
+        request under a key already used is disposition ``conflict`` and creates nothing.
+        ``depends_on``: task ids of siblings (children of this TASK) that must be done first.
+        Fenced like every session write (``StaleOwner`` once this attempt lost its TASK)."""
+        return self._port.delegate(
+            {
+                "recipient": recipient,
+                "subject": subject,
+                "body": body,
+                "key": key,
+                "depends_on": list(depends_on),
+                "priority": priority,
+                "references": list(references),
+                "risk_level": risk_level,
+            }
+        )
+
+    def wait_for(self, children: Sequence[str] = ()) -> dict[str, Any]:
+        """Wait for child TASKs (task ids; none: every child of this TASK) without holding a
+        worker. Answers ``{"status": "ready"}`` when they are all done already: go on. Else
+        ``{"status": "waiting"}``: this attempt has ended (the TASK is back in ``inbox``), so
+        return at once; the TASK runs again, in a new attempt, once they are all done, and
+        :meth:`children` then gives their REPORTs."""
+        answer = self._port.wait_for(list(children))
+        if answer["status"] == "waiting":
+            self.stop("waiting", f"{self.task.task_id} waits for {', '.join(answer['children'])}")
+        return answer
+
+    def children(self) -> list[dict[str, Any]]:
+        """The child TASKs this TASK delegated (by any attempt): task_id, key, recipient,
+        subject, bucket, held, depends_on, and the last REPORT's body (None before one)."""
+        return self._port.children()

@@ -67,6 +67,8 @@ done twice. Use the surehand MCP tools:
    receipt=<the external id or URL it produced>).
 4. Use progress(note) for long work. Your final message is your REPORT: say what you did,
    with the receipts.
+5. To hand part of the work to another role, call delegate(recipient, subject, body, key):
+   it creates that child TASK once; "reused" means an earlier attempt created it already.
 If a tool answers stale_owner or lease_lost, stop at once: another attempt owns the TASK.
 """
 

@@ -35,8 +35,9 @@ def session_grant(env: Mapping[str, str] | None = None) -> tuple[str, str]:
     url, token = source.get(URL_ENV, ""), source.get(TOKEN_ENV, "")
     if not url or not token:
         raise SessionError(
-            f"surehand effect runs inside a command agent's session: {URL_ENV} and {TOKEN_ENV} "
-            "are set by the command agent (with the session MCP server on, the default)"
+            f"surehand effect and surehand delegate run inside a command agent's session: "
+            f"{URL_ENV} and {TOKEN_ENV} are set by the command agent (with the session MCP "
+            "server on, the default)"
         )
     return url, token
 

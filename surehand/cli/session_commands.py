@@ -1,4 +1,4 @@
-"""``surehand worker | beat | reconcile | recover | review | cases | effect``."""
+"""``surehand worker | beat | reconcile | recover | review | cases | effect | delegate``."""
 
 from __future__ import annotations
 
@@ -384,3 +384,55 @@ def _probe_args(items: list[str]) -> dict[str, str] | None:
             raise typer.BadParameter(f"{name!r} is given twice", param_hint="--probe-arg")
         found[name.strip()] = value
     return found or None
+
+
+@app.command()
+@handle_errors
+def delegate(
+    recipient: Annotated[
+        str, typer.Option("--to", envvar="SUREHAND_DELEGATE_TO", help="Role that does it: QA.")
+    ],
+    subject: Annotated[
+        str, typer.Option(envvar="SUREHAND_DELEGATE_SUBJECT", help="The child TASK's subject.")
+    ],
+    body: Annotated[
+        str, typer.Option(envvar="SUREHAND_DELEGATE_BODY", help="What to do (Markdown).")
+    ] = "",
+    key: Annotated[
+        str | None,
+        typer.Option(
+            envvar="SUREHAND_DELEGATE_KEY",
+            help="Name of this child (dev, qa-1): the same key from any attempt finds it again.",
+        ),
+    ] = None,
+    depends_on: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--depends-on",
+            envvar="SUREHAND_DELEGATE_DEPENDS_ON",
+            help="task_id of a sibling that must be done first (repeatable).",
+        ),
+    ] = None,
+    priority: Annotated[
+        str, typer.Option(envvar="SUREHAND_DELEGATE_PRIORITY", help="P0, P1, P2 or P3.")
+    ] = "P2",
+) -> None:
+    """Create a child TASK of the current session's TASK, once (command agents).
+
+    Talks to the session MCP server with the session's own token (SUREHAND_MCP_URL and
+    SUREHAND_MCP_TOKEN), like surehand effect. Prints the result as JSON: disposition created,
+    reused (an earlier attempt created it: the same task_id) or conflict (the key names another
+    request).
+    """
+    from surehand.agents.session_client import call_tool, session_grant
+
+    url, token = session_grant()
+    arguments = {
+        "recipient": recipient,
+        "subject": subject,
+        "body": body,
+        "key": key,
+        "depends_on": list(depends_on or []),
+        "priority": priority,
+    }
+    emit_json(call_tool(url, token, "delegate", arguments))

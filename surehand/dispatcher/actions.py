@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from surehand import metrics
 from surehand.dispatcher import lifecycle, submissions
 from surehand.dispatcher.context import Services
-from surehand.dispatcher.dispatch import publish_after_commit, publish_successor
+from surehand.dispatcher.dispatch import after_done, publish_after_commit, publish_successor
 from surehand.model import Action, Admission, InterruptionCase, Task, WriteTaskResult
 from surehand.principals import Principal
 
@@ -39,6 +39,7 @@ def transition(
     moved = lifecycle.transition(services, task_id, action, tenant=tenant, **details)
     if Action(action) in lifecycle.REWORK_ACTIONS:  # valid: transition parsed it
         publish_after_commit(services, task_id)
+    after_done(services, moved)  # the dependants it released
     return moved
 
 

@@ -50,7 +50,7 @@ from surehand.model import (
 )
 from surehand.queue.leases import LeaseStore
 from surehand.requests import ReportRequest
-from surehand.store import attempts, cases, events, operations, tasks
+from surehand.store import attempts, cases, dependencies, events, operations, tasks
 
 log = logging.getLogger(__name__)
 
@@ -384,6 +384,8 @@ def _hold(
             data={"case_id": case.case_id},
         ),
     )
+    # A parent waiting for this TASK runs again now, to decide with the hold in its brief.
+    dependencies.release_waiting_parent(connection, task, now)
 
 
 def _reconcile(

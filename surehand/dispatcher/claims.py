@@ -70,6 +70,8 @@ def claim(
                 else:
                     _claim_successor(connection, services, task, attempt_id, worker)
                 return _session(services, connection, task_id, attempt_id)
+            if task.bucket is Bucket.INBOX and not tasks.ready(connection, task_id):
+                raise NotClaimable(f"{task_id} waits for its dependencies to be done")
             number = task.epoch + 1
             moved = lifecycle.apply(
                 connection,

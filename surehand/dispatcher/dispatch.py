@@ -30,7 +30,7 @@ from surehand.dispatcher.context import Services
 from surehand.errors import PublishFailed, SurehandError
 from surehand.model import SYSTEM, Bucket, EventKind, Task
 from surehand.roles import role_problem
-from surehand.store import events, outbox, tasks
+from surehand.store import dependencies, events, outbox, tasks
 
 log = logging.getLogger(__name__)
 
@@ -131,6 +131,9 @@ def _publish(services: Services, task_id: str, *buckets: Bucket, force: bool = F
         return False
     with services.store.snapshot() as connection:
         task = tasks.get(connection, task_id)
+        waiting = task is not None and task.bucket is Bucket.INBOX
+        if waiting and not tasks.ready(connection, task_id):
+            return False  # published when its last dependency is done (after_done)
     if task is None or task.bucket not in buckets or task.hold is not None:
         return False
     if not force and _backing_off(services, task):
@@ -186,6 +189,14 @@ def after_create(services: Services, task_id: str) -> None:
         drain_outbox(services)
     except SurehandError as error:  # the store went away after the commit
         log.warning("could not publish %s after its commit (%s); the sweep retries", task_id, error)
+
+
+def after_done(services: Services, task: Task) -> None:
+    """After a move of ``task`` to done committed: the dependants it released were queued in
+    the outbox by the move's transaction (``dependencies.release``); publish them now. Never
+    raises; rows a crash leaves are drained by the sweep."""
+    if task.bucket is Bucket.DONE:
+        after_create(services, task.task_id)
 
 
 def drain_outbox(services: Services, limit: int = OUTBOX_BATCH) -> int:
@@ -323,9 +334,27 @@ def waiting_note(services: Services, task: Task) -> str | None:
     """What a door should say about ``task``'s dispatch, or None when nothing is wrong."""
     if task.dispatch_error is not None:
         return f"undispatchable: {task.dispatch_error}"
+    if task.bucket is Bucket.INBOX:  # its depends_on, or the children it waits for
+        with services.store.snapshot() as connection:
+            pending = dependencies.not_done(connection, [task.task_id]).get(task.task_id)
+        if pending:
+            return dependency_note(pending)
     waited = services.clock.now() - task.created_at
     if task.bucket is Bucket.INBOX and task.hold is None and waited > back_off(services):
         minutes = int(waited.total_seconds() // 60)
         role = task.fields.recipient
         return f"unclaimed for {minutes} min: no running worker serves role {role}, or all are busy"
     return None
+
+
+def dependency_note(pending: list[tuple[str, str]]) -> str:
+    """What a door says of a TASK whose dependencies ``pending`` [(id, bucket)] are not done:
+    it waits for them, or (a dependency archived: it will never be done) it is held for its
+    approver."""
+    archived = [task_id for task_id, bucket in pending if bucket == Bucket.ARCHIVE.value]
+    if archived:
+        return (
+            f"held for its approver: dependency {', '.join(archived)} was archived and will "
+            "never be done, so this TASK is not dispatched"
+        )
+    return "waiting for " + ", ".join(f"{task_id} ({bucket})" for task_id, bucket in pending)

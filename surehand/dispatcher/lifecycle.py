@@ -32,7 +32,7 @@ from surehand.errors import (
 from surehand.model import ADMIN, PM, SYSTEM, Action, Bucket, EventKind, Fence, Task
 from surehand.principals import Principal, acting_for
 from surehand.requests import TransitionRequest, parse, validate_tenant
-from surehand.store import events, session_writes, tasks
+from surehand.store import dependencies, events, session_writes, tasks
 from surehand.store import reports as report_rows
 from surehand.store.fence import task_expectation
 
@@ -49,6 +49,9 @@ EDGES: dict[Action, tuple[Bucket | None, Bucket]] = {
     # Cancel ends a TASK that has not finished: from active (its session stopped, the attempt
     # through admission) or, without any session, from inbox (:data:`OTHER_SOURCES`).
     Action.CANCEL: (Bucket.ACTIVE, Bucket.ARCHIVE),
+    # The runtime's, for a session that waits for its children (delegation.wait_for): the
+    # TASK goes back to inbox, unpublished, and is claimed again once they are done.
+    Action.WAIT: (Bucket.ACTIVE, Bucket.INBOX),
 }
 # Actions whose one target is reached from more than one bucket.
 OTHER_SOURCES: dict[Action, frozenset[Bucket]] = {Action.CANCEL: frozenset({Bucket.INBOX})}
@@ -88,7 +91,7 @@ def _authorised(task: Task, action: Action) -> frozenset[str]:
         return cancellers(task)
     if action in DRIVER_ACTIONS or action is Action.CLAIM:
         return frozenset({task.fields.recipient})
-    return frozenset()  # rollback: the runtime's move only
+    return frozenset()  # rollback, wait: the runtime's moves only
 
 
 def check_edge(task: Task, action: Action) -> Bucket:
@@ -210,6 +213,8 @@ def apply(
         extra_expect = {**(extra_expect or {}), **task_expectation(fence)}
         attempt_id, epoch = fence.attempt_id, fence.epoch
     moved = _compare_and_set(connection, task, values, extra_expect, now)
+    if target is Bucket.DONE:
+        dependencies.release(connection, task.task_id, now)
     data = {**_event_data(action, values, cited), **(acting or {})}
     events.insert(
         connection,

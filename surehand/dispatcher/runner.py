@@ -31,7 +31,7 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,9 +40,10 @@ from surehand.agents.context import SessionContext
 from surehand.agents.quotas import require_free_space
 from surehand.agents.registry import AgentRegistry
 from surehand.crashpoints import CrashPoint, crash_point
-from surehand.dispatcher import sessions
+from surehand.dispatcher import delegation, sessions
 from surehand.dispatcher.claims import claim
 from surehand.dispatcher.context import Services
+from surehand.dispatcher.dispatch import after_done
 from surehand.dispatcher.operations import run_operation
 from surehand.dispatcher.sessions import Session
 from surehand.dispatcher.stops import StopWatch, role_time_limits
@@ -63,6 +64,7 @@ from surehand.model import (
     ReportStatus,
     RetryPolicy,
     WriteReportResult,
+    WriteTaskResult,
     case_id_for,
 )
 from surehand.queue.heartbeat import Heartbeat
@@ -146,6 +148,22 @@ class _Port:
     ) -> WriteReportResult:
         self._check_live("report")
         return self.session.report(body, status, submission_id)
+
+    def delegate(self, arguments: Mapping[str, Any]) -> WriteTaskResult:
+        self._check_live("delegate")
+        return delegation.delegate(self.session, arguments)
+
+    def wait_for(self, children: Sequence[str]) -> dict[str, Any]:
+        self._check_live("wait_for")
+        return delegation.wait_for(self.session, children)
+
+    def children(self) -> list[dict[str, Any]]:
+        return delegation.children(self.session)
+
+
+def _waiting(context: SessionContext) -> bool:
+    """Whether the agent ended its attempt to wait for its children (ctx or MCP wait_for)."""
+    return context.stopped is not None and context.stopped[0] == "waiting"
 
 
 class SessionRunner:
@@ -231,7 +249,8 @@ class SessionRunner:
             self.stops.forget(session)
             heartbeat.stop()
             metrics.observe_renew_failures(heartbeat.renew_failures)
-            if not session.cancelled.is_set() or session.stop_cause is not None:
+            stopped_on_purpose = session.stop_cause is not None or session.waiting
+            if not session.cancelled.is_set() or stopped_on_purpose:
                 self._release(session)  # a session stopped on purpose still holds its lease
         return self._admit_stopped(session, outcome)
 
@@ -310,15 +329,20 @@ class SessionRunner:
             port=_Port(session),
             cancelled=session.cancelled,
             work_dir=self.services.settings.work_dir / session.attempt.attempt_id,
+            services=self.services,
         )
         try:
             result = spec.handler(context)
         except StaleOwner as error:
             return self._outcome(session, "stale", error)
         except Exception as error:
+            if _waiting(context):
+                return self._waiting(session)
             if context.stopped is not None and context.stopped[0] == "stale_owner":
                 return self._outcome(session, "stale", error)  # its tools were fenced: stopped
             return self._raised(session, error)
+        if _waiting(context):
+            return self._waiting(session)  # its attempt ended in the store already
         if session.stop_cause is not None:
             return self._stopped(session, returned=result)
         if session.cancelled.is_set():
@@ -328,6 +352,12 @@ class SessionRunner:
             # is unknown, so the return is not settled.
             return self._interrupt(session, session.interruption)
         return self._settle(session, result, review=spec.review)
+
+    def _waiting(self, session: Session) -> SessionOutcome:
+        """The agent waits for its children: its attempt ended in the store (wait_for), the
+        lease is released and the worker slot is free until they are done."""
+        session.waiting = True
+        return SessionOutcome(session.task_id, "waiting", session.attempt.number, "inbox")
 
     def _settle(self, session: Session, result: Any, *, review: bool) -> SessionOutcome:
         try:
@@ -342,6 +372,8 @@ class SessionRunner:
             return self._fail(
                 session, AgentError(f"the agent's result is no valid REPORT ({invalid.message})")
             )
+        if session.may_release:
+            after_done(self.services, task)  # the dependants it released
         return SessionOutcome(session.task_id, "settled", session.attempt.number, task.bucket.value)
 
     def _raised(self, session: Session, error: Exception) -> SessionOutcome:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -54,6 +54,7 @@ from surehand.model import (
     Attempt,
     AttemptCause,
     AttemptState,
+    Bucket,
     EventKind,
     OperationState,
     ReportStatus,
@@ -93,6 +94,10 @@ class Session:
     # Set when the session is stopped on purpose (a cancel request, a time limit): its attempt
     # ends interrupted with this cause and goes through admission (dispatcher/stops.py).
     stop_cause: tuple[AttemptCause, str] | None = None
+    # The agent ended this attempt to wait for its children (delegation.wait_for).
+    waiting: bool = False
+    # Its settle moved the TASK to done the general way: dependants may be queued to publish.
+    may_release: bool = False
 
     @property
     def task_id(self) -> str:
@@ -364,6 +369,9 @@ class Session:
             fence=self.attempt.fence,
         )
         self._end(connection, AttemptState.SUCCEEDED, None)
+        # The general path's move to done may have queued dependants (lifecycle.apply); the
+        # one-statement path is refused for a TASK that has any.
+        self.may_release = moved.bucket is Bucket.DONE
         return moved
 
     def rollback(self, why: str) -> None:
@@ -381,6 +389,25 @@ class Session:
                 fence=self.attempt.fence,
             )
             self._end(connection, AttemptState.FAILED, why, AttemptCause.NOT_STARTED)
+
+    def wait_in(self, connection: Connection, waiting_for: Sequence[str]) -> Task:
+        """End this attempt as having returned to wait for ``waiting_for`` (child TASKs): the
+        TASK goes back to ``inbox``, unpublished, and the attempt succeeds -- in the caller's
+        fenced transaction, which also records what it waits for
+        (:func:`surehand.dispatcher.delegation.wait_for`)."""
+        why = f"waiting for its children {', '.join(waiting_for)} to be done"
+        moved = lifecycle.apply(
+            connection,
+            self.current_task(connection),
+            Action.WAIT,
+            by=SYSTEM,
+            now=self.services.clock.now(),
+            reason=why,
+            extra_values={"published": False},
+            fence=self.attempt.fence,
+        )
+        self._end(connection, AttemptState.SUCCEEDED, None, AttemptCause.RETURNED)
+        return moved
 
     def fail(self, error: BaseException) -> None:
         """The agent raised: end the attempt ``failed`` (cause ``agent_failed``) and open its

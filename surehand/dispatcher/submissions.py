@@ -17,9 +17,12 @@ transaction, or restored from elsewhere) is recovered under its original identit
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager
 from datetime import datetime
 from typing import Any
+
+from sqlalchemy import Connection
 
 from surehand.clock import utc_day
 from surehand.crashpoints import CrashPoint, crash_point
@@ -29,6 +32,7 @@ from surehand.dispatcher.dispatch import after_create
 from surehand.dispatcher.receipt_recovery import ReceiptRecovery
 from surehand.dispatcher.task_creation import (
     SubmissionCall,
+    check_dependencies,
     creation_event,
     insert_task,
     render,
@@ -49,6 +53,8 @@ from surehand.requests import TaskRequest, parse_task_request, validate_tenant
 from surehand.store import counters, creation, receipts, tasks
 
 _MAX_COLLISIONS = 3
+# Opens the transaction a TASK is created in (see write_task's ``writer``).
+Writer = Callable[[], AbstractContextManager[Connection]]
 
 
 def write_task(
@@ -57,21 +63,25 @@ def write_task(
     *,
     tenant: str,
     principal: Principal | None = None,
+    writer: Writer | None = None,
 ) -> WriteTaskResult:
     """Create a TASK, or recover the result of the first call with the same submission id.
 
     ``sender`` is ``principal``'s role; only an ADMIN principal may name another sender, and
     the creation event records it. ``principal`` None: a trusted in-process caller.
+    ``writer``: the transaction the creation commits in (a session's fenced one, for a
+    delegated child: :mod:`surehand.dispatcher.delegation`); it needs a submission id.
     """
     parsed = parse_task_request(request)
     tenant = validate_tenant(tenant)
     acting = acting_for(principal, parsed.sender, "sender")
     fields = parsed.to_fields()
+    check_dependencies(services, tenant, fields)
     digest = request_digest(fields)
     if parsed.client_submission_id is None:
         return _create_legacy(services, fields, digest, tenant, acting)
     call = SubmissionCall(services, tenant, parsed.client_submission_id, fields, digest, acting)
-    return _Submission(call).run()
+    return _Submission(call, writer).run()
 
 
 def _new_task_id(connection: Any, now: datetime, ahead: int | None = None) -> str:
@@ -118,8 +128,9 @@ def _create_legacy(
 class _Submission:
     """One write_task call with a submission id: reserve, or converge on the existing receipt."""
 
-    def __init__(self, call: SubmissionCall) -> None:
+    def __init__(self, call: SubmissionCall, writer: Writer | None = None) -> None:
         self.call = call
+        self.writer = writer
         self.recovery = ReceiptRecovery(call, restart=self.run)
 
     def run(self) -> WriteTaskResult:
@@ -158,7 +169,7 @@ class _Submission:
         call = self.call
         try:
             # One statement on Postgres, one transaction on SQLite: all or nothing either way.
-            with call.services.store.one_write() as connection:
+            with self._writer() as connection:
                 task_id = _new_task_id(connection, now, ahead)
                 path = task_path(Bucket.INBOX, task_id, call.fields.sender, call.fields.recipient)
                 result = call.result(task_id, path, Disposition.CREATED, ReceiptState.COMMITTED)
@@ -196,6 +207,14 @@ class _Submission:
         crash_point(CrashPoint.WRITE_TASK_AFTER_COMMIT)
         after_create(call.services, task_id)
         return result
+
+    def _writer(self) -> AbstractContextManager[Connection]:
+        """One statement on Postgres, unless the TASK has dependencies (their rows make it
+        several: a transaction)."""
+        if self.writer is not None:
+            return self.writer()
+        store = self.call.services.store
+        return store.transaction() if self.call.fields.depends_on else store.one_write()
 
     def _read(self) -> Receipt | None:
         call = self.call

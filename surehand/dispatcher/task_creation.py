@@ -15,6 +15,7 @@ from typing import Any
 
 from surehand.digest import sha256_hex
 from surehand.dispatcher.context import Services
+from surehand.errors import ValidationFailed
 from surehand.fcop.render import render_task
 from surehand.model import (
     DIGEST_SCHEMA_VERSION,
@@ -26,7 +27,7 @@ from surehand.model import (
     TaskFields,
     WriteTaskResult,
 )
-from surehand.store import events, outbox, tasks
+from surehand.store import dependencies, events, outbox, tasks
 
 
 @dataclass(frozen=True)
@@ -77,8 +78,8 @@ def insert_task(
     now: datetime,
     acting: Mapping[str, Any] | None = None,
 ) -> str:
-    """Insert the TASK row, its outbox row and its creation event; returns the document
-    digest."""
+    """Insert the TASK row, its outbox row, its creation event and its dependencies' rows;
+    returns the document digest."""
     text, document_digest = document
     row = tasks.new_row(
         task_id=task_id,
@@ -93,6 +94,7 @@ def insert_task(
     tasks.insert_row(connection, row)
     outbox.add(connection, task_id, now)
     events.insert(connection, creation_event(task_id, fields, now, acting))
+    dependencies.insert_rows(connection, task_id, fields.depends_on)
     return document_digest
 
 
@@ -110,3 +112,19 @@ def creation_event(
         to_bucket=Bucket.INBOX,
         data=acting,
     )
+
+
+def check_dependencies(services: Services, tenant: str, fields: TaskFields) -> None:
+    """Refuse ``depends_on`` naming a TASK that does not exist in ``tenant`` (typed, naming
+    the field). A new TASK's id is allocated after this check and TASKs are never deleted, so
+    no existing TASK can depend on it: a cycle (the TASK itself included) cannot form."""
+    if not fields.depends_on:
+        return
+    with services.store.snapshot() as connection:
+        missing = dependencies.unknown(connection, tenant, fields.depends_on)
+    if missing:
+        raise ValidationFailed(
+            "depends_on",
+            f"no TASK {', '.join(missing)} in this tenant: a TASK may depend only on TASKs that "
+            "exist already (so no cycle can form); create the dependency first",
+        )

@@ -139,14 +139,32 @@ def render_recovery(facts: Mapping[str, Any]) -> str:
     lines = [
         "## Recovery",
         "",
-        f"This is attempt {facts['attempt']} at {facts['task_id']}. Earlier attempts were "
-        "interrupted; surehand's records say:",
+        f"This is attempt {facts['attempt']} at {facts['task_id']}. "
+        + ("Earlier attempts were interrupted; " if facts["interruptions"] else "")
+        + "surehand's records say:",
         "",
     ]
     lines += [_interruption_line(case) for case in facts["interruptions"]]
     lines += ["", "Effects declared by earlier attempts:", ""]
     lines += [_effect_line(effect) for effect in facts["effects"]] or ["- none were declared"]
+    children = facts.get("children") or []
+    if children:
+        lines += ["", "Child TASKs already delegated (delegate again only with the same key):", ""]
+        lines += [_child_line(child) for child in children]
     return "\n".join([*lines, "", f"**{facts['instruction']}**", ""])
+
+
+MAX_CHILD_REPORT = 4000  # characters of a child's REPORT quoted in the Recovery section
+
+
+def _child_line(child: Mapping[str, Any]) -> str:
+    line = f"- {child['task_id']} for {child['recipient']}, key {_code(child['key'])}: "
+    line += f"{child['bucket']}{' (held)' if child['held'] else ''}, {_code(child['subject'])}"
+    if child.get("depends_on"):
+        line += f", after {', '.join(child['depends_on'])}"
+    if child.get("report"):
+        line += f"; its REPORT: {_code(child['report'][:MAX_CHILD_REPORT])}"
+    return line
 
 
 def _interruption_line(case: Mapping[str, Any]) -> str:

@@ -183,6 +183,8 @@ def build_session_server(tools: SessionTools) -> MCPServer[Any]:
         strict_tool(tools.effect_end, "effect_end", annotations=idempotent),
         strict_tool(tools.report, "report", annotations=idempotent),
         strict_tool(tools.progress, "progress", annotations=idempotent),
+        strict_tool(tools.delegate, "delegate", annotations=idempotent),
+        strict_tool(tools.wait_for, "wait_for", annotations=idempotent),
         strict_tool(tools.recovery_brief, "recovery_brief", annotations=read_only),
     ]
     return SurehandServer(
@@ -275,7 +277,10 @@ class SessionMcp:
         """A new grant for ``ctx``'s attempt, with its budget and (for Claude Code) what its
         hooks decide by; revoke it when the session ends."""
         token = secrets.token_urlsafe(32)
-        session = Session(services=self.services, task=ctx.task, attempt=ctx.attempt)
+        # The runner's services when it gave them (its publisher sends a delegated child at
+        # once); this server's own otherwise (the sweep publishes what they create).
+        services = ctx.services if isinstance(ctx.services, Services) else self.services
+        session = Session(services=services, task=ctx.task, attempt=ctx.attempt)
         url = f"{self.base_url()}/tasks/{ctx.task.task_id}{MCP_PATH}"
         grant = Grant(
             token=token,

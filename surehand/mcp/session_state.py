@@ -28,7 +28,7 @@ from surehand.errors import SessionLimitReached, SessionRateLimited
 
 MIB = 1024 * 1024
 WINDOW_SECONDS = 60.0
-Kind = Literal["operation", "report", "call"]
+Kind = Literal["operation", "report", "delegate", "call"]
 
 
 @dataclass(frozen=True)
@@ -39,6 +39,7 @@ class SessionLimits:
     max_reports: int = 100
     max_bytes: int = 32 * MIB
     calls_per_minute: int = 300
+    max_children: int = 50
 
     @classmethod
     def from_settings(cls, settings: Settings) -> SessionLimits:
@@ -47,6 +48,7 @@ class SessionLimits:
             max_reports=settings.session_tools_max_reports,
             max_bytes=settings.session_tools_max_mib * MIB,
             calls_per_minute=settings.session_tools_calls_per_minute,
+            max_children=settings.session_tools_max_children,
         )
 
 
@@ -58,6 +60,7 @@ class SessionBudget:
     clock: Callable[[], float] = time.monotonic
     operations: int = 0
     reports: int = 0
+    children: int = 0
     bytes: int = 0
     calls: deque[float] = field(default_factory=deque)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
@@ -73,6 +76,7 @@ class SessionBudget:
             self.calls.append(now)
             self.operations += kind == "operation"
             self.reports += kind == "report"
+            self.children += kind == "delegate"
             self.bytes += size
 
     def _check(self, kind: Kind, size: int, now: float) -> None:
@@ -90,6 +94,8 @@ class SessionBudget:
             raise _volume("max_operations", f"{limits.max_operations} operations", "journaled")
         if kind == "report" and self.reports >= limits.max_reports:
             raise _volume("max_reports", f"{limits.max_reports} REPORT revisions", "recorded")
+        if kind == "delegate" and self.children >= limits.max_children:
+            raise _volume("max_children", f"{limits.max_children} child TASKs", "delegated")
         if self.bytes + size > limits.max_bytes:
             mib = limits.max_bytes / MIB
             raise _volume("max_mib", f"{mib:g} MiB of arguments", "stored")

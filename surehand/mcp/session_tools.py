@@ -29,6 +29,7 @@ from pydantic import Field
 from surehand.agents.briefing import brief_for
 from surehand.agents.claude_hook import HookPolicy
 from surehand.digest import operation_fingerprint
+from surehand.dispatcher.delegation import delegate, wait_for
 from surehand.dispatcher.operations import Declared, declare_operation, settle_operation
 from surehand.dispatcher.sessions import Session
 from surehand.doors import problem
@@ -44,8 +45,11 @@ successor neither repeats an effect that happened nor guesses. Before EVERY side
 this directory (a pull request, a message, a ticket, a deploy, a payment, a write to another
 system): call effect_begin(name, args). If it answers already_done, the effect already happened
 in an earlier attempt: do NOT do it again, use its recorded outcome. Otherwise do the effect,
-then call effect_end(operation_id, outcome, receipt) with the external id it produced. Call
-recovery_brief() first: it lists what earlier attempts of this TASK already did.
+then call effect_end(operation_id, outcome, receipt) with the external id it produced. To hand
+work to another role, call delegate(recipient, subject, body, key): it creates the child TASK
+once, whichever attempt asks; wait_for(children) ends this session until they are done. Call
+recovery_brief() first: it lists what earlier attempts of this TASK already did and the
+children they delegated, with their REPORTs.
 """
 
 
@@ -229,6 +233,74 @@ class SessionTools:
             ("report", note),
         )
 
+    def delegate(
+        self,
+        recipient: Annotated[str, Field(description="The role that does it: DEV, QA, OPS...")],
+        subject: Annotated[str, Field(min_length=1, description="The child TASK's subject.")],
+        body: Annotated[str, Field(description="What to do (Markdown).")] = "",
+        key: Annotated[
+            str | None,
+            Field(
+                max_length=128,
+                description="Your name for this child (dev, qa-1...): the same key from any "
+                "attempt of this TASK finds the same child. Without one, the request itself is "
+                "the key.",
+            ),
+        ] = None,
+        depends_on: Annotated[
+            list[str],
+            Field(
+                max_length=256,
+                description="task_ids of children of this TASK that must be done first.",
+            ),
+        ] = [],  # noqa: B006  (pydantic copies defaults; the tool schema shows [])
+        priority: Literal["P0", "P1", "P2", "P3"] = "P2",
+        risk_level: Literal["low", "medium", "high", "irreversible"] = "medium",
+        ctx: Context | None = None,
+    ) -> CallToolResult:
+        """Create a child TASK for another role, ONCE: answered {disposition: "created" |
+        "reused", task_id}. "reused" means it exists already (an earlier attempt created it):
+        do not create it another way. "conflict" means this key was used for another request.
+        recovery_brief() lists the children already delegated."""
+        arguments = {
+            "recipient": recipient,
+            "subject": subject,
+            "body": body,
+            "key": key,
+            "depends_on": depends_on,
+            "priority": priority,
+            "risk_level": risk_level,
+        }
+        return self.call(
+            ctx,
+            lambda grant: delegated(grant.session, arguments),
+            ("delegate", arguments),
+        )
+
+    def wait_for(
+        self,
+        children: Annotated[
+            list[str],
+            Field(
+                max_length=256,
+                description="task_ids of children of this TASK to wait for (none: all).",
+            ),
+        ] = [],  # noqa: B006  (pydantic copies defaults; the tool schema shows [])
+        ctx: Context | None = None,
+    ) -> CallToolResult:
+        """Wait for child TASKs without holding a worker. "ready": they are all done, go on.
+        "waiting": this session ENDS now (stop working); the TASK runs again in a new session
+        once they are done, and recovery_brief() then lists their REPORTs."""
+        return self.call(ctx, lambda grant: self._waited(grant, children))
+
+    def _waited(self, grant: Grant, children: list[str]) -> dict[str, Any]:
+        answer = wait_for(grant.session, children)
+        if answer["status"] == "waiting":
+            why = f"{grant.task_id} waits for {', '.join(answer['children'])}"
+            self.revoke(grant.token, f"this session ended: {why}")
+            grant.stop("waiting", why)
+        return answer
+
     def recovery_brief(self, ctx: Context | None = None) -> CallToolResult:
         """What earlier, interrupted attempts of this TASK declared and what is recorded as done
         (with receipts): never repeat an effect listed as done or confirmed_present."""
@@ -321,6 +393,21 @@ def _outcome_of(operation: Operation) -> Mapping[str, Any]:
         "outcome": operation.state.value,
         "receipt": operation.external_receipt,
     }
+
+
+def delegated(session: Session, arguments: Mapping[str, Any]) -> dict[str, Any]:
+    """``delegate``'s answer: the child's creation result, with what to do next."""
+    result = delegate(session, arguments).to_dict()
+    if result["disposition"] == "conflict":
+        result["next"] = (
+            "this key names another child already: use a new key for a new child, or repeat "
+            "the first request to find that child"
+        )
+    elif result["disposition"] == "reused":
+        result["next"] = "this child exists already (an earlier attempt created it): go on"
+    else:
+        result["next"] = "the child TASK is created and queued for its role"
+    return result
 
 
 def _brief(grant: Grant) -> dict[str, Any]:

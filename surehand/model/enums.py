@@ -69,6 +69,7 @@ class Action(enum.StrEnum):
     ROLLBACK = "rollback"
     REOPEN = "reopen"
     CANCEL = "cancel"
+    WAIT = "wait"  # a session waits for its children: back to inbox, until they are done
 
 
 class ReportStatus(enum.StrEnum):

@@ -31,6 +31,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects import postgresql
 
 from surehand.store import counters as counter_rows
+from surehand.store import dependencies
 from surehand.store.driver import DriverStatement, common_binds, own_params
 from surehand.store.schema import counters, outbox, receipts, task_events, tasks
 
@@ -107,13 +108,15 @@ def insert_created(
     task: Mapping[str, Any],
     event: Mapping[str, Any],
 ) -> None:
-    """Insert the receipt (None on the legacy path), the TASK, its outbox row and its creation
-    event.
+    """Insert the receipt (None on the legacy path), the TASK, its outbox row, its creation
+    event and its dependencies' rows. A TASK with dependencies takes several statements: run
+    it in a transaction (``Store.transaction``), not on an autocommit connection.
 
     Raises DuplicateKey (through the store's transaction or one-write context) if the
     submission or the task id exists already; then nothing was written.
     """
-    if connection.dialect.name == "postgresql" and receipt is not None:
+    depends_on = list(task["depends_on"])
+    if connection.dialect.name == "postgresql" and receipt is not None and not depends_on:
         _POSTGRES.rowcount(connection, postgres_parameters(receipt, task, event))
         return
     # The receipt goes first: a concurrent caller with the same id stops there.
@@ -122,6 +125,7 @@ def insert_created(
     _TASK.rowcount(connection, task)
     _OUTBOX.rowcount(connection, {"task_id": task["task_id"], "created_at": task["created_at"]})
     _EVENT.rowcount(connection, event)
+    dependencies.insert_rows(connection, task["task_id"], depends_on)
 
 
 def _receipt_or_number_statement() -> DriverStatement:

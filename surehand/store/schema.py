@@ -213,6 +213,19 @@ role_pauses = Table(
     Column("reason", Text, nullable=False),
     _ts("paused_at"),
 )
+# A TASK's ``depends_on``, one row per dependency, written with the TASK (the JSON column
+# stays the FCoP field). The claim looks up a TASK's own rows (``ix_task_dependencies_task``);
+# a move to done looks up the dependants it may release (the primary key leads with
+# ``dependency_id``).
+task_dependencies = Table(
+    "task_dependencies",
+    metadata,
+    Column("dependency_id", String(32), ForeignKey("tasks.task_id"), primary_key=True),
+    Column("task_id", String(32), ForeignKey("tasks.task_id"), primary_key=True),
+)
+Index("ix_task_dependencies_task", task_dependencies.c.task_id)
+# A parent's children (delegation): the successor's brief lists them.
+Index("ix_tasks_parent", tasks.c.tenant, tasks.c.parent)
 
 task_events = Table(
     "task_events",

@@ -51,7 +51,15 @@ from surehand.store import attempts as attempt_rows
 from surehand.store import tasks as task_rows
 from surehand.store.driver import DriverStatement, common_binds, own_params
 from surehand.store.fence import attempt_is_current, task_is_owned
-from surehand.store.schema import UTCDateTime, attempts, operations, reports, task_events, tasks
+from surehand.store.schema import (
+    UTCDateTime,
+    attempts,
+    operations,
+    reports,
+    task_dependencies,
+    task_events,
+    tasks,
+)
 
 _EVENT_COLUMNS = tuple(c.name for c in task_events.c if c.name != "id")
 _EVENT_TYPES: dict[str, Any] = {"at": UTCDateTime(), "epoch": Integer(), "data": JSON()}
@@ -167,8 +175,9 @@ class FirstReport:
 
 
 def _guards() -> tuple[ColumnElement[bool], ...]:
-    """The attempt is running, is epoch ``s_epoch``, recorded no operation, and the REPORT
-    series it writes to is empty. (The TASK's side of the fence is the caller's.)"""
+    """The attempt is running, is epoch ``s_epoch``, recorded no operation, the REPORT
+    series it writes to is empty, and no TASK depends on its TASK. (The TASK's side of the
+    fence is the caller's.)"""
     series = (
         reports.c.task_id == bindparam("s_task_id"),
         reports.c.reporter == bindparam("s_reporter"),
@@ -182,6 +191,9 @@ def _guards() -> tuple[ColumnElement[bool], ...]:
             operations.c.attempt_id == attempts.c.attempt_id,
         ),
         ~exists().where(*series),
+        # A TASK others depend on settles the general way, whose move to done queues the
+        # dependants it releases in the same transaction (lifecycle.apply).
+        ~exists().where(task_dependencies.c.dependency_id == bindparam("s_task_id")),
     )
 
 

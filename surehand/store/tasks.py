@@ -29,7 +29,12 @@ from surehand.model import (
     Task,
     TaskFields,
 )
+from surehand.store.dependencies import unmet
 from surehand.store.schema import role_pauses, tasks
+
+# Unclaimable until every dependency is done: a claim's compare-and-set, the sweep and the
+# outbox drain check it in the store, so no publisher's view decides it.
+_READY = ~unmet(tasks.c.task_id)
 
 
 def _fields(row: Any) -> TaskFields:
@@ -158,6 +163,7 @@ CLAIM_INBOX = (
         tasks.c.hold_case_id.is_(None),
         tasks.c.cancel_requested_at.is_(None),
         ROLE_NOT_PAUSED,
+        _READY,
     )
     .values(
         bucket=Bucket.ACTIVE.value,
@@ -184,6 +190,33 @@ def get_for_update(connection: Connection, task_id: str) -> Task | None:
     write transactions are already exclusive)."""
     row = connection.execute(_GET_FOR_UPDATE, {"task_id": task_id}).one_or_none()
     return from_row(row) if row is not None else None
+
+
+def ready(connection: Connection, task_id: str) -> bool:
+    """Whether every dependency of ``task_id`` is done (True for a TASK without any)."""
+    return not connection.execute(
+        select(unmet(bindparam("task_id"))), {"task_id": task_id}
+    ).scalar_one()
+
+
+def children(
+    connection: Connection, parent_id: str, limit: int = 1000, *, lock: bool = False
+) -> list[Task]:
+    """The TASKs whose ``parent`` is ``parent_id``, in its tenant only (a ``parent`` is a
+    plain reference any caller may write: another tenant's TASK naming it is no child),
+    oldest first (``ix_tasks_parent``). ``lock``: lock their rows until the transaction ends
+    (Postgres), so none moves to done unseen."""
+    tenant = select(tasks.c.tenant).where(tasks.c.task_id == parent_id).scalar_subquery()
+    query = (
+        select(*TASK_COLUMNS)
+        .where(tasks.c.tenant == tenant, tasks.c.parent == parent_id)
+        .order_by(tasks.c.created_at, tasks.c.task_id)
+        .limit(limit)
+    )
+    if lock and connection.dialect.name == "postgresql":
+        query = query.with_for_update(of=tasks)
+    rows = connection.execute(query).all()
+    return [from_row(row) for row in rows]
 
 
 def document(connection: Connection, task_id: str) -> str | None:
@@ -351,6 +384,7 @@ def waiting_to_publish(connection: Connection, task_ids: Sequence[str]) -> list[
             tasks.c.bucket == Bucket.INBOX.value,
             tasks.c.published.is_(False),
             tasks.c.hold_case_id.is_(None),
+            _READY,
         )
     ).all()
     found = {row.task_id: from_row(row) for row in rows}
@@ -417,6 +451,7 @@ def unclaimed_by_role(
             tasks.c.hold_case_id.is_(None),
             tasks.c.dispatch_error.is_(None),
             tasks.c.created_at < created_before,
+            _READY,
         )
         .group_by(tasks.c.recipient)
         .order_by(tasks.c.recipient)
@@ -441,7 +476,7 @@ def unpublished_inbox(
     waiting: ColumnElement[bool] = tasks.c.published.is_(False)
     if published_before is not None:
         waiting = or_(waiting, tasks.c.published_at < published_before)
-    inbox = and_(tasks.c.bucket == Bucket.INBOX.value, waiting)
+    inbox = and_(tasks.c.bucket == Bucket.INBOX.value, waiting, _READY)
     rework = and_(
         tasks.c.bucket == Bucket.ACTIVE.value, tasks.c.published.is_(False), tasks.c.epoch > 0
     )
