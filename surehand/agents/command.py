@@ -52,7 +52,13 @@ from surehand.agents.git_rules import DEFAULT_REMOTES
 from surehand.agents.group_records import GroupRecord, GroupRecords
 from surehand.agents.groups import AgentGroup
 from surehand.agents.launch import Confinement, Launch
-from surehand.agents.outputs import OUTPUTS_DIR, captured, read_report_file, tail_of
+from surehand.agents.outputs import (
+    OUTPUTS_DIR,
+    captured,
+    output_tails,
+    read_report_file,
+    tail_of,
+)
 from surehand.agents.presets import (
     TOKEN_ENV,
     URL_ENV,
@@ -232,13 +238,23 @@ class CommandAgent:
         work_dir = self._prepare(ctx, grant)
         outputs = self.work_dir / OUTPUTS_DIR / ctx.attempt.attempt_id
         with captured(outputs) as (stdout, stderr):  # cut to what is read of them, after
-            code = self._run(ctx, work_dir, grant, workspace, (stdout, stderr))
+            try:
+                code = self._run(ctx, work_dir, grant, workspace, (stdout, stderr))
+            finally:  # also when it was stopped (timed out, cancelled, over its quota)
+                ctx.note(output=output_tails(stdout, stderr))
             output = self._report_text(work_dir, stdout)
             if code != 0:
-                raise AgentError(
-                    f"command exited with {code}: {tail_of(stderr)[-500:]}", exit_code=code
-                )
+                reason = _reason(ctx.details["output"])
+                raise AgentError(f"command exited with {code}: {reason}", exit_code=code)
         return output or f"(command exited 0 with no output; see {outputs})"
+
+    @property
+    def effects_observed(self) -> str | None:
+        """How this program's effects are observed (``Attempt.details``): the claude preset's
+        hooks journal its effectful calls (``journaled``); any other program only declares
+        what it chooses to (None: its failures are held, unless its role is declared)."""
+        hooked = self.program.preset == "claude" and self.program.options.claude_hooks
+        return "journaled" if hooked and self.settings.session_mcp else None
 
     def _report_text(self, work_dir: Path, stdout: IO[bytes]) -> str:
         """The program's final message (a preset's report file), else its standard output."""
@@ -431,6 +447,12 @@ class CommandAgent:
             self.settings.session_retention_seconds, self.settings.command_timeout_seconds + 60
         )
         session_dirs.sweep(self.work_dir, retention=retention, keep=set(self.running))
+
+
+def _reason(output: dict[str, str]) -> str:
+    """What a failed program said last: its error output's end, else its output's."""
+    said = (output.get("stderr") or "").strip() or (output.get("stdout") or "").strip()
+    return said[-500:]
 
 
 def _remote_names(workspace: Workspace | None) -> tuple[str, ...]:

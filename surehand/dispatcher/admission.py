@@ -22,14 +22,14 @@ from surehand.dispatcher import lifecycle
 from surehand.dispatcher.context import Services
 from surehand.dispatcher.effects import Evidence, evaluate, is_open
 from surehand.dispatcher.reports import report_body, write_report_in
+from surehand.dispatcher.retry import RetryInputs, consider, is_retry
+from surehand.dispatcher.retry import streak as abnormal_streak
 from surehand.errors import CaseNotFound, LeaseUnavailable, StaleDecision
 from surehand.model import (
     SYSTEM,
     Action,
     Admission,
     Attempt,
-    AttemptCause,
-    AttemptState,
     CaseState,
     EffectFact,
     EventKind,
@@ -93,6 +93,8 @@ class Admitter:
             task = _task(connection, case.task_id)
             history = attempts.for_task(connection, case.task_id)
         evidence = self._after_wait(case, evaluate(attempt, recorded, case.review, unregistered))
+        retry = RetryInputs(case, attempt, recorded, history, task.fields.recipient, unregistered)
+        evidence = consider(evidence, retry, self.services.settings, self.services.clock.now())
         evidence = self._bounded(case, history, evidence)
         if _still_waiting(case, evidence):
             return case  # recorded on an earlier pass; nothing new to write
@@ -126,8 +128,8 @@ class Admitter:
         ending it (a crashing agent, a bad output, a worker that dies on it) would only run
         the agent and its undeclared effects once more. An approver's review stands."""
         limit = self.services.settings.max_consecutive_interruptions
-        if evidence.admission is not Admission.REEXECUTE or case.review:
-            return evidence
+        if evidence.admission is not Admission.REEXECUTE or case.review or is_retry(evidence):
+            return evidence  # a retry policy bounds its own attempts
         streak = abnormal_streak(history)
         if len(streak) < limit:
             return evidence
@@ -229,6 +231,7 @@ class Admitter:
                 bound_operation_id=evidence.bound_operation_id,
                 resolve=resolve,
                 now=now,
+                retry_at=evidence.retry_at,
             ):
                 # Another admission decided first; its decision stands.
                 return _reread(connection, case.case_id)
@@ -250,29 +253,6 @@ class Admitter:
             _reconcile(connection, self.services, case, task)
         elif evidence.admission is Admission.REEXECUTE and task.hold is not None:
             _release_hold(connection, self.services, task)
-
-
-_ABNORMAL = frozenset(
-    {
-        AttemptState.INTERRUPTED,
-        AttemptState.SESSION_LOST,
-        AttemptState.LEASE_LOST,
-        AttemptState.FAILED,
-    }
-)
-
-
-def abnormal_streak(history: list[Attempt]) -> list[Attempt]:
-    """The latest attempts, newest first, that ended without a result, up to the first that
-    did not (a rolled-back claim that never started work neither counts nor breaks it)."""
-    streak = []
-    for attempt in sorted(history, key=lambda a: a.number, reverse=True):
-        if attempt.cause is AttemptCause.NOT_STARTED:
-            continue
-        if attempt.state not in _ABNORMAL:
-            break
-        streak.append(attempt)
-    return streak
 
 
 def _still_waiting(case: InterruptionCase, evidence: Evidence) -> bool:

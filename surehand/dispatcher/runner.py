@@ -67,6 +67,9 @@ log = logging.getLogger(__name__)
 LATE_WRITE_MIN_SECONDS = 60.0
 LATE_WRITE_TTLS = 4
 LATE_WRITE_MAX_DELAY = 5.0
+# How an agent handler's effects are observed unless it says otherwise (``effects_observed``):
+# a Python agent's every effect goes through ``ctx.operation``.
+OBSERVED_PYTHON = "python"
 
 
 def worker_identity() -> str:
@@ -258,6 +261,10 @@ class SessionRunner:
             cancelled=session.cancelled,
             work_dir=self.services.settings.work_dir / session.attempt.attempt_id,
         )
+        context.details = session.details  # one dict: what the agent's runner notes is kept
+        observed = getattr(spec.handler, "effects_observed", OBSERVED_PYTHON)
+        if observed:
+            context.note(observed=observed)
         try:
             result = spec.handler(context)
         except StaleOwner as error:
@@ -272,7 +279,19 @@ class SessionRunner:
             # The agent caught the port's error and returned anyway: what it could not record
             # is unknown, so the return is not settled.
             return self._interrupt(session, session.interruption)
+        self._record_details(session)
         return self._settle(session, result, review=spec.review)
+
+    @staticmethod
+    def _record_details(session: Session) -> None:
+        """Keep a returned agent's output and accounting (a settle does not carry them); a
+        Python agent's ``observed`` alone matters only if it fails, and costs no write."""
+        if set(session.details) <= {"observed"}:
+            return
+        try:
+            session.record_details()
+        except (StaleOwner, StoreUnavailable) as error:
+            log.warning("the details of %s were not recorded: %s", session.task_id, error)
 
     def _settle(self, session: Session, result: Any, *, review: bool) -> SessionOutcome:
         try:

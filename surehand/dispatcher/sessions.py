@@ -90,6 +90,9 @@ class Session:
     # What the agent tried after the lease was lost, refused before it ran (``_Port``): kept
     # with the attempt's end, so the store, not only a log, says the late write was stopped.
     refused_late: list[str] = field(default_factory=list)
+    # What the worker saw of the agent besides its error (``Attempt.details``: output tails,
+    # the CLI's accounting, how effects were observed), written with the attempt's end.
+    details: dict[str, Any] = field(default_factory=dict)
 
     @property
     def task_id(self) -> str:
@@ -353,6 +356,11 @@ class Session:
         self._end(connection, AttemptState.SUCCEEDED, None)
         return moved
 
+    def record_details(self) -> None:
+        """Write :attr:`details` now (before a settle, which does not carry them)."""
+        with self.fenced("details") as connection:
+            attempts.set_details(connection, self.attempt.attempt_id, jsonable(self.details))
+
     def rollback(self, why: str) -> None:
         """Undo a claim whose session never started work (e.g. its lease stayed taken): the
         attempt fails and the TASK goes back to ``inbox``, unpublished, for the sweep."""
@@ -423,6 +431,8 @@ class Session:
         with self.fenced(write) as connection:
             if returned is not _NOT_RETURNED:
                 attempts.record_return(connection, self.attempt.attempt_id, jsonable(returned))
+            if self.details:
+                attempts.set_details(connection, self.attempt.attempt_id, jsonable(self.details))
             self._end(connection, state, error, cause)
             self._open_case(connection)
 

@@ -171,6 +171,7 @@ class Task:
     # and when that was last seen; None when it was dispatched or never tried. See dispatch.py.
     dispatch_error: str | None = None
     dispatch_error_at: datetime | None = None
+    budget_usd: float | None = None  # what its LLM agents may spend (None: the role's default)
 
     @property
     def task_path(self) -> str:
@@ -197,6 +198,7 @@ class Task:
             "dispatch_error_at": (
                 self.dispatch_error_at.isoformat() if self.dispatch_error_at else None
             ),
+            **({"budget_usd": self.budget_usd} if self.budget_usd is not None else {}),
         }
 
 

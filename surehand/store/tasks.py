@@ -46,6 +46,15 @@ def _fields(row: Any) -> TaskFields:
     )
 
 
+def microusd(amount: float | None) -> int | None:
+    """A USD amount as stored: whole millionths."""
+    return None if amount is None else round(amount * 1_000_000)
+
+
+def usd(stored: int | None) -> float | None:
+    return None if stored is None else stored / 1_000_000
+
+
 def from_row(row: Any) -> Task:
     """A TASK from a row of the tasks table (any object with its columns as attributes)."""
     hold = Hold(row.hold_case_id, row.hold_reason or "") if row.hold_case_id else None
@@ -67,6 +76,7 @@ def from_row(row: Any) -> Task:
         updated_at=row.updated_at,
         dispatch_error=row.dispatch_error,
         dispatch_error_at=row.dispatch_error_at,
+        budget_usd=usd(row.budget_microusd),
     )
 
 
@@ -88,6 +98,7 @@ def new_row(
     document: str,
     document_digest: str,
     now: datetime,
+    budget_usd: float | None = None,
 ) -> dict[str, Any]:
     """The row of a new TASK in ``inbox`` at revision 1."""
     return {
@@ -112,6 +123,7 @@ def new_row(
         "updated_at": now,
         "dispatch_error": None,
         "dispatch_error_at": None,
+        "budget_microusd": microusd(budget_usd),
     }
 
 
@@ -128,6 +140,7 @@ TASK_COLUMNS = tuple(
         *("revision", "epoch", "rework_round", "hold_case_id", "hold_reason"),
         *("client_submission_id", "request_digest", "idempotent", "document_digest"),
         *("published", "created_at", "updated_at", "dispatch_error", "dispatch_error_at"),
+        "budget_microusd",
     )
 )
 CLAIM_INBOX = (
