@@ -197,7 +197,7 @@ def test_settled_effects_are_replayed_by_the_retry_not_run_again(
     effects: list[int] = []
 
     def agent(ctx: SessionContext) -> str:
-        ctx.operation("open_pr", {"branch": "fix"}, lambda: effects.append(1) or "PR #1")
+        ctx.operation("open_pr", {"branch": "fix"}, lambda: effects.append(1))
         if ctx.attempt.number == 1:
             raise RuntimeError("the CLI exited 1 on a network blip")
         return "opened PR #1"
@@ -229,7 +229,7 @@ def test_an_agent_whose_effects_are_not_observed_is_held_at_its_first_failure(
     harness: Harness,
 ) -> None:
     agent, runs = scripted(["exit 1"])
-    agent.effects_observed = None  # type: ignore[attr-defined]  (like a Codex agent)
+    agent.effects_observed = None  # type: ignore[attr-defined]
     sh = dev(harness, agent)
     task_id = committed_task(sh)
     sh.run_session(task_id)
