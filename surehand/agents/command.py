@@ -34,6 +34,7 @@ an earlier attempt's group of the same TASK is alive (``surehand.agents.group_re
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import os
@@ -45,7 +46,9 @@ from pathlib import Path
 from typing import IO, Any
 
 from surehand.agents import quotas, session_dirs
+from surehand.agents.accounting import ClaudeResult, claude_result, codex_model, codex_usage
 from surehand.agents.briefing import brief_for
+from surehand.agents.budgets import Budget, role_budget, spent_before
 from surehand.agents.context import SessionContext
 from surehand.agents.gateway import SessionNet
 from surehand.agents.git_rules import DEFAULT_REMOTES
@@ -54,6 +57,7 @@ from surehand.agents.groups import AgentGroup
 from surehand.agents.launch import Confinement, Launch
 from surehand.agents.outputs import (
     OUTPUTS_DIR,
+    TAIL,
     captured,
     output_tails,
     read_report_file,
@@ -235,18 +239,54 @@ class CommandAgent:
     def _session(
         self, ctx: SessionContext, grant: AgentGrant | None, workspace: Workspace | None
     ) -> str:
+        budget = self._budget(ctx)
         work_dir = self._prepare(ctx, grant)
         outputs = self.work_dir / OUTPUTS_DIR / ctx.attempt.attempt_id
         with captured(outputs) as (stdout, stderr):  # cut to what is read of them, after
             try:
-                code = self._run(ctx, work_dir, grant, workspace, (stdout, stderr))
+                code = self._run(ctx, work_dir, (grant, workspace, budget), (stdout, stderr))
             finally:  # also when it was stopped (timed out, cancelled, over its quota)
                 ctx.note(output=output_tails(stdout, stderr))
-            output = self._report_text(work_dir, stdout)
+                claude = self._account(ctx, stdout)
+            output = claude.result if claude else self._report_text(work_dir, stdout)
+            if claude is not None and claude.budget_spent and budget is not None:
+                raise budget.spent_by(claude.usage)
             if code != 0:
                 reason = _reason(ctx.details["output"])
                 raise AgentError(f"command exited with {code}: {reason}", exit_code=code)
         return output or f"(command exited 0 with no output; see {outputs})"
+
+    def _account(self, ctx: SessionContext, stdout: IO[bytes]) -> ClaudeResult | None:
+        """Note what the CLI said it spent (its own accounting) and, for Claude Code, its
+        final result message; the parsed result (None: not Claude Code's JSON)."""
+        text = tail_of(stdout)
+        if self.program.preset == "codex":
+            usage = codex_usage(text, codex_model(self.program.base))
+            if usage is not None:
+                ctx.note(usage=usage)
+            return None
+        if self.program.preset != "claude":
+            return None
+        claude = claude_result(text)
+        if claude is None:
+            return None
+        ctx.details.setdefault("output", {})["result"] = claude.result[-TAIL:]
+        if claude.usage is not None:
+            ctx.note(usage=claude.usage)
+        return claude
+
+    def _budget(self, ctx: SessionContext) -> Budget | None:
+        """What the TASK may still spend (its own budget_usd, else its role's default), from
+        what its earlier attempts spent; raises ``budget_spent`` if nothing is left."""
+        limit = ctx.task.budget_usd
+        if limit is None:
+            limit = role_budget(self.settings, ctx.task.fields.recipient)
+        if limit is None:
+            return None
+        budget = Budget(limit, spent_before(self.store, ctx.task.task_id))
+        if budget.left <= 0:
+            raise budget.spent_by(None)
+        return budget
 
     @property
     def effects_observed(self) -> str | None:
@@ -267,16 +307,17 @@ class CommandAgent:
         self,
         ctx: SessionContext,
         work_dir: Path,
-        grant: AgentGrant | None,
-        workspace: Workspace | None,
+        given: tuple[AgentGrant | None, Workspace | None, Budget | None],
         outputs: tuple[IO[bytes], IO[bytes]],
     ) -> int:
-        """Run the program's process group to its end, its disk use watched (``outputs``: its
-        standard output and error); its exit code."""
+        """Run the program's process group to its end, its disk use watched (``given``: the
+        session's grant, workspace and budget; ``outputs``: its standard output and error);
+        its exit code."""
+        grant, workspace, budget = given
         door = self.mcp.door() if grant is not None and self.mcp is not None else None
         label = f"{ctx.task.task_id} attempt {ctx.attempt.number}"
         with self.confinement.net.session(label, door) as network:  # its ways out end with it
-            launch = self._launch(ctx, work_dir, grant, workspace, network)
+            launch = self._launch(ctx, work_dir, (grant, workspace, budget), network)
             watched = self._watched(ctx, work_dir, workspace)  # its baseline, before it starts
             group = self._start(ctx, work_dir, launch, *outputs)
             if self.confinement.sandbox.mode == BWRAP:
@@ -311,11 +352,13 @@ class CommandAgent:
         self,
         ctx: SessionContext,
         work_dir: Path,
-        grant: AgentGrant | None,
-        workspace: Workspace | None,
+        given: tuple[AgentGrant | None, Workspace | None, Budget | None],
         network: SessionNet | None,
     ) -> Launch:
+        grant, workspace, budget = given
         session = self._invocation(work_dir, grant, workspace)
+        if budget is not None:
+            session = dataclasses.replace(session, budget_usd=budget.left)
         env = self._session_env(ctx, work_dir, grant)
         if workspace is not None:
             env["SUREHAND_WORKSPACE"] = str(workspace.path)

@@ -105,6 +105,14 @@ def task_history(task_id: TaskIdPath, caller: CallerDep) -> JSONResponse:
     return _json({"history": [event.to_dict() for event in caller.sh.history(task_id)]})
 
 
+@router.get("/tasks/{task_id}/attempts", tags=["tasks"], responses=problems(*ONE))
+def task_attempts(task_id: TaskIdPath, caller: CallerDep) -> JSONResponse:
+    """Every attempt at the TASK, oldest first: its state, cause and error, and in
+    ``details`` the tails of the agent's output, the CLI's accounting (tokens, model,
+    cost) and how its effects were observed."""
+    return _json({"attempts": [item.to_dict() for item in caller.sh.attempts(task_id)]})
+
+
 @router.get("/tasks/{task_id}/reports", tags=["reports"], responses=problems(*ONE))
 def task_reports(task_id: TaskIdPath, caller: CallerDep) -> JSONResponse:
     """Every REPORT revision on the TASK."""

@@ -344,6 +344,8 @@ def show(
         console.print(render.report_view(found_reports[-1]))  # the latest, in full
     if found_attempts:
         console.print(render.attempts_table(found_attempts))
+        for panel in render.attempt_outputs(found_attempts):
+            console.print(panel)
     if found_operations:
         console.print(render.operations_table(found_operations))
     if found_cases:

@@ -22,6 +22,7 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
+from surehand.agents.budgets import spent_reason
 from surehand.config import Settings
 from surehand.dispatcher.effects import Evidence, by_effects
 from surehand.errors import ConfigError
@@ -146,6 +147,7 @@ class RetryInputs:
     history: Sequence[Attempt]
     role: str
     unregistered: Collection[str] = ()
+    budget: tuple[float, float] | None = None  # (spent, limit) in USD, if the TASK has one
 
 
 def consider(
@@ -157,6 +159,8 @@ def consider(
 ) -> Evidence:
     """The decision with the role's retry policy applied (see the module docstring)."""
     attempt = inputs.attempt
+    if attempt.cause is AttemptCause.BUDGET_SPENT:
+        return _within_budget(evidence, inputs.budget)
     if inputs.case.review is not None or attempt.cause not in RETRIED:
         return evidence
     plain = by_effects(attempt, inputs.operations, None, inputs.unregistered)
@@ -207,6 +211,19 @@ def _gave_up(plain: Evidence, failed: Sequence[Attempt], errors: list[str]) -> E
     why = f"gave up after {len(failed)} attempts: " + "; ".join(shown) + more
     refs = {**plain.refs, "why": why, "retry": {"gave_up": len(failed), "errors": errors}}
     return Evidence(plain.fact, Admission.HOLD_FOR_REVIEW, refs)
+
+
+def _within_budget(evidence: Evidence, budget: tuple[float, float] | None) -> Evidence:
+    """An attempt stopped by its budget: a successor runs only once the budget was raised
+    (an approver's decision); until then the TASK is held with what was spent. An open
+    intent holds it as any interruption's would."""
+    if evidence.admission is not Admission.REEXECUTE or budget is None:
+        return evidence
+    spent, limit = budget
+    if spent < limit:
+        return evidence
+    why = spent_reason(spent, limit)
+    return Evidence(evidence.fact, Admission.HOLD_FOR_REVIEW, {**evidence.refs, "why": why})
 
 
 def is_retry(evidence: Evidence) -> bool:

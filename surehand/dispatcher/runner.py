@@ -266,7 +266,7 @@ class SessionRunner:
         if observed:
             context.note(observed=observed)
         try:
-            result = spec.handler(context)
+            result = self._handled(spec.handler, context)
         except StaleOwner as error:
             return self._outcome(session, "stale", error)
         except Exception as error:
@@ -281,6 +281,14 @@ class SessionRunner:
             return self._interrupt(session, session.interruption)
         self._record_details(session)
         return self._settle(session, result, review=spec.review)
+
+    @staticmethod
+    def _handled(handler: Callable[[SessionContext], Any], context: SessionContext) -> Any:
+        """The handler's result; what its CLI reported spending is counted however it ends."""
+        try:
+            return handler(context)
+        finally:
+            metrics.observe_agent_usage(context.task.fields.recipient, context.details.get("usage"))
 
     @staticmethod
     def _record_details(session: Session) -> None:
