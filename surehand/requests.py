@@ -96,6 +96,9 @@ def _task_ref(value: str) -> str:
 RoleCode = Annotated[str, BeforeValidator(check_role)]
 
 
+MAX_BUDGET_USD = 1_000_000.0
+
+
 class Edge(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, str_strip_whitespace=False)
 
@@ -116,6 +119,19 @@ class TaskRequest(Edge):
     depends_on: list[str] = Field(default_factory=list, max_length=MAX_ITEMS)
     risk_level: RiskLevel = RiskLevel.MEDIUM
     client_submission_id: str | None = None
+    budget_usd: float | None = Field(
+        default=None,
+        gt=0,
+        le=MAX_BUDGET_USD,
+        allow_inf_nan=False,
+        description="What the TASK's LLM agent may spend across its attempts (USD); "
+        "omitted: its role's default (SUREHAND_AGENT_BUDGET_USD), if any.",
+    )
+
+    @field_validator("budget_usd")
+    @classmethod
+    def _budget(cls, value: float | None) -> float | None:
+        return None if value is None else round(value, 6)
 
     @field_validator("subject", "body", "thread_key", "parent")
     @classmethod
@@ -177,6 +193,7 @@ class TaskRequest(Edge):
             references=tuple(self.references),
             depends_on=tuple(self.depends_on),
             risk_level=self.risk_level,
+            budget_usd=self.budget_usd,
         )
 
 
@@ -326,6 +343,22 @@ class TransitionRequest(Edge):
     actor: RoleCode
     reason: Text | None = None
     report_id: ReportId | None = None
+
+
+class BudgetRequest(Edge):
+    """An approver raises what a TASK's LLM agent may spend across its attempts."""
+
+    task_id: TaskId
+    budget_usd: float = Field(gt=0, le=MAX_BUDGET_USD, allow_inf_nan=False)
+    note: Text
+    actor: RoleCode
+
+    @field_validator("note")
+    @classmethod
+    def _note(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("must say why the budget is raised (it is blank)")
+        return value
 
 
 class RecoverRequest(Edge):

@@ -14,6 +14,7 @@ from surehand.api.problems import conflict_response
 from surehand.api.schemas import (
     ID_PATTERN,
     ROLE_PATTERN,
+    BudgetBody,
     RecoverBody,
     ReportBody,
     ReviewBody,
@@ -164,6 +165,16 @@ def recover(
     """Ask for a successor of an interrupted TASK; admission decides from the evidence."""
     outcome = caller.sh.recover(task_id, actor=caller.acting(body.actor if body else None))
     return _json(outcome.to_dict())
+
+
+@router.post("/tasks/{task_id}/budget", tags=["recovery"], responses=problems(*WRITE))
+def raise_budget(task_id: TaskIdPath, body: BudgetBody, caller: CallerDep) -> JSONResponse:
+    """Raise what the TASK's LLM agent may spend (its approver; recorded). A TASK held because
+    its budget was spent goes through admission again: with money left, a successor runs."""
+    task, case = caller.sh.raise_budget(
+        task_id, budget_usd=body.budget_usd, note=body.note, actor=caller.acting(body.actor)
+    )
+    return _json({"task": task.to_dict(), "case": case.to_dict() if case else None})
 
 
 @router.get("/cases", tags=["recovery"], responses=problems(*READ))

@@ -122,3 +122,13 @@ class ReviewBody(_Body):
     )
     note: str = Field(min_length=1, max_length=4096, description="How the effect was checked.")
     actor: RoleCode | None = Field(None, description="Reviewing role; defaults to the caller's.")
+
+
+class BudgetBody(_Body):
+    """An approver raises what the TASK's LLM agent may spend across its attempts."""
+
+    budget_usd: float = Field(
+        gt=0, le=requests.MAX_BUDGET_USD, description="The new budget in USD (above the current)."
+    )
+    note: str = Field(min_length=1, max_length=4096, description="Why it is raised (recorded).")
+    actor: RoleCode | None = Field(None, description="Approving role; defaults to the caller's.")

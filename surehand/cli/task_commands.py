@@ -81,6 +81,13 @@ def submit(
     risk_level: Annotated[
         str, typer.Option(envvar="SUREHAND_RISK_LEVEL", help="low|medium|high|irreversible.")
     ] = "medium",
+    budget_usd: Annotated[
+        float | None,
+        typer.Option(
+            envvar="SUREHAND_BUDGET_USD",
+            help="What its LLM agent may spend across attempts (USD); default: its role's.",
+        ),
+    ] = None,
     database_url: DatabaseUrl = None,
     tenant: Tenant = None,
     as_json: JsonFlag = False,
@@ -98,6 +105,7 @@ def submit(
         "depends_on": depends_on or [],
         "risk_level": risk_level,
         "client_submission_id": submission_id,
+        **({"budget_usd": budget_usd} if budget_usd is not None else {}),
     }
     from surehand.model import ConflictCode, Disposition
 

@@ -91,6 +91,10 @@ class Tools:
         parent: Annotated[str, Field(description="Parent TASK id, if any.")] = "",
         references: list[str] | None = None,
         depends_on: Annotated[list[str] | None, Field(description="TASK ids.")] = None,
+        budget_usd: Annotated[
+            float | None,
+            Field(description="What its LLM agent may spend across attempts (USD)."),
+        ] = None,
         ctx: Context | None = None,
     ) -> CallToolResult:
         """Create a TASK once per client_submission_id (the tool text is ``WRITE_TASK``)."""
@@ -106,6 +110,7 @@ class Tools:
             "references": references or [],
             "depends_on": depends_on or [],
             "client_submission_id": client_submission_id,
+            **({"budget_usd": budget_usd} if budget_usd is not None else {}),
         }
         return self.call(ctx, lambda _p, sh: sh.write_task(request).to_dict())
 

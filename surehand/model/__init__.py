@@ -37,6 +37,7 @@ from surehand.model.records import (
     WriteTaskResult,
     task_filename,
     task_path,
+    usd_text,
 )
 from surehand.model.sessions import (
     Attempt,
@@ -84,4 +85,5 @@ __all__ = [
     "case_id_for",
     "task_filename",
     "task_path",
+    "usd_text",
 ]

@@ -157,3 +157,5 @@ class EventKind(enum.StrEnum):
     # Publishing failed in a way a retry would repeat (bad role code, publisher error): the
     # TASK is marked undispatchable (tasks.dispatch_error), never a stop of the sweep.
     DISPATCH_FAILED = "dispatch_failed"
+    # An approver raised what the TASK's LLM agent may spend (tasks.budget_microusd).
+    BUDGET_RAISED = "budget_raised"

@@ -34,6 +34,16 @@ class TaskFields:
     references: tuple[str, ...] = ()
     depends_on: tuple[str, ...] = ()
     risk_level: RiskLevel = RiskLevel.MEDIUM
+    # What its LLM agents may spend across attempts (USD); digested only when given, so the
+    # digests of requests without it stay what they were.
+    budget_usd: float | None = None
+
+    def digest_dict(self) -> dict[str, Any]:
+        """The JSON object that the write-task-v1 digest is computed over: the semantic
+        fields, and ``budget_usd`` (as a decimal string) when one is given."""
+        if self.budget_usd is None:
+            return self.semantic_dict()
+        return {**self.semantic_dict(), "budget_usd": usd_text(self.budget_usd)}
 
     def semantic_dict(self) -> dict[str, Any]:
         """The JSON object that the write-task-v1 digest is computed over."""
@@ -49,6 +59,11 @@ class TaskFields:
             "depends_on": list(self.depends_on),
             "risk_level": self.risk_level.value,
         }
+
+
+def usd_text(amount: float) -> str:
+    """An amount of USD as the digest writes it: at most six decimals, no trailing zeros."""
+    return f"{amount:.6f}".rstrip("0").rstrip(".")
 
 
 def task_filename(task_id: str, sender: str, recipient: str) -> str:
@@ -171,7 +186,11 @@ class Task:
     # and when that was last seen; None when it was dispatched or never tried. See dispatch.py.
     dispatch_error: str | None = None
     dispatch_error_at: datetime | None = None
-    budget_usd: float | None = None  # what its LLM agents may spend (None: the role's default)
+
+    @property
+    def budget_usd(self) -> float | None:
+        """What its LLM agents may spend across attempts (None: the role's default)."""
+        return self.fields.budget_usd
 
     @property
     def task_path(self) -> str:

@@ -43,6 +43,7 @@ def _fields(row: Any) -> TaskFields:
         references=tuple(row.references),
         depends_on=tuple(row.depends_on),
         risk_level=RiskLevel(row.risk_level),
+        budget_usd=usd(row.budget_microusd),
     )
 
 
@@ -76,7 +77,6 @@ def from_row(row: Any) -> Task:
         updated_at=row.updated_at,
         dispatch_error=row.dispatch_error,
         dispatch_error_at=row.dispatch_error_at,
-        budget_usd=usd(row.budget_microusd),
     )
 
 
@@ -98,7 +98,6 @@ def new_row(
     document: str,
     document_digest: str,
     now: datetime,
-    budget_usd: float | None = None,
 ) -> dict[str, Any]:
     """The row of a new TASK in ``inbox`` at revision 1."""
     return {
@@ -123,7 +122,7 @@ def new_row(
         "updated_at": now,
         "dispatch_error": None,
         "dispatch_error_at": None,
-        "budget_microusd": microusd(budget_usd),
+        "budget_microusd": microusd(fields.budget_usd),
     }
 
 

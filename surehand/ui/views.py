@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from surehand.agents.budgets import cost_of
 from surehand.dispatcher import dispatch
 from surehand.dispatcher.effects import Evidence, evaluate, unsettled
 from surehand.dispatcher.lifecycle import approvers
@@ -42,6 +43,11 @@ class TaskPage:
     attempts: list[Attempt]
     operations: list[Operation]
     cases: list[InterruptionCase]
+
+    @property
+    def spent_usd(self) -> float:
+        """What the TASK's attempts spent, as their agent CLIs reported it."""
+        return cost_of(self.attempts)
 
     def to_dict(self) -> dict[str, Any]:
         """The same document as ``surehand show TASK --json``."""
