@@ -252,7 +252,7 @@ class CommandAgent:
             if claude is not None and claude.budget_spent and budget is not None:
                 raise budget.spent_by(claude.usage)
             if code != 0:
-                reason = _reason(ctx.details["output"])
+                reason = _claude_reason(claude) or _reason(ctx.details["output"])
                 raise AgentError(f"command exited with {code}: {reason}", exit_code=code)
         return output or f"(command exited 0 with no output; see {outputs})"
 
@@ -490,6 +490,15 @@ class CommandAgent:
             self.settings.session_retention_seconds, self.settings.command_timeout_seconds + 60
         )
         session_dirs.sweep(self.work_dir, retention=retention, keep=set(self.running))
+
+
+def _claude_reason(claude: ClaudeResult | None) -> str:
+    """Why Claude Code says it failed: its errors, else its final message (its JSON is no
+    reason a person reads)."""
+    if claude is None:
+        return ""
+    said = "; ".join(claude.errors) or claude.result
+    return f"{claude.subtype}: {said}"[-500:] if claude.subtype else said[-500:]
 
 
 def _reason(output: dict[str, str]) -> str:
