@@ -333,3 +333,16 @@ def test_a_retry_keeps_its_due_time_when_admission_runs_again(
     assert due is not None
     assert due > clock.now() - timedelta(seconds=1)
     assert [a.state for a in attempts_of(sh.store, task_id)] == [AttemptState.FAILED]
+
+
+def test_surehand_check_names_a_retry_or_budget_setting_that_cannot_be_read() -> None:
+    from surehand.cli.check_command import check_unattended
+
+    [good] = check_unattended(Settings(retry_max_attempts="QA=2", agent_budget_usd="QA=1"))
+    [bad_retry] = check_unattended(Settings(retry_backoff_seconds="10,QA=soon"))
+    [bad_budget] = check_unattended(Settings(agent_budget_usd="OPS=-3"))
+
+    assert good.status == "ok"
+    assert (bad_retry.status, bad_budget.status) == ("fail", "fail")
+    assert "SUREHAND_RETRY_BACKOFF_SECONDS" in bad_retry.detail
+    assert "SUREHAND_AGENT_BUDGET_USD" in bad_budget.detail

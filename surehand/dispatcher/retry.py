@@ -113,8 +113,18 @@ def _value(text: str, name: str, role: str) -> float | None:
 
 
 def check_settings(settings: Settings) -> None:
-    """ConfigError now (at start) for a retry setting that cannot be read."""
-    schedule_for(settings, "DEV", effects_observed=True)
+    """ConfigError now (``surehand check``) for a retry setting that cannot be read, for any
+    role it names (admission reads them on every decision)."""
+    named = {"DEV"}
+    for text in (
+        settings.retry_max_attempts,
+        settings.retry_backoff_seconds,
+        settings.retry_backoff_max_seconds,
+        settings.retry_overload_backoff_seconds,
+    ):
+        named |= set(per_role(text, "SUREHAND_RETRY_*")[1])
+    for role in named:
+        schedule_for(settings, role, effects_observed=True)
 
 
 def streak(history: Sequence[Attempt]) -> list[Attempt]:
