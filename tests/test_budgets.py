@@ -307,3 +307,25 @@ def test_an_open_intent_holds_a_budget_stopped_attempt_for_its_effect(harness: H
     assert "open intent" in hold.reason
     assert case is not None
     assert case.admission is Admission.HOLD_FOR_REVIEW
+
+
+def test_reported_usage_is_counted_in_prometheus_by_role_and_model() -> None:
+    from prometheus_client import REGISTRY
+
+    from surehand import metrics
+
+    def sample(name: str, **labels: str) -> float:
+        return REGISTRY.get_sample_value(name, labels) or 0.0
+
+    tokens = {"role": "QA", "model": "claude-opus-5-5", "kind": "input"}
+    before = sample("surehand_agent_tokens_total", **tokens)
+    cost_before = sample("surehand_agent_cost_usd_total", role="QA", model="claude-opus-5-5")
+    found = claude_result(json.dumps(CLAUDE_SUCCESS))
+    assert found is not None
+
+    metrics.observe_agent_usage("QA", found.usage)
+    metrics.observe_agent_usage("QA", None)  # nothing reported: nothing counted
+
+    assert sample("surehand_agent_tokens_total", **tokens) - before == 100000
+    cost = sample("surehand_agent_cost_usd_total", role="QA", model="claude-opus-5-5")
+    assert cost - cost_before == pytest.approx(0.5019)
