@@ -140,6 +140,13 @@ def streak(history: Sequence[Attempt]) -> list[Attempt]:
     return found
 
 
+def refused(attempt: Attempt) -> bool:
+    """The agent finished but what it produced was refused (a result that is no valid
+    REPORT, an output that cannot be read safely): no blip, and a retry would only repeat the
+    work for the same end. Held as before."""
+    return attempt.agent_returned or bool((attempt.details or {}).get("refused"))
+
+
 def overloaded(attempt: Attempt) -> bool:
     """The agent's error or output says its model API was overloaded or rate-limited."""
     output = (attempt.details or {}).get("output") or {}
@@ -171,7 +178,7 @@ def consider(
     attempt = inputs.attempt
     if attempt.cause is AttemptCause.BUDGET_SPENT:
         return _within_budget(evidence, inputs.budget)
-    if inputs.case.review is not None or attempt.cause not in RETRIED:
+    if inputs.case.review is not None or attempt.cause not in RETRIED or refused(attempt):
         return evidence
     plain = by_effects(attempt, inputs.operations, None, inputs.unregistered)
     if plain.fact is not EffectFact.NONE_VERIFIED or plain.admission is not Admission.REEXECUTE:

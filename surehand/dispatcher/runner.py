@@ -46,6 +46,7 @@ from surehand.dispatcher.operations import run_operation
 from surehand.dispatcher.sessions import Session
 from surehand.errors import (
     AgentError,
+    AgentOutputRefused,
     EffectLeftOpen,
     LeaseLost,
     LeaseUnavailable,
@@ -70,6 +71,8 @@ LATE_WRITE_MAX_DELAY = 5.0
 # How an agent handler's effects are observed unless it says otherwise (``effects_observed``):
 # a Python agent's every effect goes through ``ctx.operation``.
 OBSERVED_PYTHON = "python"
+# Failures a retry would only repeat (``retry.refused``): recorded as ``details["refused"]``.
+NOT_TRANSIENT = (AgentOutputRefused, NoAgentForRole)
 
 
 def worker_identity() -> str:
@@ -311,6 +314,7 @@ class SessionRunner:
         except EffectLeftOpen as left_open:  # not a clean return: held for review
             return self._fail(session, left_open)
         except ValidationFailed as invalid:  # the agent's result is no valid REPORT
+            session.details["refused"] = "invalid_report"  # no blip: never retried
             return self._fail(
                 session, AgentError(f"the agent's result is no valid REPORT ({invalid.message})")
             )
@@ -360,6 +364,8 @@ class SessionRunner:
 
     def _fail(self, session: Session, error: Exception) -> SessionOutcome:
         log.exception("agent for %s raised", session.task_id)
+        if isinstance(error, NOT_TRANSIENT):  # its output refused, or no agent: never retried
+            session.details["refused"] = type(error).__name__
         try:
             session.fail(error)
         except StaleOwner as stale:
