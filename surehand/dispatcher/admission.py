@@ -18,8 +18,6 @@ from datetime import datetime, timedelta
 
 from sqlalchemy import Connection
 
-from surehand.agents.budgets import cost_of, role_budget
-from surehand.config import Settings
 from surehand.dispatcher import lifecycle
 from surehand.dispatcher.context import Services
 from surehand.dispatcher.effects import Evidence, evaluate, is_open
@@ -95,16 +93,7 @@ class Admitter:
             task = _task(connection, case.task_id)
             history = attempts.for_task(connection, case.task_id)
         evidence = self._after_wait(case, evaluate(attempt, recorded, case.review, unregistered))
-        role = task.fields.recipient
-        retry = RetryInputs(
-            case,
-            attempt,
-            recorded,
-            history,
-            role,
-            unregistered,
-            budget_of(task, history, self.services.settings),
-        )
+        retry = RetryInputs(case, attempt, recorded, history, task, unregistered)
         evidence = consider(evidence, retry, self.services.settings, self.services.clock.now())
         evidence = self._bounded(case, history, evidence)
         if _still_waiting(case, evidence):
@@ -264,14 +253,6 @@ class Admitter:
             _reconcile(connection, self.services, case, task)
         elif evidence.admission is Admission.REEXECUTE and task.hold is not None:
             _release_hold(connection, self.services, task)
-
-
-def budget_of(task: Task, history: list[Attempt], settings: Settings) -> tuple[float, float] | None:
-    """What the TASK's attempts spent and its budget (its own, else its role's), if any."""
-    limit = task.budget_usd
-    if limit is None:
-        limit = role_budget(settings, task.fields.recipient)
-    return None if limit is None else (cost_of(history), limit)
 
 
 def _still_waiting(case: InterruptionCase, evidence: Evidence) -> bool:

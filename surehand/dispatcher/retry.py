@@ -22,7 +22,7 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
-from surehand.agents.budgets import spent_reason
+from surehand.agents.budgets import cost_of, role_budget, spent_reason
 from surehand.config import Settings
 from surehand.dispatcher.effects import Evidence, by_effects
 from surehand.errors import ConfigError
@@ -34,6 +34,7 @@ from surehand.model import (
     EffectFact,
     InterruptionCase,
     Operation,
+    Task,
 )
 from surehand.roles import per_role
 
@@ -162,9 +163,19 @@ class RetryInputs:
     attempt: Attempt
     operations: Sequence[Operation]
     history: Sequence[Attempt]
-    role: str
+    task: Task
     unregistered: Collection[str] = ()
-    budget: tuple[float, float] | None = None  # (spent, limit) in USD, if the TASK has one
+
+    @property
+    def role(self) -> str:
+        return self.task.fields.recipient
+
+    def budget(self, settings: Settings) -> tuple[float, float] | None:
+        """What the TASK's attempts spent and its budget (its own, else its role's), USD."""
+        limit = self.task.budget_usd
+        if limit is None:
+            limit = role_budget(settings, self.role)
+        return None if limit is None else (cost_of(self.history), limit)
 
 
 def consider(
@@ -177,7 +188,7 @@ def consider(
     """The decision with the role's retry policy applied (see the module docstring)."""
     attempt = inputs.attempt
     if attempt.cause is AttemptCause.BUDGET_SPENT:
-        return _within_budget(evidence, inputs.budget)
+        return _within_budget(evidence, inputs.budget(settings))
     if inputs.case.review is not None or attempt.cause not in RETRIED or refused(attempt):
         return evidence
     plain = by_effects(attempt, inputs.operations, None, inputs.unregistered)
