@@ -86,7 +86,11 @@ def test_a_python_agent_that_fails_twice_then_succeeds_ends_in_review_after_two_
 
     # Before its backoff the successor cannot be claimed, and the pass publishes nothing.
     assert sh.run_session(task_id).outcome == "not_claimed"
-    assert sh.reconcile().retries_waiting == 1
+    waiting = sh.reconcile()
+    assert waiting.retries_waiting == 1
+    assert waiting.republished == 0
+    assert waiting.next_due_seconds is not None
+    assert waiting.next_due_seconds <= 10.0  # the reconciler's loop wakes when it is due
     clock.set(first.retry_at)
     assert sh.run_session(task_id).outcome == "failed"
     failed_again = clock.now()
