@@ -347,6 +347,7 @@ def test_surehand_check_names_a_retry_or_budget_setting_that_cannot_be_read() ->
     [bad_budget] = check_unattended(Settings(agent_budget_usd="OPS=-3"))
 
     assert good.status == "ok"
+    assert check_unattended(Settings()) == []  # the defaults: nothing to report
     assert (bad_retry.status, bad_budget.status) == ("fail", "fail")
     assert "SUREHAND_RETRY_BACKOFF_SECONDS" in bad_retry.detail
     assert "SUREHAND_AGENT_BUDGET_USD" in bad_budget.detail

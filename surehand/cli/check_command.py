@@ -218,8 +218,23 @@ def _warn(check: Check, fix: str) -> Check:
     return replace(check, status="warn", fix=fix)
 
 
+_UNATTENDED = (
+    "retry_max_attempts",
+    "retry_backoff_seconds",
+    "retry_backoff_max_seconds",
+    "retry_overload_backoff_seconds",
+    "agent_budget_usd",
+)
+
+
 def check_unattended(settings: Settings) -> list[Check]:
-    """The retry policy and budget settings can be read (admission reads them each pass)."""
+    """The retry policy and budget settings can be read (admission reads them each pass);
+    nothing to report while they are all left at their defaults."""
+    from surehand.config import Settings
+
+    defaults = Settings.model_fields
+    if all(getattr(settings, name) == defaults[name].default for name in _UNATTENDED):
+        return []
     from surehand.agents.budgets import SETTING, role_budget
     from surehand.dispatcher.retry import check_settings
     from surehand.roles import per_role
