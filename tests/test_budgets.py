@@ -329,3 +329,44 @@ def test_reported_usage_is_counted_in_prometheus_by_role_and_model() -> None:
     assert sample("surehand_agent_tokens_total", **tokens) - before == 100000
     cost = sample("surehand_agent_cost_usd_total", role="QA", model="claude-opus-5-5")
     assert cost - cost_before == pytest.approx(0.5019)
+
+
+def test_the_api_and_the_console_raise_a_budget_as_the_approver(harness: Harness) -> None:
+    from fastapi.testclient import TestClient
+
+    from surehand.api import create_app
+    from tests.test_ui import csrf_of, sign_in
+
+    sh = harness.surehand(api_tokens="pm=alice:PM:default,dev=dave:DEV:default")
+    sh.registry.register("DEV", spender(0.5))
+    task_id = committed_task(sh, budget_usd=0.1)
+    sh.run_session(task_id)
+    sh.reconcile()
+    client = TestClient(create_app(sh), base_url="http://127.0.0.1", follow_redirects=False)
+    body = {"budget_usd": 0.3, "note": "a little more"}
+
+    refused = client.post(
+        f"/v1/tasks/{task_id}/budget", json=body, headers={"Authorization": "Bearer dev"}
+    )
+    raised = client.post(
+        f"/v1/tasks/{task_id}/budget", json=body, headers={"Authorization": "Bearer pm"}
+    )
+
+    assert refused.status_code == 403, refused.text
+    assert raised.status_code == 200, raised.text
+    assert raised.json()["task"]["budget_usd"] == 0.3
+    assert raised.json()["case"]["admission"] == "hold_for_review"  # $0.50 spent of $0.30
+    page = client.get(f"/ui/tasks/{task_id}")  # not signed in yet: the sign-in page
+    csrf = sign_in(client, "pm")
+    page = client.get(f"/ui/tasks/{task_id}").text
+    assert "Spent by its agent: <strong>$0.50</strong>" in page
+    assert 'id="budget-form"' in page
+    answer = client.post(
+        f"/ui/tasks/{task_id}/budget",
+        data={"budget_usd": "2", "note": "worth it", "csrf_token": csrf_of(page) or csrf},
+    )
+    assert answer.status_code == 303, answer.text
+    assert "done=budget-runs" in answer.headers["location"]
+    assert read_task(sh.store, task_id).hold is None
+    [first, second] = events_of(sh.store, task_id, EventKind.BUDGET_RAISED)
+    assert (first.principal, second.principal) == ("alice", "alice")
