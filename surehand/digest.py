@@ -6,7 +6,9 @@
    for thread_key and parent, empty lists for references and depends_on) and map priority
    aliases (urgent/critical -> P0, high -> P1, normal -> P2, low -> P3).
 2. Build a JSON object of the semantic fields only: sender, recipient, subject, body, priority,
-   thread_key, parent, references, depends_on, risk_level.
+   thread_key, parent, references, depends_on, risk_level; and ``budget_usd`` only when the
+   request gives one, as a decimal string with at most six decimals and no trailing zeros
+   (``"5"``, ``"0.25"``), so the digest of a request without it is what it always was.
 3. In every string, turn CRLF and then lone CR into LF and normalise to Unicode NFC.
 4. Serialise with keys sorted, arrays in their given order, separators ``,`` and ``:`` with no
    whitespace, non-ASCII characters written as UTF-8 (not ``\\u`` escapes).
@@ -62,7 +64,7 @@ def sha256_hex(data: bytes | str) -> str:
 
 def request_digest(fields: TaskFields) -> str:
     """The write-task-v1 digest of a normalised TASK request."""
-    return sha256_hex(canonical_json(fields.semantic_dict()))
+    return sha256_hex(canonical_json(fields.digest_dict()))
 
 
 def operation_fingerprint(name: str, args: Mapping[str, Any]) -> str:

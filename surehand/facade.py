@@ -409,6 +409,23 @@ class Surehand:
             principal=self.principal,
         )
 
+    def raise_budget(
+        self, task_id: str, *, budget_usd: float, note: str, actor: str
+    ) -> tuple[Task, InterruptionCase | None]:
+        """An approver raises what the TASK's LLM agent may spend across its attempts
+        (recorded); a TASK its budget held goes through admission again. Returns the TASK and
+        the case decided again, if one was."""
+        return actions.raise_budget(
+            self.services,
+            self.recovery,
+            task_id,
+            budget_usd=budget_usd,
+            note=note,
+            actor=actor,
+            tenant=self.tenant,
+            principal=self.principal,
+        )
+
     def review(
         self,
         case_id: str,

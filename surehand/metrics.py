@@ -59,6 +59,8 @@ class _Meters:
     reconcile_seconds: Histogram
     dispatch_failures: Counter
     undispatchable: Gauge
+    agent_tokens: Counter
+    agent_cost: Counter
 
 
 @functools.cache
@@ -112,6 +114,18 @@ def _meters() -> _Meters:
             "TASKs marked undispatchable, as the last dispatcher sweep of this process counted "
             "them.",
         ),
+        agent_tokens=Counter(
+            "surehand_agent_tokens_total",
+            "Tokens the agent CLIs of this worker's sessions reported, by role, model and kind "
+            "(input, output, cache_read, cache_creation).",
+            ["role", "model", "kind"],
+        ),
+        agent_cost=Counter(
+            "surehand_agent_cost_usd_total",
+            "Cost in USD the agent CLIs of this worker's sessions reported (Claude Code; Codex "
+            "reports none), by role and model.",
+            ["role", "model"],
+        ),
     )
 
 
@@ -154,6 +168,27 @@ def observe_dispatch_failure(reason: str) -> None:
 def observe_undispatchable(count: int) -> None:
     """The dispatcher sweep counted ``count`` TASKs marked undispatchable."""
     _meters().undispatchable.set(count)
+
+
+def observe_agent_usage(role: str, usage: Any) -> None:
+    """An attempt's agent CLI reported ``usage`` (``Attempt.details``; None: nothing)."""
+    if not isinstance(usage, Mapping):
+        return
+    meters = _meters()
+    model = _label(usage.get("model"))
+    for kind in ("input", "output", "cache_read", "cache_creation"):
+        count = usage.get(f"{kind}_tokens")
+        if isinstance(count, int | float) and count > 0:
+            meters.agent_tokens.labels(role, model, kind).inc(count)
+    cost = usage.get("cost_usd")
+    if isinstance(cost, int | float) and cost > 0:
+        meters.agent_cost.labels(role, model).inc(cost)
+
+
+def _label(value: Any) -> str:
+    """A model name as a label: what the CLI printed, limited to a sane name."""
+    text = "".join(c for c in str(value or "unknown") if c.isalnum() or c in "._:-")
+    return text[:64] or "unknown"
 
 
 def observe_pass(seconds: float, lost: int, admissions: Mapping[str, int]) -> None:

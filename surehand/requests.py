@@ -98,6 +98,9 @@ def _task_ref(value: str) -> str:
 RoleCode = Annotated[str, BeforeValidator(check_role)]
 
 
+MAX_BUDGET_USD = 1_000_000.0
+
+
 class Edge(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, str_strip_whitespace=False)
 
@@ -121,6 +124,19 @@ class TaskRequest(Edge):
     # Seconds one attempt may run before its session is stopped (cause timed_out); None: the
     # role's default (SUREHAND_ROLE_TIME_LIMITS), if any. In the digest only when given.
     time_limit_seconds: int | None = Field(None, ge=1, le=MAX_TIME_LIMIT_SECONDS, strict=True)
+    budget_usd: float | None = Field(
+        default=None,
+        gt=0,
+        le=MAX_BUDGET_USD,
+        allow_inf_nan=False,
+        description="What the TASK's LLM agent may spend across its attempts (USD); "
+        "omitted: its role's default (SUREHAND_AGENT_BUDGET_USD), if any.",
+    )
+
+    @field_validator("budget_usd")
+    @classmethod
+    def _budget(cls, value: float | None) -> float | None:
+        return None if value is None else round(value, 6)
 
     @field_validator("subject", "body", "thread_key", "parent")
     @classmethod
@@ -183,6 +199,7 @@ class TaskRequest(Edge):
             depends_on=tuple(self.depends_on),
             risk_level=self.risk_level,
             time_limit_seconds=self.time_limit_seconds,
+            budget_usd=self.budget_usd,
         )
 
 
@@ -354,6 +371,22 @@ class PauseRequest(Edge):
     role: RoleCode
     actor: RoleCode
     reason: Text = ""
+
+
+class BudgetRequest(Edge):
+    """An approver raises what a TASK's LLM agent may spend across its attempts."""
+
+    task_id: TaskId
+    budget_usd: float = Field(gt=0, le=MAX_BUDGET_USD, allow_inf_nan=False)
+    note: Text
+    actor: RoleCode
+
+    @field_validator("note")
+    @classmethod
+    def _note(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("must say why the budget is raised (it is blank)")
+        return value
 
 
 class RecoverRequest(Edge):

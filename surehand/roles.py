@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 
+from surehand.errors import ConfigError
 from surehand.model import SYSTEM
 
 _ROLE_BODY = r"[A-Z][A-Z0-9_]*(-[A-Z0-9_]+)*"
@@ -38,3 +39,23 @@ def check_role(value: str) -> str:
     if problem is not None:
         raise ValueError(problem)
     return value
+
+
+def per_role(text: str, setting: str) -> tuple[str | None, dict[str, str]]:
+    """A setting written as a comma list of ``[ROLE=]VALUE`` (``setting``: its env var's
+    name): the value without a role (the default, None if absent) and each role's own.
+    ConfigError for an entry given twice."""
+    default: str | None = None
+    by_role: dict[str, str] = {}
+    for entry in (part.strip() for part in text.split(",") if part.strip()):
+        head, sep, rest = entry.partition("=")
+        role = head.strip() if sep and ROLE_RE.match(head.strip()) else ""
+        value = rest.strip() if role else entry
+        if (role in by_role) if role else (default is not None):
+            given = role or "the default"
+            raise ConfigError(f"{setting}: {given} is given twice", setting=setting)
+        if role:
+            by_role[role] = value
+        else:
+            default = value
+    return default, by_role

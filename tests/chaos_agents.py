@@ -26,7 +26,8 @@ SLEEP_ENV = "CHAOS_SLEEP_SECONDS"
 MARKERS_ENV = "CHAOS_MARKERS"
 EFFECT_SECONDS_ENV = "CHAOS_EFFECT_SECONDS"
 PLAN_PREFIX = "plan:"
-PLAN_STEPS = ("unkeyed", "keyed", "rest")
+PLAN_STEPS = ("unkeyed", "keyed", "rest", "flaky")
+TRANSIENT = "API Error: 529 overloaded_error (transient)"
 
 
 def effects_file() -> Path:
@@ -146,14 +147,17 @@ def _slow_effect(ctx: SessionContext, name: str, key: str | None) -> EffectResul
 def mixed_effects(ctx: SessionContext) -> str:
     """Steps named by the TASK body's ``plan:`` line (see ``plan_body``), each after a short
     rest: ``unkeyed`` (an effect with neither key nor probe), ``keyed`` (an effect a successor
-    may repeat with its recorded key) and ``rest`` (work without any effect). No intent names a
-    probe. Stops early, unsettled, once the session lost its lease."""
+    may repeat with its recorded key), ``rest`` (work without any effect) and ``flaky`` (the
+    first attempt fails there, as on a model API's 529). No intent names a probe. Stops early,
+    unsettled, once the session lost its lease."""
     rest = _sleep_seconds(0.2)
     task_id = ctx.task.task_id
     for n, step in enumerate(_plan(ctx.task.fields.body)):
         if ctx.wait_cancelled(rest):
             return "stopped: lease lost"
         name = f"{step}-{n}"
+        if step == "flaky" and ctx.attempt.number == 1:
+            raise RuntimeError(TRANSIENT)  # a model API's blip: retried on the evidence
         if step == "unkeyed":
             ctx.operation(name, {"task": task_id}, partial(_slow_effect, ctx, name, None))
         elif step == "keyed":

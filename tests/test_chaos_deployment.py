@@ -32,7 +32,9 @@ checks above: a failed agent's TASK is held, neither stranded nor moving):
 
   - at least one kill landed inside an effect (counted: a random kill does not count);
   - ``pg_terminate_backend`` terminated at least one backend;
-  - TASKs reached review, effects ran, and no attempt ended ``agent_failed``;
+  - TASKs reached review, effects ran, and a TASK whose agent failed transiently (a ``flaky``
+    step fails its first attempt, as on a model API's 529) reached review by automatic retries;
+  - no TASK is held but on an open intent (a transient failure is never held for a person);
   - at least one open intent whose effect ran was held, and a review releases that hold.
 """
 
@@ -91,6 +93,8 @@ PLANS = (
     ["unkeyed", "rest"],
     ["keyed", "keyed"],
     ["rest", "rest"],
+    ["flaky", "unkeyed"],  # fails before any effect: nothing open
+    ["unkeyed", "keyed", "flaky"],  # fails after settled effects: a retry replays them
 )
 AGENT = "tests.chaos_agents:mixed_effects"
 REPUBLISH_AFTER = 2.0
@@ -141,6 +145,11 @@ class Deployment:
                 "SUREHAND_HOME": str(self.chaos.tmp / "home"),
                 SLEEP_ENV: "0.15",
                 EFFECT_SECONDS_ENV: "0.25",
+                # Transient failures are retried on the evidence, quickly; kills in between
+                # count in the same streak, so a few more attempts than the default.
+                "SUREHAND_RETRY_BACKOFF_SECONDS": "0.2",
+                "SUREHAND_RETRY_OVERLOAD_BACKOFF_SECONDS": "0.3",
+                "SUREHAND_RETRY_MAX_ATTEMPTS": "5",
             },
         )
 
@@ -478,6 +487,23 @@ class Verdict:
         return self.by(lambda r: any(a.cause is AttemptCause.AGENT_FAILED for a in r.attempts))
 
     @property
+    def retried_to_review(self) -> list[str]:
+        """TASKs whose agent failed transiently and that reached review without a person."""
+        return self.by(
+            lambda r: (
+                r.task.bucket is Bucket.REVIEW
+                and any(a.cause is AttemptCause.AGENT_FAILED for a in r.attempts)
+            )
+        )
+
+    @property
+    def held_without_open_intent(self) -> list[str]:
+        """Held, though no effect was left open: holds are only for open intents."""
+        return self.by(
+            lambda r: r.held and not any(op.state is OperationState.INTENT for op in r.operations)
+        )
+
+    @property
     def open_intent_holds(self) -> list[str]:
         """TASKs held on an open intent whose effect ran: the hold path was taken."""
         return self.by(lambda r: r.open_intents_that_ran() and r.held)
@@ -491,7 +517,7 @@ class Verdict:
             "pg_terminate_backend terminated no backend": faults.backends_terminated < 1,
             "no TASK reached review": not self.by(lambda r: r.task.bucket is Bucket.REVIEW),
             "no effect ran": effects < 1,
-            f"{len(self.agent_failed)} TASKs with an agent_failed attempt": self.agent_failed,
+            "no transient failure was retried to review": not self.retried_to_review,
             "no open intent whose effect ran was held": not self.open_intent_holds,
         }
         return [title for title, failed in checks.items() if failed]
@@ -518,7 +544,7 @@ class Verdict:
             "keyed effects repeated with another key": self.keyed_effects_with_a_new_key,
             "open intents whose effect ran, not held": self.ran_but_not_held,
             f"still in motion after {SETTLE_TIMEOUT:.0f}s": self.in_motion,
-            "with an agent_failed attempt": self.agent_failed,
+            "held without an open intent": self.held_without_open_intent,
         }
         named = {r.task_id: r for r in self.records}
         lines = [self.summary(), *(f"shortfall: {s}" for s in self.shortfalls())]
@@ -557,6 +583,7 @@ def test_a_deployment_under_kills_redis_restarts_and_dropped_connections_strands
     assert verdict.unkeyed_effects_run_twice == [], verdict.explain()
     assert verdict.keyed_effects_with_a_new_key == [], verdict.explain()
     assert verdict.ran_but_not_held == [], verdict.explain()
+    assert verdict.held_without_open_intent == [], verdict.explain()
     assert verdict.in_motion == [], verdict.explain()
     assert verdict.shortfalls() == [], verdict.explain()
     assert released is not None, verdict.explain()
@@ -572,6 +599,9 @@ def test_a_run_where_every_session_failed_passes_the_safety_checks_but_falls_sho
 
     def always_raises(ctx: SessionContext) -> str:
         raise RuntimeError(f"the agent of {ctx.task.task_id} always raises")
+
+    # Its effects unobserved: its role makes one attempt, so each failure is held at once.
+    always_raises.effects_observed = None  # type: ignore[attr-defined]
 
     submissions: dict[str, str] = {}
     with embedded(tmp_path) as sh:
@@ -597,6 +627,8 @@ def test_a_run_where_every_session_failed_passes_the_safety_checks_but_falls_sho
         "pg_terminate_backend terminated no backend",
         "no TASK reached review",
         "no effect ran",
-        "3 TASKs with an agent_failed attempt",
+        "no transient failure was retried to review",
         "no open intent whose effect ran was held",
     ]
+    # Its holds are no open intent's: the full run's safety check tells them too.
+    assert len(verdict.held_without_open_intent) == 3

@@ -378,6 +378,8 @@ def test_an_agent_failure_is_held_for_its_approver_and_runs_again_only_after_rev
     def broken(ctx: SessionContext) -> str:
         raise ValueError("the spec is contradictory")
 
+    # Its effects unobserved (like a Codex agent without hooks): its role makes one attempt.
+    broken.effects_observed = None  # type: ignore[attr-defined]
     task_id, outcome = run(rig, broken)
     rig.reconcile()
 

@@ -160,13 +160,16 @@ def test_recover_after_a_loss_returns_the_same_case_and_never_opens_a_second(rig
 
 
 def test_recover_of_an_attempt_whose_agent_raised_goes_through_admission(rig: Rig) -> None:
-    """An agent failure is held for its approver (never retried blindly, DESIGN.md section
-    5): a recover request finds the held case, and the approver's review releases it."""
+    """An agent failure its role does not retry is held for its approver (never retried
+    blindly, DESIGN.md section 5): a recover request finds the held case, and the approver's
+    review releases it."""
     task_id = rig.new_task()
 
     def broken(ctx: SessionContext) -> str:
         raise RuntimeError("model quota exceeded")
 
+    # Its effects unobserved (like a Codex agent without hooks): its role makes one attempt.
+    broken.effects_observed = None  # type: ignore[attr-defined]
     rig.sh.agent("DEV")(broken)
     assert rig.sh.run_session(task_id).outcome == "failed"
     assert rig.task(task_id).bucket is Bucket.ACTIVE

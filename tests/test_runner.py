@@ -173,7 +173,7 @@ def test_a_duplicate_run_of_a_settled_task_does_not_run_the_agent(harness: Harne
 # -- failing ---------------------------------------------------------------------------------
 
 
-def test_an_agent_exception_fails_the_attempt_which_is_held_and_never_retried(
+def test_an_agent_exception_fails_the_attempt_which_is_held_when_its_role_allows_one_attempt(
     harness: Harness,
 ) -> None:
     runs: list[int] = []
@@ -182,7 +182,7 @@ def test_an_agent_exception_fails_the_attempt_which_is_held_and_never_retried(
         runs.append(ctx.attempt.number)
         raise ValueError("the spec is contradictory")
 
-    sh = with_agent(harness.surehand(), agent)
+    sh = with_agent(harness.surehand(retry_max_attempts="DEV=1"), agent)
     task_id = committed_task(sh)
 
     outcome = sh.run_session(task_id)

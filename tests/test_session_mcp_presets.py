@@ -76,11 +76,11 @@ def test_claude_runs_print_mode_on_the_session_mcp_config_with_its_tools_allowed
         "mcp__surehand",
         "--setting-sources=",  # no settings file the agent can write is read
         "--output-format",
-        "text",
+        "json",  # its final message, cost and usage (surehand.agents.accounting)
         "--model",
         "sonnet",
     ]
-    assert program.report_file is None  # the text output is the final message
+    assert program.report_file is None  # the JSON's result is the final message
     assert program.env(SESSION) == {"CLAUDE_CODE_DISABLE_BACKGROUND_TASKS": "1"}
 
 
@@ -122,6 +122,7 @@ def test_codex_runs_exec_with_the_server_and_sandbox_as_config_overrides_only() 
     assert program.argv(SESSION) == [
         "codex",
         "exec",
+        "--json",  # events on stdout, its token usage among them
         "--skip-git-repo-check",
         "--output-last-message",
         "/srv/sessions/A-1/last-message.txt",

@@ -224,6 +224,9 @@ CALLS: dict[str, Any] = {
     "review.actor": lambda sh, s: sh.review(
         "CASE-20260101-001-1", effect="absent", note="x", actor=s
     ),
+    "raise_budget.task_id": lambda sh, s: sh.raise_budget(s, budget_usd=5, note="x", actor="PM"),
+    "raise_budget.note": lambda sh, s: sh.raise_budget(ANY_ID, budget_usd=5, note=s, actor="PM"),
+    "raise_budget.actor": lambda sh, s: sh.raise_budget(ANY_ID, budget_usd=5, note="x", actor=s),
 }
 
 

@@ -46,7 +46,9 @@ from pathlib import Path
 from typing import IO, Any
 
 from surehand.agents import quotas, session_dirs
+from surehand.agents.accounting import ClaudeResult, claude_result, codex_model, codex_usage
 from surehand.agents.briefing import brief_for
+from surehand.agents.budgets import Budget, role_budget, spent_before
 from surehand.agents.claude_hook import HookPolicy
 from surehand.agents.context import SessionContext
 from surehand.agents.gateway import SessionNet
@@ -54,7 +56,14 @@ from surehand.agents.git_rules import DEFAULT_REMOTES
 from surehand.agents.group_records import GroupRecord, GroupRecords
 from surehand.agents.groups import AgentGroup
 from surehand.agents.launch import Confinement, Launch
-from surehand.agents.outputs import OUTPUTS_DIR, captured, read_report_file, tail_of
+from surehand.agents.outputs import (
+    OUTPUTS_DIR,
+    TAIL,
+    captured,
+    output_tails,
+    read_report_file,
+    tail_of,
+)
 from surehand.agents.presets import (
     TOKEN_ENV,
     URL_ENV,
@@ -235,16 +244,62 @@ class CommandAgent:
     def _session(
         self, ctx: SessionContext, grant: AgentGrant | None, workspace: Workspace | None
     ) -> str:
+        budget = self._budget(ctx)
         work_dir = self._prepare(ctx, grant)
         outputs = self.work_dir / OUTPUTS_DIR / ctx.attempt.attempt_id
         with captured(outputs) as (stdout, stderr):  # cut to what is read of them, after
-            code = self._run(ctx, work_dir, grant, workspace, (stdout, stderr))
-            output = self._report_text(work_dir, stdout)
+            try:
+                code = self._run(ctx, work_dir, (grant, workspace, budget), (stdout, stderr))
+            finally:  # also when it was stopped (timed out, cancelled, over its quota)
+                ctx.note(output=output_tails(stdout, stderr))
+                claude = self._account(ctx, stdout)
+            output = claude.result if claude else self._report_text(work_dir, stdout)
+            if claude is not None and claude.budget_spent and budget is not None:
+                raise budget.spent_by(claude.usage)
             if code != 0:
-                raise AgentError(
-                    f"command exited with {code}: {tail_of(stderr)[-500:]}", exit_code=code
-                )
+                reason = _claude_reason(claude) or _reason(ctx.details["output"])
+                raise AgentError(f"command exited with {code}: {reason}", exit_code=code)
         return output or f"(command exited 0 with no output; see {outputs})"
+
+    def _account(self, ctx: SessionContext, stdout: IO[bytes]) -> ClaudeResult | None:
+        """Note what the CLI said it spent (its own accounting) and, for Claude Code, its
+        final result message; the parsed result (None: not Claude Code's JSON)."""
+        text = tail_of(stdout)
+        if self.program.preset == "codex":
+            usage = codex_usage(text, codex_model(self.program.base))
+            if usage is not None:
+                ctx.note(usage=usage)
+            return None
+        if self.program.preset != "claude":
+            return None
+        claude = claude_result(text)
+        if claude is None:
+            return None
+        ctx.details.setdefault("output", {})["result"] = claude.result[-TAIL:]
+        if claude.usage is not None:
+            ctx.note(usage=claude.usage)
+        return claude
+
+    def _budget(self, ctx: SessionContext) -> Budget | None:
+        """What the TASK may still spend (its own budget_usd, else its role's default), from
+        what its earlier attempts spent; raises ``budget_spent`` if nothing is left."""
+        limit = ctx.task.budget_usd
+        if limit is None:
+            limit = role_budget(self.settings, ctx.task.fields.recipient)
+        if limit is None:
+            return None
+        budget = Budget(limit, spent_before(self.store, ctx.task.task_id))
+        if budget.left <= 0:
+            raise budget.spent_by(None)
+        return budget
+
+    @property
+    def effects_observed(self) -> str | None:
+        """How this program's effects are observed (``Attempt.details``): the claude preset's
+        hooks journal its effectful calls (``journaled``); any other program only declares
+        what it chooses to (None: its failures are held, unless its role is declared)."""
+        hooked = self.program.preset == "claude" and self.program.options.claude_hooks
+        return "journaled" if hooked and self.settings.session_mcp else None
 
     def _report_text(self, work_dir: Path, stdout: IO[bytes]) -> str:
         """The program's final message (a preset's report file), else its standard output."""
@@ -257,16 +312,17 @@ class CommandAgent:
         self,
         ctx: SessionContext,
         work_dir: Path,
-        grant: AgentGrant | None,
-        workspace: Workspace | None,
+        given: tuple[AgentGrant | None, Workspace | None, Budget | None],
         outputs: tuple[IO[bytes], IO[bytes]],
     ) -> int:
-        """Run the program's process group to its end, its disk use watched (``outputs``: its
-        standard output and error); its exit code."""
+        """Run the program's process group to its end, its disk use watched (``given``: the
+        session's grant, workspace and budget; ``outputs``: its standard output and error);
+        its exit code."""
+        grant, workspace, budget = given
         door = self.mcp.door() if grant is not None and self.mcp is not None else None
         label = f"{ctx.task.task_id} attempt {ctx.attempt.number}"
         with self.confinement.net.session(label, door) as network:  # its ways out end with it
-            launch = self._launch(ctx, work_dir, grant, workspace, network)
+            launch = self._launch(ctx, work_dir, (grant, workspace, budget), network)
             watched = self._watched(ctx, work_dir, workspace)  # its baseline, before it starts
             group = self._start(ctx, work_dir, launch, *outputs)
             if self.confinement.sandbox.mode == BWRAP:
@@ -301,11 +357,13 @@ class CommandAgent:
         self,
         ctx: SessionContext,
         work_dir: Path,
-        grant: AgentGrant | None,
-        workspace: Workspace | None,
+        given: tuple[AgentGrant | None, Workspace | None, Budget | None],
         network: SessionNet | None,
     ) -> Launch:
+        grant, workspace, budget = given
         session = self._invocation(work_dir, grant, workspace)
+        if budget is not None:
+            session = dataclasses.replace(session, budget_usd=budget.left)
         env = self._session_env(ctx, work_dir, grant)
         if workspace is not None:
             env["SUREHAND_WORKSPACE"] = str(workspace.path)
@@ -444,6 +502,21 @@ def _with_clone(policy: HookPolicy | None, workspace: Workspace | None) -> HookP
     if policy is None or workspace is None or workspace.repo is None:
         return policy
     return dataclasses.replace(policy, clone=Clone(workspace.path, workspace.remotes))
+
+
+def _claude_reason(claude: ClaudeResult | None) -> str:
+    """Why Claude Code says it failed: its errors, else its final message (its JSON is no
+    reason a person reads)."""
+    if claude is None:
+        return ""
+    said = "; ".join(claude.errors) or claude.result
+    return f"{claude.subtype}: {said}"[-500:] if claude.subtype else said[-500:]
+
+
+def _reason(output: dict[str, str]) -> str:
+    """What a failed program said last: its error output's end, else its output's."""
+    said = (output.get("stderr") or "").strip() or (output.get("stdout") or "").strip()
+    return said[-500:]
 
 
 def _remote_names(workspace: Workspace | None) -> tuple[str, ...]:

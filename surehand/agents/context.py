@@ -123,10 +123,18 @@ class SessionContext:
         # Why the session's own tools stopped it (stop()): "stale_owner", "lease_lost", or
         # "waiting" (it waits for its children: wait_for).
         self.stopped: tuple[str, str] | None = None
+        # What the agent's runner saw besides its result or error (:meth:`note`), kept with
+        # the attempt: ``output`` tails, ``usage`` (the CLI's accounting), ``observed``.
+        self.details: dict[str, Any] = {}
         self.log = logging.LoggerAdapter(
             logging.getLogger(f"surehand.agent.{task.fields.recipient}"),
             {"task_id": task.task_id, "attempt": attempt.number},
         )
+
+    def note(self, **details: Any) -> None:
+        """Keep what was seen of the agent with its attempt (JSON values): e.g.
+        ``output={"stdout": ..., "stderr": ...}`` or ``usage={...}``."""
+        self.details.update(details)
 
     @property
     def cancelled(self) -> bool:

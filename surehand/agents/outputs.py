@@ -27,6 +27,7 @@ from surehand.errors import AgentOutputRefused
 
 MAX_OUTPUT = 512 * 1024  # the REPORT is at most the last 512 KiB of what the program wrote
 MAX_REPORT_FILE = 16 * 1024 * 1024
+TAIL = 4096  # bytes of each output kept with the attempt (the console, show, the API)
 OUTPUTS_DIR = ".outputs"
 _OPEN_NEW = os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 
@@ -57,6 +58,12 @@ def captured(directory: Path) -> Iterator[tuple[IO[bytes], IO[bytes]]]:
         finally:
             keep_tail(stdout)
             keep_tail(err)
+
+
+def output_tails(stdout: IO[bytes], stderr: IO[bytes], limit: int = TAIL) -> dict[str, str]:
+    """The ends of a program's standard output and error, kept with its attempt (bounded:
+    ``limit`` bytes each) so that a person sees why it failed."""
+    return {"stdout": tail_of(stdout, limit), "stderr": tail_of(stderr, limit)}
 
 
 def keep_tail(file: IO[bytes], limit: int = MAX_OUTPUT) -> None:

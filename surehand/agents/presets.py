@@ -116,6 +116,7 @@ class Invocation:
     mcp_url: str | None
     workspace: Path | None = None
     sandboxed: bool = False  # in surehand's bubblewrap sandbox
+    budget_usd: float | None = None  # what the TASK may still spend (claude: --max-budget-usd)
 
     @property
     def task_file(self) -> Path:
@@ -184,8 +185,11 @@ def prompt_for(session: Invocation) -> str:
 def claude_argv(base: Sequence[str], session: Invocation, options: PresetOptions) -> list[str]:
     """``claude -p PROMPT`` on the session's MCP config (the operator's servers in it), the
     session tools and the operator's allowed, hooks journaling its tool calls, no settings
-    file but these (``--setting-sources=``: not the project's, local or user's), text out."""
+    file but these (``--setting-sources=``: not the project's, local or user's), what the TASK
+    may still spend (``--max-budget-usd``), and its result as JSON (its final message, cost
+    and usage: :mod:`surehand.agents.accounting`)."""
     workspace = ["--add-dir", str(session.workspace)] if session.workspace else []
+    budget = [] if session.budget_usd is None else ["--max-budget-usd", f"{session.budget_usd:.6f}"]
     hooks = []
     if options.claude_hooks and session.mcp_url is not None:
         settings = hook_settings(session.mcp_url, options.hook_timeout)
@@ -204,8 +208,9 @@ def claude_argv(base: Sequence[str], session: Invocation, options: PresetOptions
         *workspace,
         "--setting-sources=",
         *hooks,
+        *budget,
         "--output-format",
-        "text",
+        "json",
         *base[1:],
     ]
 
@@ -226,6 +231,7 @@ def codex_argv(base: Sequence[str], session: Invocation, options: PresetOptions)
     return [
         base[0],
         "exec",
+        "--json",  # events on stdout, its token usage among them (the REPORT is the file)
         "--skip-git-repo-check",
         "--output-last-message",
         str(session.session_dir / LAST_MESSAGE),

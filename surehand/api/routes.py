@@ -14,6 +14,7 @@ from surehand.api.problems import conflict_response
 from surehand.api.schemas import (
     ID_PATTERN,
     ROLE_PATTERN,
+    BudgetBody,
     CancelBody,
     PauseBody,
     RecoverBody,
@@ -105,6 +106,14 @@ def get_task(task_id: TaskIdPath, caller: CallerDep) -> JSONResponse:
 def task_history(task_id: TaskIdPath, caller: CallerDep) -> JSONResponse:
     """The TASK's append-only history, oldest first."""
     return _json({"history": [event.to_dict() for event in caller.sh.history(task_id)]})
+
+
+@router.get("/tasks/{task_id}/attempts", tags=["tasks"], responses=problems(*ONE))
+def task_attempts(task_id: TaskIdPath, caller: CallerDep) -> JSONResponse:
+    """Every attempt at the TASK, oldest first: its state, cause and error, and in
+    ``details`` the tails of the agent's output, the CLI's accounting (tokens, model,
+    cost) and how its effects were observed."""
+    return _json({"attempts": [item.to_dict() for item in caller.sh.attempts(task_id)]})
 
 
 @router.get("/tasks/{task_id}/reports", tags=["reports"], responses=problems(*ONE))
@@ -205,6 +214,16 @@ def resume_role(role: RolePath, caller: CallerDep, body: PauseBody | None = None
     """Resume a role and publish its TASKs that waited."""
     waiting = caller.sh.resume_role(role, actor=caller.acting(body.actor if body else None))
     return _json({"role": role, "resumed": True, "waiting": waiting})
+
+
+@router.post("/tasks/{task_id}/budget", tags=["recovery"], responses=problems(*WRITE))
+def raise_budget(task_id: TaskIdPath, body: BudgetBody, caller: CallerDep) -> JSONResponse:
+    """Raise what the TASK's LLM agent may spend (its approver; recorded). A TASK held because
+    its budget was spent goes through admission again: with money left, a successor runs."""
+    task, case = caller.sh.raise_budget(
+        task_id, budget_usd=body.budget_usd, note=body.note, actor=caller.acting(body.actor)
+    )
+    return _json({"task": task.to_dict(), "case": case.to_dict() if case else None})
 
 
 @router.get("/cases", tags=["recovery"], responses=problems(*READ))

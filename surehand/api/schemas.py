@@ -136,3 +136,13 @@ class PauseBody(_Body):
 
     reason: str = Field("", max_length=4096, description="Why (recorded with the pause).")
     actor: RoleCode | None = Field(None, description="Acting role; defaults to the caller's.")
+
+
+class BudgetBody(_Body):
+    """An approver raises what the TASK's LLM agent may spend across its attempts."""
+
+    budget_usd: float = Field(
+        gt=0, le=requests.MAX_BUDGET_USD, description="The new budget in USD (above the current)."
+    )
+    note: str = Field(min_length=1, max_length=4096, description="Why it is raised (recorded).")
+    actor: RoleCode | None = Field(None, description="Approving role; defaults to the caller's.")

@@ -218,6 +218,36 @@ def _warn(check: Check, fix: str) -> Check:
     return replace(check, status="warn", fix=fix)
 
 
+_UNATTENDED = (
+    "retry_max_attempts",
+    "retry_backoff_seconds",
+    "retry_backoff_max_seconds",
+    "retry_overload_backoff_seconds",
+    "agent_budget_usd",
+)
+
+
+def check_unattended(settings: Settings) -> list[Check]:
+    """The retry policy and budget settings can be read (admission reads them each pass);
+    nothing to report while they are all left at their defaults."""
+    from surehand.config import Settings
+
+    defaults = Settings.model_fields
+    if all(getattr(settings, name) == defaults[name].default for name in _UNATTENDED):
+        return []
+    from surehand.agents.budgets import SETTING, role_budget
+    from surehand.dispatcher.retry import check_settings
+    from surehand.roles import per_role
+
+    try:
+        check_settings(settings)
+        for role in {"DEV", *per_role(settings.agent_budget_usd, SETTING)[1]}:
+            role_budget(settings, role)
+    except SurehandError as error:
+        return [Check("retry and budgets", "fail", error.message, "fix the setting it names")]
+    return [Check("retry and budgets", "ok", "retry policy and budget settings read")]
+
+
 def _check_preset(settings: Settings) -> list[Check]:
     """A preset (claude, codex) has what it needs: the mcp extra and its CLI on PATH."""
     from surehand.agents.command import CommandAgent
@@ -412,6 +442,7 @@ def check(
     checks = [*check_database(settings), *check_redis(settings), *check_broker(settings)]
     checks += check_agents(settings, [role.strip() for role in roles.split(",") if role.strip()])
     checks += check_agent_programs(settings)
+    checks += check_unattended(settings)
     stored = _store_exists(settings)  # nothing below may create a missing store
     from surehand.cli.dispatch_check import check_dispatch  # imports Celery
 

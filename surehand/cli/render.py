@@ -218,7 +218,7 @@ def cases_table(found: Sequence[InterruptionCase]) -> FittedTable:
 
 def attempts_table(found: Sequence[Attempt]) -> Table:
     table = Table(title="attempts")
-    for column in ("#", "state", "worker", "returned", "started", "error"):
+    for column in ("#", "state", "worker", "returned", "started", "usage", "error"):
         table.add_column(column)
     for attempt in found:
         table.add_row(
@@ -227,9 +227,39 @@ def attempts_table(found: Sequence[Attempt]) -> Table:
             attempt.worker[:40],
             "yes" if attempt.agent_returned else "no",
             attempt.started_at.strftime("%H:%M:%S"),
+            usage_label((attempt.details or {}).get("usage")),
             (attempt.error or "")[:60],
         )
     return table
+
+
+def usage_label(usage: Any) -> str:
+    """Tokens, model and cost of one attempt as the agent CLI reported them ("-": none)."""
+    if not isinstance(usage, dict):
+        return "-"
+    tokens = f"{usage.get('input_tokens', 0)} in / {usage.get('output_tokens', 0)} out"
+    cost = usage.get("cost_usd")
+    model = usage.get("model")
+    return " · ".join(
+        part for part in (model, tokens, f"${cost:.4f}" if cost is not None else None) if part
+    )
+
+
+def attempt_outputs(found: Sequence[Attempt]) -> list[Panel]:
+    """What each attempt that did not succeed printed last (its error's context)."""
+    panels = []
+    for attempt in found:
+        output = (attempt.details or {}).get("output") or {}
+        if attempt.state.value == "succeeded" or not any(output.values()):
+            continue
+        text = "\n".join(
+            f"--- {name} ---\n{output[name].rstrip()}"
+            for name in ("result", "stdout", "stderr")
+            if output.get(name)
+        )
+        title = f"attempt {attempt.number}: {attempt.error or attempt.state.value}"[:120]
+        panels.append(Panel(Text(text), title=title, title_align="left"))
+    return panels
 
 
 def operations_table(found: Sequence[Operation]) -> Table:

@@ -299,6 +299,34 @@ def review(
 
 @app.command()
 @handle_errors
+def budget(
+    task_id: Annotated[str, typer.Argument(help="TASK id.")],
+    usd: Annotated[
+        float, typer.Option(envvar="SUREHAND_BUDGET_USD", help="The new budget in USD.")
+    ],
+    note: Annotated[str, typer.Option(envvar="SUREHAND_NOTE", help="Why it is raised.")],
+    actor: Annotated[str, typer.Option(envvar="SUREHAND_ACTOR", help="PM or ADMIN.")],
+    database_url: DatabaseUrl = None,
+    redis_url: RedisUrl = None,
+    broker_url: BrokerUrl = None,
+    tenant: Tenant = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """Raise what a TASK's LLM agent may spend (recorded); one its budget held runs again."""
+    sh = _open(database_url=database_url, redis_url=redis_url, broker_url=broker_url, tenant=tenant)
+    task, case = sh.raise_budget(task_id, budget_usd=usd, note=note, actor=actor)
+    if as_json:
+        emit_json({"task": task.to_dict(), "case": case.to_dict() if case else None})
+        return
+    console.print(f"{task.task_id}: budget ${task.budget_usd:.2f}")
+    if case is not None:
+        from surehand.cli.render import cases_table
+
+        console.print(cases_table([case]))
+
+
+@app.command()
+@handle_errors
 def cases(
     state: Annotated[
         str | None, typer.Option(envvar="SUREHAND_CASE_STATE", help="open|resolved")

@@ -88,6 +88,13 @@ def submit(
             help="Seconds an attempt may run before it is stopped (default: the role's).",
         ),
     ] = None,
+    budget_usd: Annotated[
+        float | None,
+        typer.Option(
+            envvar="SUREHAND_BUDGET_USD",
+            help="What its LLM agent may spend across attempts (USD); default: its role's.",
+        ),
+    ] = None,
     database_url: DatabaseUrl = None,
     tenant: Tenant = None,
     as_json: JsonFlag = False,
@@ -105,6 +112,7 @@ def submit(
         "depends_on": depends_on or [],
         "risk_level": risk_level,
         "client_submission_id": submission_id,
+        **({"budget_usd": budget_usd} if budget_usd is not None else {}),
     }
     if time_limit is not None:  # in the request (and its digest) only when given
         request["time_limit_seconds"] = time_limit
@@ -356,6 +364,8 @@ def show(
         console.print(render.report_view(found_reports[-1]))  # the latest, in full
     if found_attempts:
         console.print(render.attempts_table(found_attempts))
+        for panel in render.attempt_outputs(found_attempts):
+            console.print(panel)
     if found_operations:
         console.print(render.operations_table(found_operations))
     if found_cases:

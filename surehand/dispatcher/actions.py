@@ -91,6 +91,37 @@ def review(
     return case
 
 
+def raise_budget(
+    services: Services,
+    recovery: Recovery,
+    task_id: str,
+    *,
+    budget_usd: float,
+    note: str,
+    actor: str,
+    tenant: str,
+    principal: Principal,
+) -> tuple[Task, InterruptionCase | None]:
+    """An approver raises a TASK's budget; a successor it then admits is published."""
+    from surehand.dispatcher.budgets import raise_budget as raise_it
+
+    task, case = raise_it(
+        services,
+        recovery,
+        task_id,
+        budget_usd=budget_usd,
+        note=note,
+        actor=actor,
+        tenant=tenant,
+        principal=principal,
+    )
+    if case is not None and case.admission is not None:
+        metrics.observe_admission(case.admission.value)
+    if case is not None and case.admission is Admission.REEXECUTE:
+        publish_successor(services, case.task_id)
+    return task, case
+
+
 def notify_held(services: Services, cases: list[InterruptionCase]) -> None:
     """Hold notices for ``cases`` when the deployment has a broker (Flower shows them)."""
     if services.notify_hold is not None and cases:

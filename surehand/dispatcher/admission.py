@@ -31,6 +31,8 @@ from surehand.dispatcher.effects import (
     with_probes,
 )
 from surehand.dispatcher.reports import report_body, write_report_in
+from surehand.dispatcher.retry import RetryInputs, consider, is_retry
+from surehand.dispatcher.retry import streak as abnormal_streak
 from surehand.dispatcher.stops import after_stop
 from surehand.errors import CaseNotFound, LeaseUnavailable, StaleDecision
 from surehand.model import (
@@ -38,8 +40,6 @@ from surehand.model import (
     Action,
     Admission,
     Attempt,
-    AttemptCause,
-    AttemptState,
     CaseState,
     EffectFact,
     EventKind,
@@ -104,7 +104,10 @@ class Admitter:
             history = attempts.for_task(connection, case.task_id)
         evidence = evaluate(attempt, recorded, case.review, unregistered)
         evidence = self._after_wait(case, with_probes(evidence, asked))
-        # A cancelled TASK, an attempt out of time: the cause's outcome (dispatcher/stops.py).
+        retry = RetryInputs(case, attempt, recorded, history, task, unregistered)
+        evidence = consider(evidence, retry, self.services.settings, self.services.clock.now())
+        # After the retry policy: a cancel ends even a scheduled retry; an attempt out of time
+        # that the policy does not retry is held (dispatcher/stops.py).
         evidence = after_stop(task, attempt, case.review, evidence)
         evidence = self._bounded(case, history, evidence)
         if _still_waiting(case, evidence):
@@ -139,8 +142,8 @@ class Admitter:
         ending it (a crashing agent, a bad output, a worker that dies on it) would only run
         the agent and its undeclared effects once more. An approver's review stands."""
         limit = self.services.settings.max_consecutive_interruptions
-        if evidence.admission is not Admission.REEXECUTE or case.review:
-            return evidence
+        if evidence.admission is not Admission.REEXECUTE or case.review or is_retry(evidence):
+            return evidence  # a retry policy bounds its own attempts
         streak = abnormal_streak(history)
         if len(streak) < limit:
             return evidence
@@ -245,6 +248,7 @@ class Admitter:
                 bound_operation_id=evidence.bound_operation_id,
                 resolve=resolve,
                 now=now,
+                retry_at=evidence.retry_at,
             ):
                 # Another admission decided first; its decision stands.
                 return _reread(connection, case.case_id)
@@ -268,29 +272,6 @@ class Admitter:
             _reconcile(connection, self.services, case, task)
         elif evidence.admission is Admission.REEXECUTE and task.hold is not None:
             _release_hold(connection, self.services, task)
-
-
-_ABNORMAL = frozenset(
-    {
-        AttemptState.INTERRUPTED,
-        AttemptState.SESSION_LOST,
-        AttemptState.LEASE_LOST,
-        AttemptState.FAILED,
-    }
-)
-
-
-def abnormal_streak(history: list[Attempt]) -> list[Attempt]:
-    """The latest attempts, newest first, that ended without a result, up to the first that
-    did not (a rolled-back claim that never started work neither counts nor breaks it)."""
-    streak = []
-    for attempt in sorted(history, key=lambda a: a.number, reverse=True):
-        if attempt.cause is AttemptCause.NOT_STARTED:
-            continue
-        if attempt.state not in _ABNORMAL:
-            break
-        streak.append(attempt)
-    return streak
 
 
 def _still_waiting(case: InterruptionCase, evidence: Evidence) -> bool:

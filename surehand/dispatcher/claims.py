@@ -226,6 +226,11 @@ def _claim_successor(
     )
     if case is None or case.interrupted_epoch != task.epoch or task.hold is not None:
         raise NotClaimable(f"{task.task_id} is active and no successor was admitted for it")
+    if case.retry_at is not None and services.clock.now() < case.retry_at:
+        raise NotClaimable(
+            f"{task.task_id} retries at {case.retry_at.isoformat()} (its role's backoff); the "
+            "reconciler publishes it then"
+        )
     if case.revision_at_evaluation != task.revision:
         raise StaleDecision(
             f"case {case.case_id} was decided on revision {case.revision_at_evaluation}, the "

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from surehand.agents.probes import ProbeResult, described
@@ -27,6 +28,7 @@ class Evidence:
     admission: Admission
     refs: Mapping[str, Any] = field(default_factory=dict)
     bound_operation_id: int | None = None
+    retry_at: datetime | None = None  # a retry policy's reexecute starts no sooner
 
 
 def is_open(operation: Operation) -> bool:

@@ -58,6 +58,7 @@ class PassReport:
     reported_live: int = 0  # lease gone past grace, but a worker reports the job running
     stranded: int = 0  # TASKs found in active without a running attempt, open case or hold
     republished: int = 0
+    retries_waiting: int = 0  # successors a retry policy admitted, waiting for their backoff
     stalled_receipts: int = 0
     redis_ok: bool = True
     held: list[dict[str, object]] = field(default_factory=list)  # cases held in this pass
@@ -282,8 +283,23 @@ class Reconciler:
         for case in pending:
             if self._needs_decision(case, revisions.get(case.task_id)):
                 case = self._readmit(case, report)
-            if case.admission is Admission.REEXECUTE and case.successor_attempt_id is None:
+            if case.admission is not Admission.REEXECUTE or case.successor_attempt_id is not None:
+                continue
+            if self._retry_due(case, report):
                 report.republished += dispatch.publish_successor(self.services, case.task_id)
+
+    def _retry_due(self, case: InterruptionCase, report: PassReport) -> bool:
+        """A retry policy's successor is published once its backoff passed (no worker sleeps
+        on it); until then the pass notes when to wake."""
+        if case.retry_at is None:
+            return True
+        wait = (case.retry_at - self.services.clock.now()).total_seconds()
+        if wait <= 0:
+            return True
+        report.retries_waiting += 1
+        if report.next_due_seconds is None or wait < report.next_due_seconds:
+            report.next_due_seconds = wait
+        return False
 
     @staticmethod
     def _needs_decision(case: InterruptionCase, revision: int | None) -> bool:

@@ -49,6 +49,7 @@ from surehand.dispatcher.sessions import Session
 from surehand.dispatcher.stops import StopWatch, role_time_limits
 from surehand.errors import (
     AgentError,
+    AgentOutputRefused,
     EffectLeftOpen,
     LeaseLost,
     LeaseUnavailable,
@@ -78,6 +79,11 @@ log = logging.getLogger(__name__)
 LATE_WRITE_MIN_SECONDS = 60.0
 LATE_WRITE_TTLS = 4
 LATE_WRITE_MAX_DELAY = 5.0
+# How an agent handler's effects are observed unless it says otherwise (``effects_observed``):
+# a Python agent's every effect goes through ``ctx.operation``.
+OBSERVED_PYTHON = "python"
+# Failures a retry would only repeat (``retry.refused``): recorded as ``details["refused"]``.
+NOT_TRANSIENT = (AgentOutputRefused, NoAgentForRole)
 
 
 def worker_identity() -> str:
@@ -331,8 +337,12 @@ class SessionRunner:
             work_dir=self.services.settings.work_dir / session.attempt.attempt_id,
             services=self.services,
         )
+        context.details = session.details  # one dict: what the agent's runner notes is kept
+        observed = getattr(spec.handler, "effects_observed", OBSERVED_PYTHON)
+        if observed:
+            context.note(observed=observed)
         try:
-            result = spec.handler(context)
+            result = self._handled(spec.handler, context)
         except StaleOwner as error:
             return self._outcome(session, "stale", error)
         except Exception as error:
@@ -351,6 +361,7 @@ class SessionRunner:
             # The agent caught the port's error and returned anyway: what it could not record
             # is unknown, so the return is not settled.
             return self._interrupt(session, session.interruption)
+        self._record_details(session)
         return self._settle(session, result, review=spec.review)
 
     def _waiting(self, session: Session) -> SessionOutcome:
@@ -358,6 +369,25 @@ class SessionRunner:
         lease is released and the worker slot is free until they are done."""
         session.waiting = True
         return SessionOutcome(session.task_id, "waiting", session.attempt.number, "inbox")
+
+    @staticmethod
+    def _handled(handler: Callable[[SessionContext], Any], context: SessionContext) -> Any:
+        """The handler's result; what its CLI reported spending is counted however it ends."""
+        try:
+            return handler(context)
+        finally:
+            metrics.observe_agent_usage(context.task.fields.recipient, context.details.get("usage"))
+
+    @staticmethod
+    def _record_details(session: Session) -> None:
+        """Keep a returned agent's output and accounting (a settle does not carry them); a
+        Python agent's ``observed`` alone matters only if it fails, and costs no write."""
+        if set(session.details) <= {"observed"}:
+            return
+        try:
+            session.record_details()
+        except (StaleOwner, StoreUnavailable) as error:
+            log.warning("the details of %s were not recorded: %s", session.task_id, error)
 
     def _settle(self, session: Session, result: Any, *, review: bool) -> SessionOutcome:
         try:
@@ -369,6 +399,7 @@ class SessionRunner:
         except EffectLeftOpen as left_open:  # not a clean return: held for review
             return self._fail(session, left_open)
         except ValidationFailed as invalid:  # the agent's result is no valid REPORT
+            session.details["refused"] = "invalid_report"  # no blip: never retried
             return self._fail(
                 session, AgentError(f"the agent's result is no valid REPORT ({invalid.message})")
             )
@@ -423,6 +454,8 @@ class SessionRunner:
 
     def _fail(self, session: Session, error: Exception) -> SessionOutcome:
         log.exception("agent for %s raised", session.task_id)
+        if isinstance(error, NOT_TRANSIENT):  # its output refused, or no agent: never retried
+            session.details["refused"] = type(error).__name__
         try:
             session.fail(error)
         except StaleOwner as stale:

@@ -98,6 +98,9 @@ class Session:
     waiting: bool = False
     # Its settle moved the TASK to done the general way: dependants may be queued to publish.
     may_release: bool = False
+    # What the worker saw of the agent besides its error (``Attempt.details``: output tails,
+    # the CLI's accounting, how effects were observed), written with the attempt's end.
+    details: dict[str, Any] = field(default_factory=dict)
 
     @property
     def task_id(self) -> str:
@@ -374,6 +377,11 @@ class Session:
         self.may_release = moved.bucket is Bucket.DONE
         return moved
 
+    def record_details(self) -> None:
+        """Write :attr:`details` now (before a settle, which does not carry them)."""
+        with self.fenced("details") as connection:
+            attempts.set_details(connection, self.attempt.attempt_id, jsonable(self.details))
+
     def rollback(self, why: str) -> None:
         """Undo a claim whose session never started work (e.g. its lease stayed taken): the
         attempt fails and the TASK goes back to ``inbox``, unpublished, for the sweep."""
@@ -463,6 +471,8 @@ class Session:
         with self.fenced(write) as connection:
             if returned is not _NOT_RETURNED:
                 attempts.record_return(connection, self.attempt.attempt_id, jsonable(returned))
+            if self.details:
+                attempts.set_details(connection, self.attempt.attempt_id, jsonable(self.details))
             self._end(connection, state, error, cause)
             self._open_case(connection)
 

@@ -171,12 +171,15 @@ def after_stop(
         Admission.RECONCILE_ONLY,
     ):
         why = f"cancelled by {task.cancel.by}: {task.cancel.reason}"
-        refs = {**evidence.refs, "cancelled": True, "why": why}
-        return Evidence(evidence.fact, Admission.RECONCILE_ONLY, refs)
+        kept = {key: value for key, value in evidence.refs.items() if key != "retry"}
+        return Evidence(
+            evidence.fact, Admission.RECONCILE_ONLY, {**kept, "cancelled": True, "why": why}
+        )
     if (
         attempt.cause is AttemptCause.TIMED_OUT
         and evidence.admission is Admission.REEXECUTE
         and review is None
+        and "retry" not in evidence.refs  # the role's retry policy scheduled it (retry.py)
     ):
         why = f"{attempt.error or 'the attempt ran out of time'}; run it again or cancel it"
         return replace(

@@ -96,6 +96,10 @@ class Tools:
             int | None,
             Field(description="Seconds an attempt may run before it is stopped (timed_out)."),
         ] = None,
+        budget_usd: Annotated[
+            float | None,
+            Field(description="What its LLM agent may spend across attempts (USD)."),
+        ] = None,
         ctx: Context | None = None,
     ) -> CallToolResult:
         """Create a TASK once per client_submission_id (the tool text is ``WRITE_TASK``)."""
@@ -111,6 +115,7 @@ class Tools:
             "references": references or [],
             "depends_on": depends_on or [],
             "client_submission_id": client_submission_id,
+            **({"budget_usd": budget_usd} if budget_usd is not None else {}),
         }
         if time_limit_seconds is not None:  # in the request (and its digest) only when given
             request["time_limit_seconds"] = time_limit_seconds

@@ -38,6 +38,7 @@ from surehand.model.records import (
     WriteTaskResult,
     task_filename,
     task_path,
+    usd_text,
 )
 from surehand.model.sessions import (
     Attempt,
@@ -86,4 +87,5 @@ __all__ = [
     "case_id_for",
     "task_filename",
     "task_path",
+    "usd_text",
 ]

@@ -161,3 +161,5 @@ class EventKind(enum.StrEnum):
     DISPATCH_FAILED = "dispatch_failed"
     # A sender, approver or ADMIN asked to cancel the TASK (tasks.cancel_requested_at).
     CANCEL_REQUESTED = "cancel_requested"
+    # An approver raised what the TASK's LLM agent may spend (tasks.budget_microusd).
+    BUDGET_RAISED = "budget_raised"

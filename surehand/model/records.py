@@ -36,11 +36,22 @@ class TaskFields:
     risk_level: RiskLevel = RiskLevel.MEDIUM
     # The TASK's own time limit per attempt, in seconds (None: its role's default, if any).
     time_limit_seconds: int | None = None
+    # What its LLM agents may spend across attempts (USD); digested only when given, so the
+    # digests of requests without it stay what they were.
+    budget_usd: float | None = None
+
+    def digest_dict(self) -> dict[str, Any]:
+        """The JSON object that the write-task-v1 digest is computed over: the semantic
+        fields (``time_limit_seconds`` when given), and ``budget_usd`` (as a decimal string)
+        when one is given."""
+        if self.budget_usd is None:
+            return self.semantic_dict()
+        return {**self.semantic_dict(), "budget_usd": usd_text(self.budget_usd)}
 
     def semantic_dict(self) -> dict[str, Any]:
-        """The JSON object that the write-task-v1 digest is computed over. A field added after
-        write-task-v1 (``time_limit_seconds``) is in it only when given, so the digest of
-        every request that does not give it stays byte-for-byte what it was."""
+        """The semantic fields as the store keeps them (:meth:`digest_dict` adds the budget). A
+        field added after write-task-v1 (``time_limit_seconds``) is in it only when given, so
+        the digest of every request that does not give it stays byte-for-byte what it was."""
         return {
             **self._base_dict(),
             **self._optional_dict(),
@@ -64,6 +75,11 @@ class TaskFields:
             "depends_on": list(self.depends_on),
             "risk_level": self.risk_level.value,
         }
+
+
+def usd_text(amount: float) -> str:
+    """An amount of USD as the digest writes it: at most six decimals, no trailing zeros."""
+    return f"{amount:.6f}".rstrip("0").rstrip(".")
 
 
 def task_filename(task_id: str, sender: str, recipient: str) -> str:
@@ -201,6 +217,11 @@ class Task:
     cancel: CancelRequest | None = None
 
     @property
+    def budget_usd(self) -> float | None:
+        """What its LLM agents may spend across attempts (None: the role's default)."""
+        return self.fields.budget_usd
+
+    @property
     def task_path(self) -> str:
         return task_path(self.bucket, self.task_id, self.fields.sender, self.fields.recipient)
 
@@ -227,6 +248,7 @@ class Task:
             ),
             "time_limit_seconds": self.fields.time_limit_seconds,
             "cancel": self.cancel.to_dict() if self.cancel else None,
+            **({"budget_usd": self.budget_usd} if self.budget_usd is not None else {}),
         }
 
 

@@ -49,6 +49,9 @@ class Attempt:
     started_at: datetime
     ended_at: datetime | None
     cause: AttemptCause | None = None  # why it ended (None while running)
+    # What the worker saw besides the error: ``output`` (tails), ``usage`` (the CLI's own
+    # accounting), ``observed`` (how its effects were observed; absent: not observed).
+    details: Mapping[str, Any] | None = None
 
     @property
     def fence(self) -> Fence:
@@ -59,6 +62,7 @@ class Attempt:
         data = dataclasses.asdict(self)
         data["state"] = self.state.value
         data["cause"] = self.cause.value if self.cause else None
+        data["details"] = dict(self.details) if self.details is not None else None
         data["started_at"] = self.started_at.isoformat()
         data["ended_at"] = self.ended_at.isoformat() if self.ended_at else None
         data["lease_missing_since"] = (
@@ -131,13 +135,14 @@ class InterruptionCase:
     bound_operation_id: int | None
     state: CaseState
     review: Mapping[str, Any] | None
+    retry_at: datetime | None = None  # a retry policy's reexecute starts no sooner
 
     def to_dict(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
         for key in ("effect_fact", "admission", "state"):
             value = getattr(self, key)
             data[key] = value.value if value is not None else None
-        for key in ("interrupted_at", "decided_at"):
+        for key in ("interrupted_at", "decided_at", "retry_at"):
             value = getattr(self, key)
             data[key] = value.isoformat() if value is not None else None
         data["effect_refs"] = dict(self.effect_refs)

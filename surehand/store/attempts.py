@@ -7,7 +7,7 @@ before the loss is recorded or is refused after it, never both.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import Any, NamedTuple
 
@@ -61,6 +61,7 @@ def _attempt(row: Row[Any]) -> Attempt:
         started_at=row.started_at,
         ended_at=row.ended_at,
         cause=cause_of(state, row.cause),
+        details=row.details,
     )
 
 
@@ -229,6 +230,13 @@ def finish(
 def record_return(connection: Connection, attempt_id: str, result: Any) -> None:
     """Record that the agent returned, with its result (for a REPORT written from records)."""
     connection.execute(_RECORD_RETURN, {"b_attempt_id": attempt_id, "b_result": result})
+
+
+def set_details(connection: Connection, attempt_id: str, details: Mapping[str, Any]) -> None:
+    """Record what the worker saw of an attempt besides its error (``Attempt.details``)."""
+    connection.execute(
+        update(attempts).where(attempts.c.attempt_id == attempt_id).values(details=dict(details))
+    )
 
 
 def running(connection: Connection, *, limit: int = 10_000, after: str = "") -> list[Attempt]:

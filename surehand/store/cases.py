@@ -48,6 +48,7 @@ def _case(row: Row[Any]) -> InterruptionCase:
         bound_operation_id=row.bound_operation_id,
         state=CaseState(row.state),
         review=row.review,
+        retry_at=row.retry_at,
     )
 
 
@@ -159,8 +160,10 @@ def decide(
     bound_operation_id: int | None,
     resolve: bool,
     now: datetime,
+    retry_at: datetime | None = None,
 ) -> bool:
-    """Record a decision if the case is still as it was read (open, same prior decision)."""
+    """Record a decision if the case is still as it was read (open, same prior decision);
+    ``retry_at``: a retry policy's reexecute starts no sooner."""
     result = connection.execute(
         update(cases)
         .where(
@@ -177,6 +180,7 @@ def decide(
             decided_at=now,
             bound_operation_id=bound_operation_id,
             state=(CaseState.RESOLVED if resolve else CaseState.OPEN).value,
+            retry_at=retry_at,
         )
     )
     return result.rowcount == 1

@@ -150,6 +150,9 @@ tasks = Table(
     _ts("cancel_requested_at", nullable=True),
     Column("cancel_requested_by", String(64)),
     Column("cancel_reason", Text),
+    # What its LLM agents may spend across attempts, in millionths of a USD (exact; NULL: the
+    # role's default).
+    Column("budget_microusd", BigInteger),
     _check("bucket", model.Bucket, "bucket"),
     _check("priority", model.Priority, "priority"),
     _check("risk_level", model.RiskLevel, "risk_level"),
@@ -328,6 +331,7 @@ attempts = Table(
     _ts("started_at"),
     _ts("ended_at", nullable=True),
     Column("cause", String(32)),  # why it ended (model.AttemptCause); NULL while running
+    Column("details", JSON),  # output tails, the CLI's accounting, how effects were observed
     UniqueConstraint("task_id", "number", name="uq_attempts_task_number"),
     _check("state", model.AttemptState, "state"),
     _check("cause", model.AttemptCause, "cause"),
@@ -391,6 +395,7 @@ interruption_cases = Table(
     Column("bound_operation_id", BigInteger),  # as shown (store/opaque.py)
     Column("state", String(16), nullable=False),
     Column("review", JSON),
+    _ts("retry_at", nullable=True),  # a retry policy's reexecute starts no sooner than this
     UniqueConstraint("interrupted_attempt_id", name="uq_interruption_cases_attempt"),
     _check("state", model.CaseState, "state"),
 )

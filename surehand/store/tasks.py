@@ -50,6 +50,7 @@ def _fields(row: Any) -> TaskFields:
         depends_on=tuple(row.depends_on),
         risk_level=RiskLevel(row.risk_level),
         time_limit_seconds=row.time_limit_seconds,
+        budget_usd=usd(row.budget_microusd),
     )
 
 
@@ -57,6 +58,15 @@ def _cancel(row: Any) -> CancelRequest | None:
     if row.cancel_requested_at is None:
         return None
     return CancelRequest(row.cancel_requested_at, row.cancel_requested_by, row.cancel_reason or "")
+
+
+def microusd(amount: float | None) -> int | None:
+    """A USD amount as stored: whole millionths."""
+    return None if amount is None else round(amount * 1_000_000)
+
+
+def usd(stored: int | None) -> float | None:
+    return None if stored is None else stored / 1_000_000
 
 
 def from_row(row: Any) -> Task:
@@ -130,6 +140,7 @@ def new_row(
         "cancel_requested_at": None,
         "cancel_requested_by": None,
         "cancel_reason": None,
+        "budget_microusd": microusd(fields.budget_usd),
     }
 
 
@@ -147,6 +158,7 @@ TASK_COLUMNS = tuple(
         *("client_submission_id", "request_digest", "idempotent", "document_digest"),
         *("published", "created_at", "updated_at", "dispatch_error", "dispatch_error_at"),
         *("time_limit_seconds", "cancel_requested_at", "cancel_requested_by", "cancel_reason"),
+        "budget_microusd",
     )
 )
 # No session of a paused role starts: the claim's WHERE (and the sweep's) leaves its TASKs.

@@ -17,7 +17,7 @@ from fastapi.responses import JSONResponse, RedirectResponse, Response
 from surehand.dispatcher.pauses import PAUSERS
 from surehand.doors.problem import status_for
 from surehand.errors import SurehandError, ValidationFailed
-from surehand.model import Action
+from surehand.model import Action, Admission
 from surehand.ui import lists, views
 from surehand.ui.routes import FormText, Viewer, check_csrf, render, signed_in
 from surehand.ui.signin import PREFIX
@@ -48,6 +48,8 @@ DONE = {
     "cancel-stopping": "Cancelled: its running session is being stopped; admission decides next.",
     "cancel-held": "Cancel recorded: the hold stays for the approver's review.",
     "cancel-pending": "Cancel recorded: the next reconciler pass ends the TASK.",
+    "budget": "Budget raised (recorded with your name).",
+    "budget-runs": "Budget raised: a successor attempt runs the agent again.",
 }
 
 
@@ -137,6 +139,33 @@ def cancel(
         return f"cancel-{outcome.outcome}"
 
     return _act(request, task_id, csrf_token, ask)
+
+
+@router.post("/tasks/{task_id}/budget")
+def budget(
+    request: Request,
+    task_id: str,
+    csrf_token: FormText = "",
+    budget_usd: FormText = "",
+    note: FormText = "",
+) -> Response:
+    """The approver raises what the TASK's LLM agent may spend (``Surehand.raise_budget``)."""
+
+    def raise_it(viewer: Viewer) -> str:
+        try:
+            amount = float(budget_usd)
+        except ValueError:
+            raise ValidationFailed("budget_usd", "write an amount in USD, e.g. 5 or 2.50") from None
+        _, case = viewer.sh.raise_budget(
+            task_id, budget_usd=amount, note=note, actor=viewer.principal.role
+        )
+        return (
+            "budget-runs"
+            if case is not None and case.admission is Admission.REEXECUTE
+            else "budget"
+        )
+
+    return _act(request, task_id, csrf_token, raise_it)
 
 
 def _act(request: Request, task_id: str, csrf_token: str, act: Callable[[Viewer], str]) -> Response:

@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from surehand.agents.budgets import cost_of
 from surehand.dispatcher import dispatch
 from surehand.dispatcher.effects import Evidence, evaluate, unsettled
 from surehand.dispatcher.lifecycle import approvers, cancellers
@@ -42,6 +43,11 @@ class TaskPage:
     attempts: list[Attempt]
     operations: list[Operation]
     cases: list[InterruptionCase]
+
+    @property
+    def spent_usd(self) -> float:
+        """What the TASK's attempts spent, as their agent CLIs reported it."""
+        return cost_of(self.attempts)
 
     def to_dict(self) -> dict[str, Any]:
         """The same document as ``surehand show TASK --json``."""
@@ -116,6 +122,12 @@ class CasePage:
         attempt, names = self.attempt, ", ".join(op.name for op in self.unsettled)
         stopped = CAUSES.get(attempt.cause.value if attempt and attempt.cause else "", "stopped")
         what = f"attempt {attempt.number} {stopped}" if attempt else "the attempt stopped"
+        if not names and not self.operations and attempt is not None:
+            said = f" ({attempt.error})" if attempt.error else ""
+            return (
+                f"The agent's {what}{said}. It declared no effect, so a new attempt repeats "
+                "nothing recorded: run it again, or stop here."
+            )
         if not names:
             return f"The agent's {what}; its records do not settle the TASK."
         return (
@@ -129,6 +141,8 @@ CAUSES = {
     "session_lost": "stopped answering (its worker died or lost contact: the session was lost)",
     "lease_lost": "lost its lease and stopped",
     "agent_failed": "raised an error",
+    "timed_out": "ran out of time and was stopped",
+    "budget_spent": "spent its budget and was stopped",
     "store_unavailable": "could not record its progress (the database was unreachable)",
     "redis_unavailable": "could not renew its lease (Redis was unreachable)",
 }

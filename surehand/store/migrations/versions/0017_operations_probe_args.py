@@ -6,7 +6,7 @@ them with the probe; they are kept with its intent (JSON, NULL for none), outsid
 fingerprint.
 
 Revision ID: 0017
-Revises: 0015
+Revises: 0016
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0017"
-down_revision = "0015"
+down_revision = "0016"
 branch_labels = None
 depends_on = None
 
