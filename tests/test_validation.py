@@ -227,6 +227,14 @@ CALLS: dict[str, Any] = {
     "raise_budget.task_id": lambda sh, s: sh.raise_budget(s, budget_usd=5, note="x", actor="PM"),
     "raise_budget.note": lambda sh, s: sh.raise_budget(ANY_ID, budget_usd=5, note=s, actor="PM"),
     "raise_budget.actor": lambda sh, s: sh.raise_budget(ANY_ID, budget_usd=5, note="x", actor=s),
+    "cancel.task_id": lambda sh, s: sh.cancel(s, reason="x", actor="PM"),
+    "cancel.reason": lambda sh, s: sh.cancel(ANY_ID, reason=s, actor="PM"),
+    "cancel.actor": lambda sh, s: sh.cancel(ANY_ID, reason="x", actor=s),
+    "pause_role.role": lambda sh, s: sh.pause_role(s, reason="x", actor="ADMIN"),
+    "pause_role.reason": lambda sh, s: sh.pause_role("DEV", reason=s, actor="ADMIN"),
+    "pause_role.actor": lambda sh, s: sh.pause_role("DEV", reason="x", actor=s),
+    "resume_role.role": lambda sh, s: sh.resume_role(s, actor="ADMIN"),
+    "resume_role.actor": lambda sh, s: sh.resume_role("DEV", actor=s),
 }
 
 
