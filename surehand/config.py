@@ -113,8 +113,10 @@ class Settings(BaseSettings):
     )
     probe_credentials: str = Field(
         "",
-        description="Comma list of environment variable names the http.request probe may "
-        "send as credentials (an effect names one in its auth_env); no other variable is read.",
+        description="Comma list of the environment variables the http.request probe may send "
+        "as credentials (an effect names one in its auth_env), each bound to where it may go: "
+        "VAR@host (https, port 443) or VAR@host:port. No other variable is read, and none is "
+        "sent to another host, port or scheme (the URL is the agent's).",
     )
     probe_github_url: str = Field(
         "https://api.github.com",

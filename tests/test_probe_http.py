@@ -12,7 +12,7 @@ from surehand.agents.probes import builtin_probes, check_probe_args
 from surehand.agents.probes.args import HttpRequestArgs, PullRequestArgs
 from surehand.agents.probes.fetch import Destinations
 from surehand.agents.probes.github_pr import PullRequestProbe
-from surehand.agents.probes.http_request import HttpRequestProbe
+from surehand.agents.probes.http_request import HttpRequestProbe, parse_credentials
 from surehand.config import Settings
 from tests.fake_forge import FakeApi, serve
 
@@ -110,13 +110,48 @@ def test_a_name_that_resolves_to_loopback_is_refused_by_an_entry_for_public_addr
 def test_credentials_come_only_from_a_variable_the_operator_lists(api: FakeApi) -> None:
     url = f"{api.base}/tickets/EXT-1"
     environ = {"TICKETS_TOKEN": "s3cret", "OTHER": "leak"}
-    listed = probe_for(api, credentials=frozenset({"TICKETS_TOKEN"}), environ=environ)
+    credentials = parse_credentials(f"TICKETS_TOKEN@127.0.0.1:{api.port}")
+    listed = probe_for(api, credentials=credentials, environ=environ)
     assert ask(listed, url=url, auth_env="TICKETS_TOKEN")[0] is True
     assert api.seen[-1]["Authorization"] == "Bearer s3cret"
     present, saw = ask(listed, url=url, auth_env="OTHER")
     assert present is None
     assert "SUREHAND_PROBE_CREDENTIALS" in saw["why"]
     assert all(headers.get("Authorization") != "Bearer leak" for headers in api.seen)
+
+
+def test_a_credential_goes_only_to_the_host_it_is_bound_to_not_to_one_the_agent_names(
+    api: FakeApi,
+) -> None:
+    """An agent declares an http.request to a server of its own that egress allows, naming
+    the operator's ticket token: the worker must not send it there."""
+    environ = {"TICKETS_TOKEN": "s3cret"}
+    with serve(FakeApi()) as agents_server:
+        both = Allowlist.parse(f"127.0.0.1:{api.port},127.0.0.1:{agents_server.port}")
+        credentials = parse_credentials(f"TICKETS_TOKEN@127.0.0.1:{api.port}")
+        probe = HttpRequestProbe(Destinations(both), credentials, 5.0, environ)
+        present, saw = ask(probe, url=f"{agents_server.base}/x", auth_env="TICKETS_TOKEN")
+        assert present is None
+        assert f"TICKETS_TOKEN@127.0.0.1:{agents_server.port}" in saw["why"]
+        assert agents_server.seen == []
+        assert ask(probe, url=f"{api.base}/tickets/EXT-1", auth_env="TICKETS_TOKEN")[0] is True
+        assert api.seen[-1]["Authorization"] == "Bearer s3cret"
+
+
+def test_a_credential_named_without_its_host_is_sent_nowhere(api: FakeApi) -> None:
+    environ = {"TICKETS_TOKEN": "s3cret"}
+    probe = probe_for(api, credentials=parse_credentials("TICKETS_TOKEN"), environ=environ)
+    present, saw = ask(probe, url=f"{api.base}/tickets/EXT-1", auth_env="TICKETS_TOKEN")
+    assert present is None
+    assert "TICKETS_TOKEN@" in saw["why"]
+    assert api.seen == []
+
+
+def test_a_bound_credential_without_a_port_is_sent_over_https_only() -> None:
+    assert parse_credentials("A@tickets.example.com, B@[::1]:8443") == {
+        "A": frozenset({"https://tickets.example.com:443"}),
+        "B": frozenset({"http://::1:8443", "https://::1:8443"}),
+    }
 
 
 @pytest.mark.parametrize(

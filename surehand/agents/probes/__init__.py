@@ -32,7 +32,7 @@ def builtin_probes(settings: Settings) -> dict[str, Callable[..., Any]]:
     timeout = settings.probe_timeout_seconds
     forge = urlsplit(settings.probe_github_url)
     trusted = (f"{forge.hostname}:{forge.port or (443 if forge.scheme == 'https' else 80)}",)
-    credentials = frozenset(filter(None, map(str.strip, settings.probe_credentials.split(","))))
+    credentials = http_request.parse_credentials(settings.probe_credentials)
     return {
         git_push.NAME: git_push.GitPushProbe(timeout),
         http_request.NAME: http_request.HttpRequestProbe(
