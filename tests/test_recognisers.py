@@ -54,7 +54,6 @@ def test_a_push_of_the_tasks_branch_names_the_probe_with_the_commit_the_worker_r
     assert found == Recognised(
         "git.push", {"remote": remote.url, "ref": f"refs/heads/{BRANCH}", "commit": head}
     )
-    assert bash("git push origin", clone) == found  # the current branch
     assert bash(f"git push -u origin HEAD:{BRANCH}", clone) == found
     assert bash(f"git -C {clone.path} push origin {BRANCH}", clone, cwd=Path("/")) == found
 
@@ -83,6 +82,56 @@ def test_a_push_to_a_refspec_with_another_destination_names_that_ref(clone: Clon
 )
 def test_other_commands_are_not_recognised(clone: Clone, command: str) -> None:
     assert bash(command, clone) is None
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        # Options that take the next word: git reads "origin" as their value and pushes to
+        # the remote the agent named after it (one the agent may have added to its clone).
+        f"git push --repo origin {BRANCH}",
+        f"git push -o origin {BRANCH}",
+        f"git push -uo origin {BRANCH}",
+        f"git push --push-option origin {BRANCH}",
+        f"git push --receive-pack git-receive-pack origin {BRANCH}",
+        f"git push --recurse-submodules=on-demand origin {BRANCH}",
+        f"git push --signed origin {BRANCH}",
+        f"git push -- origin {BRANCH}",
+    ],
+)
+def test_a_push_with_an_option_the_recogniser_does_not_know_is_not_recognised(
+    clone: Clone, command: str
+) -> None:
+    assert bash(command, clone) is None
+
+
+def test_a_push_naming_no_refspec_is_not_recognised_its_refs_are_the_clones_config(
+    clone: Clone, remote: Remote
+) -> None:
+    """``git push origin`` pushes what the clone's config says (``remote.origin.push``,
+    ``push.default``), and the agent writes that config: here, another branch elsewhere."""
+    git(clone.path, "branch", "other", "HEAD~1")
+    git(clone.path, "config", "remote.origin.push", "refs/heads/other:refs/heads/elsewhere")
+    git(clone.path, "push", "-q", "origin")
+    assert git(remote.bare, "for-each-ref", "--format=%(refname)") == (
+        "refs/heads/elsewhere\nrefs/heads/main"
+    )  # not the TASK's branch: git did what the config said
+    assert bash("git push origin", clone) is None
+    assert bash("git push -u origin", clone) is None
+
+
+def test_a_push_from_a_repository_nested_in_the_clone_is_not_recognised(
+    clone: Clone, tmp_path: Path
+) -> None:
+    """A repository of the agent's inside its clone has remotes and refs of its own: the push
+    is not the clone's, whatever the clone's remote and commit would say."""
+    nested = clone.path / "vendor" / "lib"
+    nested.mkdir(parents=True)
+    git(nested, "init", "-q")
+    (nested / "src").mkdir()
+    assert bash(f"git -C vendor/lib push origin {BRANCH}", clone) is None
+    assert bash(f"git push origin {BRANCH}", clone, cwd=nested / "src") is None
+    assert bash(f"git -C {clone.path}/vendor push origin {BRANCH}", clone, cwd=tmp_path) is not None
 
 
 def test_a_push_outside_the_tasks_clone_is_not_recognised(clone: Clone, tmp_path: Path) -> None:
