@@ -105,6 +105,14 @@ class Settings(BaseSettings):
         description="How long one built-in probe (git.push, http.request, "
         "github.pull_request) may take before its answer is inconclusive.",
     )
+    probe_total_seconds: float = Field(
+        120.0,
+        gt=0,
+        description="How long all the probes of one admission may take together: an agent "
+        "can declare many effects with slow probes, and admission runs in a reconciler pass "
+        "(or a cancel or recover request). Probes not asked within it leave their effects "
+        "unknown, so the TASK is held for its approver.",
+    )
     probe_egress: str = Field(
         "",
         description="Comma list of destinations the HTTP probes may reach besides "
