@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -15,6 +19,30 @@ from tests.fake_forge import FakeApi, serve
 from tests.git_remotes import Remote, git, git_daemon, make_remote, plant_hooks
 
 ZERO = "0" * 40
+
+
+@contextmanager
+def redirecting(target: str) -> Iterator[int]:
+    """A server on the loopback that answers every GET with a redirect to ``target``."""
+
+    class Redirect(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(302)
+            self.send_header("Location", target + self.path.partition("/x.git")[2])
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *_args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Redirect)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server.server_address[1]
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 @pytest.fixture
@@ -167,3 +195,14 @@ def test_where_a_remote_goes_over_the_network(
     remote: str, destination: tuple[str, str, int] | None
 ) -> None:
     assert network_destination(remote) == destination
+
+
+def test_git_follows_no_redirect_from_an_allowed_remote_to_the_workers_loopback() -> None:
+    """An allowed http remote answers with a redirect to an address only the worker reaches:
+    git must not follow it (git follows a first redirect by default)."""
+    with serve(FakeApi()) as hidden, redirecting(f"{hidden.base}/x.git") as allowed_port:
+        listed = Destinations(Allowlist.parse(f"127.0.0.1:{allowed_port}"))
+        remote = f"http://127.0.0.1:{allowed_port}/x.git"
+        result = GitPushProbe(5, listed).check(GitPushArgs(remote=remote, ref="main", commit=ZERO))
+        assert result.present is None
+        assert hidden.seen == []

@@ -15,7 +15,7 @@ private ranges need an entry naming them exactly), unless it is the URL of a rem
 repository the operator named in ``SUREHAND_AGENT_WORKSPACE`` (what the push recogniser
 records). Without this an agent could have the worker, outside its sandbox, send git's
 requests to the worker's loopback or a metadata address. An ``http(s)`` remote is pinned to
-the checked address (``http.curloptResolve``). A local remote (a path, ``file://``) is read as
+the checked address (``http.curloptResolve``) and no redirect is followed. A local remote (a path, ``file://``) is read as
 data by the hardened git.
 """
 
@@ -39,6 +39,9 @@ from surehand.model import Operation
 NAME = "git.push"
 VERSION = 1
 SCRATCH_REF = "refs/surehand-probe/pushed"
+# git follows an http remote's first redirect by default: an allowed server could send the
+# probe on to an address only the worker reaches, past the check of the remote's own address.
+NO_REDIRECTS = ("-c", "http.followRedirects=false")
 PORTS = {"http": 80, "https": 443, "git": 9418, "ssh": 22}
 SCP_LIKE = re.compile(r"\A(?:[^@/]*@)?(\[[^\]]*\]|[^:/\[]+):(?!//)")
 
@@ -122,7 +125,7 @@ class GitPushProbe:
     def _run(self, repo: Path, *args: str) -> subprocess.CompletedProcess[str] | None:
         try:
             return subprocess.run(
-                worker_git.command(repo, *args),
+                worker_git.command(repo, *NO_REDIRECTS, *args),
                 capture_output=True,
                 text=True,
                 timeout=self.timeout,
