@@ -15,8 +15,8 @@ private ranges need an entry naming them exactly), unless it is the URL of a rem
 repository the operator named in ``SUREHAND_AGENT_WORKSPACE`` (what the push recogniser
 records). Without this an agent could have the worker, outside its sandbox, send git's
 requests to the worker's loopback or a metadata address. An ``http(s)`` remote is pinned to
-the checked address (``http.curloptResolve``) and no redirect is followed. A local remote (a path, ``file://``) is read as
-data by the hardened git.
+the checked address (``http.curloptResolve``) and no redirect is followed. A local remote (a
+path, ``file://``) is read as data by the hardened git.
 """
 
 from __future__ import annotations
