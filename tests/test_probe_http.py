@@ -181,6 +181,13 @@ def test_a_pull_request_from_the_head_branch_is_present_on_the_fake_forge(api: F
     assert probe.check(PullRequestArgs(repo="acme/app", head="other")).present is None
 
 
+@pytest.mark.parametrize("repo", ["../..", "acme/..", "./app", "acme/."])
+def test_a_repo_that_would_walk_the_forges_api_path_is_refused(repo: str) -> None:
+    """``/repos/../../x`` is another endpoint of the forge, asked with the operator's token."""
+    with pytest.raises(ValueError, match="^repo"):
+        check_probe_args("github.pull_request", {"repo": repo, "head": "x"})
+
+
 def test_every_built_in_probe_is_made_from_settings_alone() -> None:
     made = builtin_probes(Settings(database_url="sqlite://", redis_url="memory://"))
     assert sorted(made) == ["git.push", "github.pull_request", "http.request"]
