@@ -184,7 +184,7 @@ def test_a_pull_request_from_the_head_branch_is_present_on_the_fake_forge(api: F
 @pytest.mark.parametrize("repo", ["../..", "acme/..", "./app", "acme/."])
 def test_a_repo_that_would_walk_the_forges_api_path_is_refused(repo: str) -> None:
     """``/repos/../../x`` is another endpoint of the forge, asked with the operator's token."""
-    with pytest.raises(ValueError, match="^repo"):
+    with pytest.raises(ValueError, match=r"^repo"):
         check_probe_args("github.pull_request", {"repo": repo, "head": "x"})
 
 
