@@ -154,6 +154,27 @@ def test_an_http_request_with_an_idempotency_key_is_keyed(clone: Clone) -> None:
     assert bash("curl -X POST https://api/x", clone) is None
 
 
+@pytest.mark.parametrize(
+    "command",
+    [
+        # A second request without the key: a repeat of it is not deduplicated.
+        "curl -H 'Idempotency-Key: k1' https://api/x --next -X POST https://api/y",
+        "curl -H 'Idempotency-Key: k1' https://api/x -: -X POST https://api/y",
+        # Two keys: which one the far side dedupes by is not what the journal says.
+        "curl -H 'Idempotency-Key: k1' -H 'Idempotency-Key: k2' -X POST https://api/x",
+        # Options read from a file the agent wrote may add requests or headers.
+        "curl -K more.cfg -H 'Idempotency-Key: k1' -X POST https://api/x",
+        "curl --config=more.cfg -H 'Idempotency-Key: k1' -X POST https://api/x",
+        "curl -H @headers.txt -H 'Idempotency-Key: k1' -X POST https://api/x",
+        "http --session=s POST https://api/x Idempotency-Key:k1",
+    ],
+)
+def test_a_request_whose_key_does_not_cover_all_it_sends_is_not_keyed(
+    clone: Clone, command: str
+) -> None:
+    assert bash(command, clone) is None
+
+
 def test_the_hooks_journal_a_recognised_push_as_a_probed_intent(
     sh: Surehand, mcp: SessionMcp, clone: Clone, remote: Remote
 ) -> None:

@@ -79,19 +79,46 @@ def recognise(
     return None
 
 
+# Options that send more than the one keyed request, or read options and headers from a file
+# the agent wrote: a request they add may carry no key, or another one.
+UNKEYED_OPTIONS = ("--next", "--config", "--session", "--session-read-only")
+
+
 def keyed_request(words: Sequence[str]) -> Recognised | None:
-    """An HTTP request carrying ``Idempotency-Key``: keyed (curl ``-H``/``--header``,
-    httpie ``Name:value``)."""
-    for index, word in enumerate(words):
+    """An HTTP request carrying one ``Idempotency-Key``: keyed (curl ``-H``/``--header``,
+    httpie ``Name:value``). Not when the command sends requests the key may not cover
+    (``--next``), reads options or headers from a file (``-K``, ``-H @file``, httpie
+    sessions), or names two keys."""
+    keys: set[str] = set()
+    headers = iter(words)
+    for word in headers:
         header = word
-        if word in ("-H", "--header") and index + 1 < len(words):
-            header = words[index + 1]
+        if word in ("-H", "--header"):
+            header = next(headers, "")
         elif word.startswith("--header="):
             header = word.removeprefix("--header=")
+        elif word.startswith("-H"):
+            header = word.removeprefix("-H")
+        elif _reads_more(word):
+            return None
+        if header.startswith("@"):
+            return None
         match = KEY_HEADER.match(header)
-        if match and re.fullmatch(r"[\x21-\x7e]{1,255}", match.group(1)):
-            return Recognised(None, None, match.group(1), "keyed", kind="keyed request")
-    return None
+        if match:
+            keys.add(match.group(1))
+    if len(keys) != 1:
+        return None
+    [key] = keys
+    if not re.fullmatch(r"[\x21-\x7e]{1,255}", key):
+        return None
+    return Recognised(None, None, key, "keyed", kind="keyed request")
+
+
+def _reads_more(word: str) -> bool:
+    if word.startswith("--"):
+        return word.partition("=")[0] in UNKEYED_OPTIONS
+    # A cluster of curl's short options: -K (a config file) or -: (--next) among them.
+    return word.startswith("-") and bool({"K", ":"} & set(word[1:]))
 
 
 def git_push(words: Sequence[str], cwd: str | None, clone: Clone) -> Recognised | None:
