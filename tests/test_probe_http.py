@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import socket
+import threading
+import time
 from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -77,6 +82,52 @@ def test_an_answer_dripped_a_byte_at_a_time_cannot_hold_the_probe_past_its_bound
     present, saw = ask(probe_for(api, timeout=1.0), url=f"{api.base}/tickets/EXT-1")
     assert present is None
     assert saw["why"].startswith("no answer")
+
+
+@dataclass
+class Dripping:
+    port: int = 0
+    sent_all: bool = False  # the client stayed for every byte
+
+
+@contextmanager
+def dripping_headers(pause: float) -> Iterator[Dripping]:
+    """A server whose answer's headers come a byte at a time, ``pause`` apart (a 200 in the
+    end): each byte inside a socket timeout, all of them far past a probe's bound. It stops
+    when the client hangs up."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    state = Dripping(listener.getsockname()[1])
+
+    def answer() -> None:
+        connection, _ = listener.accept()
+        with connection:
+            connection.recv(65536)
+            head = b"HTTP/1.1 200 OK\r\nX-Slow: " + b"a" * 30 + b"\r\nContent-Length: 2\r\n\r\n"
+            for byte in head:
+                try:
+                    connection.sendall(bytes([byte]))
+                except OSError:
+                    return
+                time.sleep(pause)
+            state.sent_all = True
+
+    thread = threading.Thread(target=answer, daemon=True)
+    thread.start()
+    try:
+        yield state
+    finally:
+        thread.join(timeout=60)
+        listener.close()
+
+
+def test_headers_dripped_a_byte_at_a_time_cannot_hold_the_probe_past_its_bound() -> None:
+    with dripping_headers(0.3) as server:
+        listed = Destinations(Allowlist.parse(f"127.0.0.1:{server.port}"))
+        probe = HttpRequestProbe(listed, timeout=1.0)
+        present, saw = ask(probe, url=f"http://127.0.0.1:{server.port}/tickets/EXT-1")
+    assert present is None
+    assert saw["why"].startswith("no answer")
+    assert not server.sent_all  # the probe hung up at its bound, not after every header
 
 
 def test_the_workers_loopback_is_refused_unless_an_entry_names_it(api: FakeApi) -> None:
