@@ -11,6 +11,7 @@ in time.
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import socket
 import ssl
@@ -106,10 +107,8 @@ def get(
 def _hang_up(connection: http.client.HTTPConnection) -> None:
     sock = connection.sock
     if sock is not None:
-        try:
+        with contextlib.suppress(OSError):  # already closed
             sock.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass  # already closed
 
 
 def _read(sock: socket.socket | None, response: http.client.HTTPResponse, deadline: float) -> bytes:
