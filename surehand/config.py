@@ -105,6 +105,14 @@ class Settings(BaseSettings):
         description="How long one built-in probe (git.push, http.request, "
         "github.pull_request) may take before its answer is inconclusive.",
     )
+    probe_total_seconds: float = Field(
+        120.0,
+        gt=0,
+        description="How long all the probes of one admission may take together: an agent "
+        "can declare many effects with slow probes, and admission runs in a reconciler pass "
+        "(or a cancel or recover request). Probes not asked within it leave their effects "
+        "unknown, so the TASK is held for its approver.",
+    )
     probe_egress: str = Field(
         "",
         description="Comma list of destinations the HTTP probes may reach besides "
@@ -113,8 +121,10 @@ class Settings(BaseSettings):
     )
     probe_credentials: str = Field(
         "",
-        description="Comma list of environment variable names the http.request probe may "
-        "send as credentials (an effect names one in its auth_env); no other variable is read.",
+        description="Comma list of the environment variables the http.request probe may send "
+        "as credentials (an effect names one in its auth_env), each bound to where it may go: "
+        "VAR@host (https, port 443) or VAR@host:port. No other variable is read, and none is "
+        "sent to another host, port or scheme (the URL is the agent's).",
     )
     probe_github_url: str = Field(
         "https://api.github.com",

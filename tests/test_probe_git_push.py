@@ -2,16 +2,47 @@
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 
+from surehand.agents.egress import Allowlist
 from surehand.agents.probes import check_probe_args
 from surehand.agents.probes.args import GitPushArgs
-from surehand.agents.probes.git_push import GitPushProbe
+from surehand.agents.probes.fetch import Destinations
+from surehand.agents.probes.git_push import GitPushProbe, network_destination
+from tests.fake_forge import FakeApi, serve
 from tests.git_remotes import Remote, git, git_daemon, make_remote, plant_hooks
 
 ZERO = "0" * 40
+
+
+@contextmanager
+def redirecting(target: str) -> Iterator[int]:
+    """A server on the loopback that answers every GET with a redirect to ``target``."""
+
+    class Redirect(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(302)
+            self.send_header("Location", target + self.path.partition("/x.git")[2])
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *_args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Redirect)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server.server_address[1]
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 @pytest.fixture
@@ -23,7 +54,10 @@ def remote(tmp_path: Path) -> Remote:
 
 
 def ask(url: str, ref: str, commit: str) -> tuple[bool | None, dict[str, object]]:
-    result = GitPushProbe(timeout=20).check(GitPushArgs(remote=url, ref=ref, commit=commit))
+    """The probe, with egress listing the URL's own host and port (a local git daemon's)."""
+    where = url.removeprefix("git://").partition("/")[0] if url.startswith("git://") else ""
+    probe = GitPushProbe(20, Destinations(Allowlist.parse(where)))
+    result = probe.check(GitPushArgs(remote=url, ref=ref, commit=commit))
     return result.present, dict(result.saw)
 
 
@@ -109,3 +143,66 @@ def test_arguments_that_could_run_a_program_or_are_not_a_push_are_refused(
 def test_a_short_branch_name_is_recorded_as_its_full_ref() -> None:
     checked = check_probe_args("git.push", {"remote": "/srv/r.git", "ref": "main", "commit": ZERO})
     assert checked == {"remote": "/srv/r.git", "ref": "refs/heads/main", "commit": ZERO}
+
+
+def test_an_agents_remote_on_the_workers_loopback_is_refused_before_git_connects() -> None:
+    """An agent declares git.push at an address only the worker reaches: the probe runs
+    outside the sandbox, so it must not send git's request there."""
+    with serve(FakeApi()) as loopback_service:
+        for remote in (
+            f"http://127.0.0.1:{loopback_service.port}/x.git",
+            f"http://localhost:{loopback_service.port}/x.git",
+            f"https://[::ffff:127.0.0.1]:{loopback_service.port}/x.git",
+        ):
+            result = GitPushProbe(timeout=5).check(
+                GitPushArgs(remote=remote, ref="main", commit=ZERO)
+            )
+            assert result.present is None
+            assert "refused" in result.saw["why"]
+        assert loopback_service.seen == []
+
+
+def test_a_loopback_remote_is_asked_when_egress_names_it_or_it_is_the_repositorys(
+    remote: Remote,
+) -> None:
+    head = git(remote.work, "rev-parse", "HEAD")
+    with git_daemon(remote.bare.parent) as base:
+        url = f"{base}/remote.git"
+        listed = Destinations(Allowlist.parse(url.removeprefix("git://").partition("/")[0]))
+        assert (
+            GitPushProbe(5, listed).check(GitPushArgs(remote=url, ref="main", commit=head)).present
+        )
+        trusted = GitPushProbe(5, trusted=lambda: {url})
+        assert trusted.check(GitPushArgs(remote=url, ref="main", commit=head)).present is True
+        assert (
+            GitPushProbe(5).check(GitPushArgs(remote=url, ref="main", commit=head)).present is None
+        )
+
+
+@pytest.mark.parametrize(
+    ("remote", "destination"),
+    [
+        ("file:///srv/x.git", None),
+        ("/srv/x.git", None),
+        ("dir/x:y", None),
+        ("git@example.com:acme/app.git", ("ssh", "example.com", 22)),
+        ("[::1]:app.git", ("ssh", "::1", 22)),
+        ("ssh://git@example.com:2222/app.git", ("ssh", "example.com", 2222)),
+        ("git://10.0.0.1/app.git", ("git", "10.0.0.1", 9418)),
+    ],
+)
+def test_where_a_remote_goes_over_the_network(
+    remote: str, destination: tuple[str, str, int] | None
+) -> None:
+    assert network_destination(remote) == destination
+
+
+def test_git_follows_no_redirect_from_an_allowed_remote_to_the_workers_loopback() -> None:
+    """An allowed http remote answers with a redirect to an address only the worker reaches:
+    git must not follow it (git follows a first redirect by default)."""
+    with serve(FakeApi()) as hidden, redirecting(f"{hidden.base}/x.git") as allowed_port:
+        listed = Destinations(Allowlist.parse(f"127.0.0.1:{allowed_port}"))
+        remote = f"http://127.0.0.1:{allowed_port}/x.git"
+        result = GitPushProbe(5, listed).check(GitPushArgs(remote=remote, ref="main", commit=ZERO))
+        assert result.present is None
+        assert hidden.seen == []

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import socket
+import threading
+import time
 from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -12,7 +17,7 @@ from surehand.agents.probes import builtin_probes, check_probe_args
 from surehand.agents.probes.args import HttpRequestArgs, PullRequestArgs
 from surehand.agents.probes.fetch import Destinations
 from surehand.agents.probes.github_pr import PullRequestProbe
-from surehand.agents.probes.http_request import HttpRequestProbe
+from surehand.agents.probes.http_request import HttpRequestProbe, parse_credentials
 from surehand.config import Settings
 from tests.fake_forge import FakeApi, serve
 
@@ -79,6 +84,52 @@ def test_an_answer_dripped_a_byte_at_a_time_cannot_hold_the_probe_past_its_bound
     assert saw["why"].startswith("no answer")
 
 
+@dataclass
+class Dripping:
+    port: int = 0
+    sent_all: bool = False  # the client stayed for every byte
+
+
+@contextmanager
+def dripping_headers(pause: float) -> Iterator[Dripping]:
+    """A server whose answer's headers come a byte at a time, ``pause`` apart (a 200 in the
+    end): each byte inside a socket timeout, all of them far past a probe's bound. It stops
+    when the client hangs up."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    state = Dripping(listener.getsockname()[1])
+
+    def answer() -> None:
+        connection, _ = listener.accept()
+        with connection:
+            connection.recv(65536)
+            head = b"HTTP/1.1 200 OK\r\nX-Slow: " + b"a" * 30 + b"\r\nContent-Length: 2\r\n\r\n"
+            for byte in head:
+                try:
+                    connection.sendall(bytes([byte]))
+                except OSError:
+                    return
+                time.sleep(pause)
+            state.sent_all = True
+
+    thread = threading.Thread(target=answer, daemon=True)
+    thread.start()
+    try:
+        yield state
+    finally:
+        thread.join(timeout=60)
+        listener.close()
+
+
+def test_headers_dripped_a_byte_at_a_time_cannot_hold_the_probe_past_its_bound() -> None:
+    with dripping_headers(0.3) as server:
+        listed = Destinations(Allowlist.parse(f"127.0.0.1:{server.port}"))
+        probe = HttpRequestProbe(listed, timeout=1.0)
+        present, saw = ask(probe, url=f"http://127.0.0.1:{server.port}/tickets/EXT-1")
+    assert present is None
+    assert saw["why"].startswith("no answer")
+    assert not server.sent_all  # the probe hung up at its bound, not after every header
+
+
 def test_the_workers_loopback_is_refused_unless_an_entry_names_it(api: FakeApi) -> None:
     url = f"{api.base}/tickets/EXT-1"
     for destinations in (
@@ -110,13 +161,48 @@ def test_a_name_that_resolves_to_loopback_is_refused_by_an_entry_for_public_addr
 def test_credentials_come_only_from_a_variable_the_operator_lists(api: FakeApi) -> None:
     url = f"{api.base}/tickets/EXT-1"
     environ = {"TICKETS_TOKEN": "s3cret", "OTHER": "leak"}
-    listed = probe_for(api, credentials=frozenset({"TICKETS_TOKEN"}), environ=environ)
+    credentials = parse_credentials(f"TICKETS_TOKEN@127.0.0.1:{api.port}")
+    listed = probe_for(api, credentials=credentials, environ=environ)
     assert ask(listed, url=url, auth_env="TICKETS_TOKEN")[0] is True
     assert api.seen[-1]["Authorization"] == "Bearer s3cret"
     present, saw = ask(listed, url=url, auth_env="OTHER")
     assert present is None
     assert "SUREHAND_PROBE_CREDENTIALS" in saw["why"]
     assert all(headers.get("Authorization") != "Bearer leak" for headers in api.seen)
+
+
+def test_a_credential_goes_only_to_the_host_it_is_bound_to_not_to_one_the_agent_names(
+    api: FakeApi,
+) -> None:
+    """An agent declares an http.request to a server of its own that egress allows, naming
+    the operator's ticket token: the worker must not send it there."""
+    environ = {"TICKETS_TOKEN": "s3cret"}
+    with serve(FakeApi()) as agents_server:
+        both = Allowlist.parse(f"127.0.0.1:{api.port},127.0.0.1:{agents_server.port}")
+        credentials = parse_credentials(f"TICKETS_TOKEN@127.0.0.1:{api.port}")
+        probe = HttpRequestProbe(Destinations(both), credentials, 5.0, environ)
+        present, saw = ask(probe, url=f"{agents_server.base}/x", auth_env="TICKETS_TOKEN")
+        assert present is None
+        assert f"TICKETS_TOKEN@127.0.0.1:{agents_server.port}" in saw["why"]
+        assert agents_server.seen == []
+        assert ask(probe, url=f"{api.base}/tickets/EXT-1", auth_env="TICKETS_TOKEN")[0] is True
+        assert api.seen[-1]["Authorization"] == "Bearer s3cret"
+
+
+def test_a_credential_named_without_its_host_is_sent_nowhere(api: FakeApi) -> None:
+    environ = {"TICKETS_TOKEN": "s3cret"}
+    probe = probe_for(api, credentials=parse_credentials("TICKETS_TOKEN"), environ=environ)
+    present, saw = ask(probe, url=f"{api.base}/tickets/EXT-1", auth_env="TICKETS_TOKEN")
+    assert present is None
+    assert "TICKETS_TOKEN@" in saw["why"]
+    assert api.seen == []
+
+
+def test_a_bound_credential_without_a_port_is_sent_over_https_only() -> None:
+    assert parse_credentials("A@tickets.example.com, B@[::1]:8443") == {
+        "A": frozenset({"https://tickets.example.com:443"}),
+        "B": frozenset({"http://::1:8443", "https://::1:8443"}),
+    }
 
 
 @pytest.mark.parametrize(
@@ -144,6 +230,13 @@ def test_a_pull_request_from_the_head_branch_is_present_on_the_fake_forge(api: F
     assert probe.check(PullRequestArgs(repo="acme/app", head="other")).present is False
     api.status = 502
     assert probe.check(PullRequestArgs(repo="acme/app", head="other")).present is None
+
+
+@pytest.mark.parametrize("repo", ["../..", "acme/..", "./app", "acme/."])
+def test_a_repo_that_would_walk_the_forges_api_path_is_refused(repo: str) -> None:
+    """``/repos/../../x`` is another endpoint of the forge, asked with the operator's token."""
+    with pytest.raises(ValueError, match=r"^repo"):
+        check_probe_args("github.pull_request", {"repo": repo, "head": "x"})
 
 
 def test_every_built_in_probe_is_made_from_settings_alone() -> None:

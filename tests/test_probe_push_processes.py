@@ -64,6 +64,8 @@ def test_an_interrupted_push_is_decided_by_the_built_in_probe_and_happens_once(
         url = remote.url
         if transport == "git-daemon":
             url = f"{stack.enter_context(git_daemon(remote.bare.parent))}/remote.git"
+            # The agent's remote is on the worker's loopback: only an entry naming it admits it.
+            deployment.env["SUREHAND_PROBE_EGRESS"] = url.removeprefix("git://").split("/")[0]
         deployment.env.update(
             {"SUREHAND_AGENTS": "DEV=tests.push_agents:push", WORK_ENV: str(remote.work),
              REMOTE_ENV: url}

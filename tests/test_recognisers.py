@@ -54,7 +54,6 @@ def test_a_push_of_the_tasks_branch_names_the_probe_with_the_commit_the_worker_r
     assert found == Recognised(
         "git.push", {"remote": remote.url, "ref": f"refs/heads/{BRANCH}", "commit": head}
     )
-    assert bash("git push origin", clone) == found  # the current branch
     assert bash(f"git push -u origin HEAD:{BRANCH}", clone) == found
     assert bash(f"git -C {clone.path} push origin {BRANCH}", clone, cwd=Path("/")) == found
 
@@ -85,6 +84,56 @@ def test_other_commands_are_not_recognised(clone: Clone, command: str) -> None:
     assert bash(command, clone) is None
 
 
+@pytest.mark.parametrize(
+    "command",
+    [
+        # Options that take the next word: git reads "origin" as their value and pushes to
+        # the remote the agent named after it (one the agent may have added to its clone).
+        f"git push --repo origin {BRANCH}",
+        f"git push -o origin {BRANCH}",
+        f"git push -uo origin {BRANCH}",
+        f"git push --push-option origin {BRANCH}",
+        f"git push --receive-pack git-receive-pack origin {BRANCH}",
+        f"git push --recurse-submodules=on-demand origin {BRANCH}",
+        f"git push --signed origin {BRANCH}",
+        f"git push -- origin {BRANCH}",
+    ],
+)
+def test_a_push_with_an_option_the_recogniser_does_not_know_is_not_recognised(
+    clone: Clone, command: str
+) -> None:
+    assert bash(command, clone) is None
+
+
+def test_a_push_naming_no_refspec_is_not_recognised_its_refs_are_the_clones_config(
+    clone: Clone, remote: Remote
+) -> None:
+    """``git push origin`` pushes what the clone's config says (``remote.origin.push``,
+    ``push.default``), and the agent writes that config: here, another branch elsewhere."""
+    git(clone.path, "branch", "other", "HEAD~1")
+    git(clone.path, "config", "remote.origin.push", "refs/heads/other:refs/heads/elsewhere")
+    git(clone.path, "push", "-q", "origin")
+    assert git(remote.bare, "for-each-ref", "--format=%(refname)") == (
+        "refs/heads/elsewhere\nrefs/heads/main"
+    )  # not the TASK's branch: git did what the config said
+    assert bash("git push origin", clone) is None
+    assert bash("git push -u origin", clone) is None
+
+
+def test_a_push_from_a_repository_nested_in_the_clone_is_not_recognised(
+    clone: Clone, tmp_path: Path
+) -> None:
+    """A repository of the agent's inside its clone has remotes and refs of its own: the push
+    is not the clone's, whatever the clone's remote and commit would say."""
+    nested = clone.path / "vendor" / "lib"
+    nested.mkdir(parents=True)
+    git(nested, "init", "-q")
+    (nested / "src").mkdir()
+    assert bash(f"git -C vendor/lib push origin {BRANCH}", clone) is None
+    assert bash(f"git push origin {BRANCH}", clone, cwd=nested / "src") is None
+    assert bash(f"git -C {clone.path}/vendor push origin {BRANCH}", clone, cwd=tmp_path) is not None
+
+
 def test_a_push_outside_the_tasks_clone_is_not_recognised(clone: Clone, tmp_path: Path) -> None:
     assert bash(f"git push origin {BRANCH}", clone, cwd=tmp_path) is None
     assert recognise("Bash", {"command": f"git push origin {BRANCH}"}, None, None) is None
@@ -103,6 +152,27 @@ def test_an_http_request_with_an_idempotency_key_is_keyed(clone: Clone) -> None:
     assert bash("curl --header=idempotency-key:order-42 https://api/x", clone) == keyed
     assert bash("http POST https://api/x Idempotency-Key:order-42", clone) == keyed
     assert bash("curl -X POST https://api/x", clone) is None
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        # A second request without the key: a repeat of it is not deduplicated.
+        "curl -H 'Idempotency-Key: k1' https://api/x --next -X POST https://api/y",
+        "curl -H 'Idempotency-Key: k1' https://api/x -: -X POST https://api/y",
+        # Two keys: which one the far side dedupes by is not what the journal says.
+        "curl -H 'Idempotency-Key: k1' -H 'Idempotency-Key: k2' -X POST https://api/x",
+        # Options read from a file the agent wrote may add requests or headers.
+        "curl -K more.cfg -H 'Idempotency-Key: k1' -X POST https://api/x",
+        "curl --config=more.cfg -H 'Idempotency-Key: k1' -X POST https://api/x",
+        "curl -H @headers.txt -H 'Idempotency-Key: k1' -X POST https://api/x",
+        "http --session=s POST https://api/x Idempotency-Key:k1",
+    ],
+)
+def test_a_request_whose_key_does_not_cover_all_it_sends_is_not_keyed(
+    clone: Clone, command: str
+) -> None:
+    assert bash(command, clone) is None
 
 
 def test_the_hooks_journal_a_recognised_push_as_a_probed_intent(

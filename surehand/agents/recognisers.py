@@ -6,7 +6,7 @@ intent without key or probe: after a crash mid-call it is held for a person. Two
 make all the time can say more, decided here by the worker (outside the sandbox) from the
 command line alone and what the worker reads itself:
 
-- ``git push REMOTE [REFSPEC]`` in the TASK's clone (:mod:`surehand.agents.workspaces`), to a
+- ``git push REMOTE REFSPEC`` in the TASK's clone (:mod:`surehand.agents.workspaces`), to a
   remote of the repository, names the built-in ``git.push`` probe with the remote's URL (as
   the worker read it from the repository, not the clone's config the agent can write), the
   destination ref, and the commit its source pointed to when the call was made (read by the
@@ -30,9 +30,14 @@ from typing import Any
 from surehand.agents import git_rules, worker_git
 
 SHELL_OPERATORS = re.compile(r"[;&|<>`$()\n\\]")
-NOT_ONE_PUSH = frozenset(
-    {"--delete", "-d", "--all", "--mirror", "--tags", "--dry-run", "-n", "--prune", "--follow-tags"}
-)
+# The options a recognised push may carry: none takes a value from the next word (``-o x``,
+# ``--repo x`` would make git read the remote the recogniser took as their value) and none
+# changes which refs go where. Anything else leaves the call unrecognised.
+PUSH_FLAGS = frozenset(
+    {"--set-upstream", "--force", "--force-if-includes", "--quiet", "--verbose", "--progress",
+     "--no-progress", "--porcelain", "--atomic", "--no-verify", "--force-with-lease"}
+)  # fmt: skip
+PUSH_SHORT = frozenset("ufqv")
 KEY_HEADER = re.compile(r"\A\s*idempotency-key\s*:\s*(\S+)\s*\Z", re.IGNORECASE)
 HTTP_CLIENTS = frozenset({"curl", "http", "https"})
 
@@ -74,23 +79,50 @@ def recognise(
     return None
 
 
+# Options that send more than the one keyed request, or read options and headers from a file
+# the agent wrote: a request they add may carry no key, or another one.
+UNKEYED_OPTIONS = ("--next", "--config", "--session", "--session-read-only")
+
+
 def keyed_request(words: Sequence[str]) -> Recognised | None:
-    """An HTTP request carrying ``Idempotency-Key``: keyed (curl ``-H``/``--header``,
-    httpie ``Name:value``)."""
-    for index, word in enumerate(words):
+    """An HTTP request carrying one ``Idempotency-Key``: keyed (curl ``-H``/``--header``,
+    httpie ``Name:value``). Not when the command sends requests the key may not cover
+    (``--next``), reads options or headers from a file (``-K``, ``-H @file``, httpie
+    sessions), or names two keys."""
+    keys: set[str] = set()
+    headers = iter(words)
+    for word in headers:
         header = word
-        if word in ("-H", "--header") and index + 1 < len(words):
-            header = words[index + 1]
+        if word in ("-H", "--header"):
+            header = next(headers, "")
         elif word.startswith("--header="):
             header = word.removeprefix("--header=")
+        elif word.startswith("-H"):
+            header = word.removeprefix("-H")
+        elif _reads_more(word):
+            return None
+        if header.startswith("@"):
+            return None
         match = KEY_HEADER.match(header)
-        if match and re.fullmatch(r"[\x21-\x7e]{1,255}", match.group(1)):
-            return Recognised(None, None, match.group(1), "keyed", kind="keyed request")
-    return None
+        if match:
+            keys.add(match.group(1))
+    if len(keys) != 1:
+        return None
+    [key] = keys
+    if not re.fullmatch(r"[\x21-\x7e]{1,255}", key):
+        return None
+    return Recognised(None, None, key, "keyed", kind="keyed request")
+
+
+def _reads_more(word: str) -> bool:
+    if word.startswith("--"):
+        return word.partition("=")[0] in UNKEYED_OPTIONS
+    # A cluster of curl's short options: -K (a config file) or -: (--next) among them.
+    return word.startswith("-") and bool({"K", ":"} & set(word[1:]))
 
 
 def git_push(words: Sequence[str], cwd: str | None, clone: Clone) -> Recognised | None:
-    """``git [-C DIR] push REMOTE [REFSPEC]`` in the clone, to one of its remotes."""
+    """``git [-C DIR] push [FLAGS] REMOTE REFSPEC`` in the clone, to one of its remotes."""
     try:
         git = git_rules.parse(words)
     except git_rules.GitRefused:
@@ -98,13 +130,12 @@ def git_push(words: Sequence[str], cwd: str | None, clone: Clone) -> Recognised 
     if git.subcommand != "push" or not _inside(clone.path, cwd, git.directories):
         return None
     positional = [arg for arg in git.args if not arg.startswith("-")]
-    if any(arg in NOT_ONE_PUSH or arg.startswith("--mirror") for arg in git.args):
+    if not all(_known_flag(arg) for arg in git.args if arg.startswith("-")):
         return None
-    if not positional or len(positional) > 2:
+    if len(positional) != 2:  # without a refspec git pushes what the clone's config says
         return None
     url = _remote_url(positional[0], clone.remotes)
-    refspec = positional[1] if len(positional) == 2 else "HEAD"
-    target = _target(clone.path, refspec)
+    target = _target(clone.path, positional[1])
     if url is None or target is None:
         return None
     ref, commit = target
@@ -112,12 +143,27 @@ def git_push(words: Sequence[str], cwd: str | None, clone: Clone) -> Recognised 
     return Recognised("git.push", args, kind="git push")
 
 
+def _known_flag(arg: str) -> bool:
+    if arg.startswith("--"):
+        return arg in PUSH_FLAGS or arg.startswith("--force-with-lease=")
+    return len(arg) > 1 and set(arg[1:]) <= PUSH_SHORT
+
+
 def _inside(clone: Path, cwd: str | None, directories: Sequence[str]) -> bool:
+    """Whether git runs in the clone itself: in it or a directory of it, with no repository
+    of the agent's (a ``.git`` of its own) between there and the clone's top."""
     where = Path(cwd) if cwd else clone
     for directory in directories:
         where = where / directory
     try:
-        return where.resolve().is_relative_to(clone.resolve())
+        where, top = where.resolve(), clone.resolve()
+        if not where.is_relative_to(top):
+            return False
+        return not any(
+            (step / ".git").exists()
+            for step in (where, *where.parents)
+            if step != top and step.is_relative_to(top)
+        )
     except OSError:
         return False
 

@@ -37,7 +37,7 @@ def transition(
 ) -> Task:
     """Move a TASK; one sent back for rework (reject, reopen) is published for a new attempt."""
     moved = lifecycle.transition(services, task_id, action, tenant=tenant, **details)
-    if Action(action) in lifecycle.REWORK_ACTIONS:  # valid: transition parsed it
+    if Action(action) in lifecycle.REWORK_ACTIONS and moved.cancel is None:  # parsed: valid
         publish_after_commit(services, task_id)
     after_done(services, moved)  # the dependants it released
     return moved

@@ -187,11 +187,12 @@ class Admitter:
             ]
         unregistered = {op.probe for op in pending if op.probe and self.probe(op.probe) is None}
         asked: list[dict[str, object]] = []
+        started = self.services.clock.now()
         for op in pending:
             if op.probe in unregistered:
                 _log_unregistered(op)
                 continue
-            result = self._ask(op)
+            result = self._ask_within(op, (self.services.clock.now() - started).total_seconds())
             asked.append(observation(op, result))
             if result.present is None:
                 continue
@@ -204,6 +205,18 @@ class Admitter:
                     now=self.services.clock.now(),
                 )
         return frozenset(name for name in unregistered if name), asked
+
+    def _ask_within(self, op: Operation, spent: float) -> ProbeResult:
+        """The probe's answer, unless this admission's probes already took their bound (an
+        agent declaring many slow probes must not hold a reconciler pass): then unknown."""
+        bound = self.services.settings.probe_total_seconds
+        if spent < bound:
+            return self._ask(op)
+        why = (
+            f"not asked: this admission's probes took {spent:.0f} s of their "
+            f"SUREHAND_PROBE_TOTAL_SECONDS={bound:g}"
+        )
+        return ProbeResult(None, {"why": why})
 
     def _ask(self, op: Operation) -> ProbeResult:
         probe = self.probe(op.probe or "")

@@ -365,7 +365,7 @@ def transition(
             raise TaskNotFound(
                 f"no {request.task_id} in tenant {scope!r}; `surehand tasks` lists them"
             )
-        return apply(
+        moved = apply(
             connection,
             task,
             request.action,
@@ -375,6 +375,13 @@ def transition(
             report_id=request.report_id,
             acting=acting,
         )
+        if moved.cancel is not None and request.action in REWORK_ACTIONS:
+            # Cancelled while its session ran, which settled before its stop watch looked:
+            # sent back, it would wait in active for a claim that refuses it. It ends now.
+            from surehand.dispatcher.cancel import archive_cancelled  # cancel imports this
+
+            return archive_cancelled(connection, services, moved)
+        return moved
 
 
 def _refuse_system(actor: object) -> None:

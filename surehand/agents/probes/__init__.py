@@ -32,9 +32,11 @@ def builtin_probes(settings: Settings) -> dict[str, Callable[..., Any]]:
     timeout = settings.probe_timeout_seconds
     forge = urlsplit(settings.probe_github_url)
     trusted = (f"{forge.hostname}:{forge.port or (443 if forge.scheme == 'https' else 80)}",)
-    credentials = frozenset(filter(None, map(str.strip, settings.probe_credentials.split(","))))
+    credentials = http_request.parse_credentials(settings.probe_credentials)
     return {
-        git_push.NAME: git_push.GitPushProbe(timeout),
+        git_push.NAME: git_push.GitPushProbe(
+            timeout, fetch.Destinations(allowlist), lambda: repository_remotes(settings)
+        ),
         http_request.NAME: http_request.HttpRequestProbe(
             fetch.Destinations(allowlist), credentials, timeout
         ),
@@ -45,6 +47,22 @@ def builtin_probes(settings: Settings) -> dict[str, Callable[..., Any]]:
             timeout,
         ),
     }
+
+
+def repository_remotes(settings: Settings) -> frozenset[str]:
+    """The remote URLs of the repositories ``SUREHAND_AGENT_WORKSPACE`` names (``worktree:``
+    entries): the operator's, asked by ``git.push`` wherever they are (read as data, now)."""
+    from surehand.agents.workspaces import Workspaces, remotes_of
+    from surehand.errors import ConfigError
+
+    try:
+        resolved = Workspaces.parse(settings.agent_workspace)
+    except ConfigError:
+        return frozenset()  # a bad setting stops the worker at its start, not here
+    specs = [resolved.default, *resolved.by_role.values()]
+    return frozenset(
+        url for spec in specs if spec and spec.worktree for _name, url in remotes_of(spec.path)
+    )
 
 
 def described(name: str) -> str:

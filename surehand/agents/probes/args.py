@@ -145,8 +145,8 @@ class PullRequestArgs(_Args):
     @field_validator("repo")
     @classmethod
     def _repo(cls, value: str) -> str:
-        if not REPO_RE.match(value):
-            raise ValueError("must be owner/name")
+        if not REPO_RE.match(value) or {".", ".."} & set(value.split("/")):
+            raise ValueError("must be owner/name")  # "..": another path of the forge's API
         return value
 
     @field_validator("head", "base")

@@ -5,14 +5,17 @@ The URL comes from an agent's declaration, so it is treated like the agent's own
 (``SUREHAND_AGENT_EGRESS`` and ``SUREHAND_PROBE_EGRESS``), its name is resolved once here and
 the connection goes to an address that was checked -- never the worker's loopback, a private
 range or a metadata address unless an entry names it exactly. No redirect is followed, the
-answer is read up to :data:`MAX_BYTES` and the whole request is bounded in time.
+answer is read up to :data:`MAX_BYTES` and the whole exchange -- headers included -- is bounded
+in time.
 """
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import socket
 import ssl
+import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -81,15 +84,31 @@ def get(
     deadline = time.monotonic() + timeout
     target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
     connection = _Pinned(host, port, str(addresses[0]), secure, timeout)
+    # The socket timeout bounds each receive, not the exchange: a server dripping its status
+    # line and headers a byte at a time would hold the probe for hours. At the deadline the
+    # socket is shut down, whatever is being read.
+    watchdog = threading.Timer(timeout, _hang_up, (connection,))
+    watchdog.daemon = True
+    watchdog.start()
     try:
         connection.request("GET", target, headers={"Host": parts.netloc, **headers})
         sock = connection.sock  # kept: the connection lets go of it once the answer says close
         response = connection.getresponse()
         return Answer(response.status, _read(sock, response, deadline))
     except (OSError, http.client.HTTPException) as error:
+        if time.monotonic() >= deadline:
+            raise Unreachable(f"no complete answer within {timeout:g} s") from None
         raise Unreachable(f"{type(error).__name__}: {error}") from None
     finally:
+        watchdog.cancel()
         connection.close()
+
+
+def _hang_up(connection: http.client.HTTPConnection) -> None:
+    sock = connection.sock
+    if sock is not None:
+        with contextlib.suppress(OSError):  # already closed
+            sock.shutdown(socket.SHUT_RDWR)
 
 
 def _read(sock: socket.socket | None, response: http.client.HTTPResponse, deadline: float) -> bytes:

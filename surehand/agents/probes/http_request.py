@@ -6,7 +6,10 @@ The effect declares a URL that answers whether it happened -- ``GET /tickets?ext
 be there and not empty. An ``absent_status`` (default 404), or a yes-status whose field does not
 match, is *absent*; anything else (5xx, a timeout, a refused destination, an answer too large
 or not JSON) is *inconclusive*. Credentials come only from the environment variables the
-operator lists in ``SUREHAND_PROBE_CREDENTIALS``, named by the effect's ``auth_env``.
+operator lists in ``SUREHAND_PROBE_CREDENTIALS``, named by the effect's ``auth_env``, and go
+only to the scheme, host and port each is bound to there (``TICKETS_TOKEN@tickets.example.com``):
+the URL is the agent's, and a credential the operator meant for one API must never reach a
+server the agent picked (one of its own that egress happens to allow).
 """
 
 from __future__ import annotations
@@ -15,9 +18,11 @@ import base64
 import json
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlsplit
 
+from surehand.agents.egress import normalise
 from surehand.agents.probes import fetch
 from surehand.agents.probes.args import HttpRequestArgs
 from surehand.agents.probes.result import ProbeResult, inconclusive
@@ -33,7 +38,7 @@ class HttpRequestProbe:
     """The probe, with where it may go, which variables it may send, and its time bound."""
 
     destinations: fetch.Destinations
-    credentials: frozenset[str] = frozenset()
+    credentials: Mapping[str, frozenset[str]] = field(default_factory=dict)  # parse_credentials
     timeout: float = 10.0
     environ: Mapping[str, str] | None = None  # os.environ unless given (tests)
 
@@ -58,12 +63,51 @@ class HttpRequestProbe:
             raise fetch.Refused(
                 f"variable {args.auth_env} is not one SUREHAND_PROBE_CREDENTIALS lets probes send"
             )
+        where = origin(args.url)
+        if where not in self.credentials[args.auth_env]:
+            host = where.partition("://")[2]
+            raise fetch.Refused(
+                f"variable {args.auth_env} is not bound to {where} (SUREHAND_PROBE_CREDENTIALS "
+                f"would need {args.auth_env}@{host}); nothing was sent"
+            )
         secret = (os.environ if self.environ is None else self.environ).get(args.auth_env)
         if not secret:
             raise fetch.Refused(f"variable {args.auth_env} is not set in this process")
         if args.auth_scheme == "Basic":
             secret = base64.b64encode(secret.encode()).decode()
         return {**headers, "Authorization": f"{args.auth_scheme} {secret}"}
+
+
+def parse_credentials(text: str) -> dict[str, frozenset[str]]:
+    """``SUREHAND_PROBE_CREDENTIALS``: ``VAR@host`` (sent over https to port 443 only) or
+    ``VAR@host:port`` (that port), comma separated; a variable may be bound to several. A bare
+    ``VAR`` is bound to nothing: it is never sent (the refusal says how to bind it)."""
+    bound: dict[str, set[str]] = {}
+    for entry in filter(None, map(str.strip, text.split(","))):
+        name, _, where = entry.partition("@")
+        places = bound.setdefault(name.strip(), set())
+        if where.strip():
+            places.update(_origins(where.strip()))
+    return {name: frozenset(places) for name, places in bound.items()}
+
+
+def _origins(where: str) -> set[str]:
+    parts = urlsplit(f"//{where}")
+    try:
+        port = parts.port
+    except ValueError:
+        return set()
+    host = normalise(parts.hostname or "")
+    if port is None:
+        return {f"https://{host}:443"}
+    return {f"{scheme}://{host}:{port}" for scheme in ("http", "https")}
+
+
+def origin(url: str) -> str:
+    """``scheme://host:port`` of a URL, as credentials are bound."""
+    parts = urlsplit(url)
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    return f"{parts.scheme}://{normalise(parts.hostname or '')}:{port}"
 
 
 def judge(args: HttpRequestArgs, answer: fetch.Answer) -> ProbeResult:
