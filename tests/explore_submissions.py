@@ -228,12 +228,14 @@ class SubmissionMachine(RuleBasedStateMachine):
             assert len(known.named) <= 1, f"{tenant}/{sid} was answered with {known.named}"
             receipt = self._receipt(tenant, sid)
             if receipt is None:
-                assert not named and not known.named
+                assert not named
+                assert not known.named
                 continue
             assert (receipt.task_id, receipt.task_path) == known.identity, (
                 f"the receipt of {tenant}/{sid} changed its identity"
             )
-            assert set(named) <= {receipt.task_id} and known.named <= {receipt.task_id}
+            assert set(named) <= {receipt.task_id}
+            assert known.named <= {receipt.task_id}
             if receipt.state is ReceiptState.COMMITTED:
                 assert named == [receipt.task_id], f"{tenant}/{sid} committed without its TASK"
 
