@@ -34,6 +34,8 @@ SUBMISSIONS = ("sub-a", "sub-b")
 VARIANTS = ("Fix login", "Fix logout")  # two requests: same id, different digest
 KILLS = (None, CrashPoint.WRITE_TASK_BEFORE_COMMIT, CrashPoint.WRITE_TASK_AFTER_COMMIT)
 HOLDS = (-30.0, 0.0, 30.0)  # a dead writer's hold: expired, ending right now, live
+TARGETS = ("absent", "matching", "foreign")  # what the preallocated TASK id holds
+FOREIGN = "sub-foreign"  # a submission no caller of the machine uses
 MAX_READS = 50  # receipt reads one call may make while the clock stands still
 
 
@@ -148,7 +150,7 @@ class SubmissionMachine(RuleBasedStateMachine):
         variant=st.integers(0, 1),
         stage=st.sampled_from((ReceiptState.RESERVED, ReceiptState.TASK_CREATED)),
         held_for=st.sampled_from(HOLDS),
-        task_present=st.booleans(),
+        at_the_id=st.sampled_from(TARGETS),
     )
     def a_writer_died_midway(
         self,
@@ -157,10 +159,11 @@ class SubmissionMachine(RuleBasedStateMachine):
         variant: int,
         stage: ReceiptState,
         held_for: float,
-        task_present: bool,
+        at_the_id: str,
     ) -> None:
         """A writer whose TASK store did not share the receipt's transaction died after
-        ``stage``: its receipt (held until ``held_for`` seconds from now), maybe its TASK."""
+        ``stage``: its receipt (held until ``held_for`` seconds from now), and at the
+        preallocated id its TASK, nothing, or (``foreign``) the TASK of another submission."""
         if self._receipt(tenant, sid) is not None:
             return
         self.seeded += 1
@@ -173,10 +176,10 @@ class SubmissionMachine(RuleBasedStateMachine):
                 task_id=task_id,
                 data=data,
                 tenant=tenant,
-                submission_id=sid,
+                submission_id=FOREIGN if at_the_id == "foreign" else sid,
                 now=now,
             )
-            if task_present
+            if at_the_id != "absent"
             else None
         )
         seed_receipt(
@@ -220,6 +223,15 @@ class SubmissionMachine(RuleBasedStateMachine):
             )
             return [row.task_id for row in rows]
 
+    def _identity_of(self, task_id: str) -> tuple[str, str | None]:
+        with self.services.store.snapshot() as connection:
+            row = connection.execute(
+                select(tables.tasks.c.tenant, tables.tasks.c.client_submission_id).where(
+                    tables.tasks.c.task_id == task_id
+                )
+            ).one()
+            return row.tenant, row.client_submission_id
+
     @invariant()
     def a_submission_names_one_task(self) -> None:
         for (tenant, sid), known in self.known.items():
@@ -236,6 +248,11 @@ class SubmissionMachine(RuleBasedStateMachine):
             )
             assert set(named) <= {receipt.task_id}
             assert known.named <= {receipt.task_id}
+            for task_id in known.named:
+                assert self._identity_of(task_id) == (tenant, sid), (
+                    f"{tenant}/{sid} was answered with {task_id}, the TASK of "
+                    f"{self._identity_of(task_id)}"
+                )
             if receipt.state is ReceiptState.COMMITTED:
                 assert named == [receipt.task_id], f"{tenant}/{sid} committed without its TASK"
 

@@ -25,7 +25,8 @@ from typing import Any
 
 import pytest
 import redis
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, Phase, settings
+from hypothesis.internal.conjecture import engine
 from sqlalchemy import delete, text
 
 from surehand.clock import Clock
@@ -39,6 +40,8 @@ from surehand.store.schema import metadata
 
 EXAMPLES_ENV = "SUREHAND_TEST_EXPLORE_EXAMPLES"
 STEPS_ENV = "SUREHAND_TEST_EXPLORE_STEPS"
+NO_SHRINK_ENV = "SUREHAND_TEST_EXPLORE_NO_SHRINK"  # set: report the first failure unshrunk
+SHRINK_SECONDS_ENV = "SUREHAND_TEST_EXPLORE_SHRINK_SECONDS"  # hypothesis's shrink limit (300)
 DEFAULT_EXAMPLES = 12  # per test in the default suite (each runs on 2 databases x 2 Redis)
 DEFAULT_STEPS = 50
 UNREACHABLE = "\0unreachable"  # what ModelLeases records when a holder question failed
@@ -48,6 +51,9 @@ REDIS_TTL_MS = 3_600_000  # the keys' own TTL: never reached within an example
 def budget() -> settings:
     """Hypothesis settings for one machine: fixed and derandomised in the default suite (the
     same examples every run, so CI is reproducible); random and large under ``--explore``."""
+    if os.environ.get(SHRINK_SECONDS_ENV):
+        # No public setting bounds shrinking time; the mutation runs need it shorter.
+        engine.MAX_SHRINKING_SECONDS = int(os.environ[SHRINK_SECONDS_ENV])
     examples = os.environ.get(EXAMPLES_ENV, "")
     exploring = examples != ""
     return settings(
@@ -58,7 +64,11 @@ def budget() -> settings:
         database=None if not exploring else settings().database,
         print_blob=True,
         suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+        phases=_UNSHRUNK if os.environ.get(NO_SHRINK_ENV) else tuple(Phase),
     )
+
+
+_UNSHRUNK = (Phase.explicit, Phase.reuse, Phase.generate, Phase.target)
 
 
 class Killed(BaseException):  # a kill, not an error

@@ -35,7 +35,7 @@ def test_a_retry_takes_over_a_reservation_whose_hold_ends_at_this_very_instant(
     world: SubmissionWorld,
 ) -> None:
     # Found by the machine: a_writer_died_midway(held_for=0.0, stage=reserved,
-    # task_present=False) then submit(the same request). The reader counted the hold as over
+    # at_the_id="absent") then submit(the same request). The reader counted the hold as over
     # (held_until > now is false) while the takeover counted it as live (held_until < now is
     # false too), so the call re-read the receipt forever while the clock stood still.
     machine = SubmissionMachine(world)
@@ -45,7 +45,7 @@ def test_a_retry_takes_over_a_reservation_whose_hold_ends_at_this_very_instant(
         variant=0,
         stage=ReceiptState.RESERVED,
         held_for=0.0,
-        task_present=False,
+        at_the_id="absent",
     )
     identity = machine.known[("acme", "sub-a")].identity
     assert identity is not None
