@@ -1,17 +1,18 @@
 """Mutation evidence for the protocol explorers (issue 35): for each invariant, a small,
 plausible break of the protocol's own code, and whether the explore tests catch it.
 
-Each mutation is a one-place text patch of a file under ``surehand/``. The script applies it in
-place, runs the explore test that guards the invariant (SQLite and fakeredis, the fastest
-backends; the code under test is the same on the others), restores the file in a ``finally``
-and checks that ``git diff`` of the file is empty again. It runs each mutant twice: with the
+Each mutation is a one-place text patch of a file under ``surehand/``. The script applies it to
+a scratch copy of the package and the tests (the worktree is never changed), runs the explore
+test that guards the invariant there (SQLite and fakeredis, the fastest backends; the code
+under test is the same on the others), and checks that the copy really imported the mutant.
+It runs each mutant twice: with the
 default suite's fixed budget (what CI runs) and with an exploration budget. Results: a table on
 stdout, ``bench/results/explore-mutations-<UTC>.md`` (the diff, the test that caught it, the
 shrunk counterexample hypothesis printed) and the same as JSON.
 
     .venv/bin/python bench/explore_mutations.py [--examples 200] [--only NAME]
 
-Needs the dev virtualenv; never commit while it runs (a mutant is applied meanwhile).
+Needs the dev virtualenv.
 """
 
 from __future__ import annotations
@@ -21,9 +22,11 @@ import difflib
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
@@ -156,17 +159,34 @@ class Outcome:
     message: str
 
 
-def apply(mutation: Mutation) -> str:
-    """Patch the file in place; returns the original text (the caller restores it)."""
-    path = REPO / mutation.path
-    original = path.read_text(encoding="utf-8")
+def scratch_copy(mutation: Mutation, into: Path) -> tuple[str, str]:
+    """Copy the package and the tests into ``into`` and patch the copy; (original, mutant)."""
+    for part in ("surehand", "tests"):
+        shutil.copytree(
+            REPO / part, into / part, ignore=shutil.ignore_patterns("__pycache__", ".hypothesis")
+        )
+    shutil.copy2(REPO / "pyproject.toml", into / "pyproject.toml")
+    original = (REPO / mutation.path).read_text(encoding="utf-8")
     if original.count(mutation.old) != 1:
-        raise SystemExit(f"{mutation.name}: the text to change is not found once in {path}")
-    path.write_text(original.replace(mutation.old, mutation.new), encoding="utf-8")
-    return original
+        raise SystemExit(f"{mutation.name}: the text to change is not found once")
+    mutant = original.replace(mutation.old, mutation.new)
+    (into / mutation.path).write_text(mutant, encoding="utf-8")
+    return original, mutant
 
 
-def run(test: str, examples: int | None, seed: int) -> tuple[bool, float, str]:
+def imports_the_copy(where: Path) -> bool:
+    """The scratch copy's ``surehand`` shadows the worktree's (editable) install."""
+    done = subprocess.run(
+        [str(REPO / ".venv" / "bin" / "python"), "-c", "import surehand; print(surehand.__file__)"],
+        cwd=where,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return done.stdout.strip().startswith(str(where))
+
+
+def run(where: Path, test: str, examples: int | None, seed: int) -> tuple[bool, float, str]:
     """Run the guarding machine test; (failed, seconds, output). The default budget's run
     only says whether it is caught (unshrunk, fast); the exploration's run shrinks."""
     env = dict(os.environ)
@@ -178,7 +198,9 @@ def run(test: str, examples: int | None, seed: int) -> tuple[bool, float, str]:
     else:
         env["SUREHAND_TEST_EXPLORE_NO_SHRINK"] = "1"
     command = [
-        str(REPO / ".venv" / "bin" / "pytest"),
+        str(REPO / ".venv" / "bin" / "python"),
+        "-m",
+        "pytest",
         "-q",
         "-n",
         "0",
@@ -192,7 +214,7 @@ def run(test: str, examples: int | None, seed: int) -> tuple[bool, float, str]:
         MACHINE_TESTS[test],
     ]
     started = time.perf_counter()
-    done = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, check=False)
+    done = subprocess.run(command, cwd=where, env=env, capture_output=True, text=True, check=False)
     return done.returncode != 0, time.perf_counter() - started, done.stdout + done.stderr
 
 
@@ -211,25 +233,22 @@ def counterexample(output: str) -> tuple[str, str]:
 
 
 def mutate(mutation: Mutation, examples: int, seed: int) -> Outcome:
-    original = apply(mutation)
-    path = REPO / mutation.path
-    try:
+    with tempfile.TemporaryDirectory(prefix="surehand-mutant-") as scratch:
+        where = Path(scratch)
+        original, mutant = scratch_copy(mutation, where)
+        if not imports_the_copy(where):
+            raise SystemExit("the scratch copy does not shadow the installed surehand")
         diff = "".join(
             difflib.unified_diff(
                 original.splitlines(keepends=True),
-                path.read_text(encoding="utf-8").splitlines(keepends=True),
+                mutant.splitlines(keepends=True),
                 f"a/{mutation.path}",
                 f"b/{mutation.path}",
                 n=2,
             )
         )
-        caught_default, seconds_default, out_default = run(mutation.test, None, seed)
-        caught_explore, seconds_explore, out_explore = run(mutation.test, examples, seed)
-    finally:
-        path.write_text(original, encoding="utf-8")
-    clean = subprocess.run(["git", "diff", "--quiet", "--", mutation.path], cwd=REPO, check=False)
-    if clean.returncode != 0:
-        raise SystemExit(f"{mutation.path} was not restored; fix it by hand before anything else")
+        caught_default, seconds_default, out_default = run(where, mutation.test, None, seed)
+        caught_explore, seconds_explore, out_explore = run(where, mutation.test, examples, seed)
     steps, message = counterexample(out_explore if caught_explore else out_default)
     return Outcome(
         mutation.name,
@@ -295,7 +314,7 @@ def _yes(caught: bool, seconds: float) -> str:
 
 
 def _stop(signum: int, _frame: object) -> None:
-    raise KeyboardInterrupt(f"signal {signum}")  # unwinds through ``finally``: file restored
+    raise KeyboardInterrupt(f"signal {signum}")  # unwinds: the scratch copy is removed
 
 
 def main() -> int:
