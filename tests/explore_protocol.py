@@ -132,6 +132,7 @@ class Actor:
     heartbeat: Heartbeat | None = None
     alive: bool = True
     ended: bool = False
+    paused: bool = False  # its heartbeat does not run while the world's heartbeats do
 
     @property
     def task_id(self) -> str:
@@ -276,7 +277,9 @@ class ProtocolMachine(RuleBasedStateMachine):
         """One heartbeat renewal and its loss decision. A lease may be kept only while it was
         never unrenewed for a full TTL (by the injected clock): after that a successor may
         hold the TASK, so a heartbeat that keeps or retakes it is a second live owner."""
-        actor = self._actor(index)
+        self._beat(self._actor(index))
+
+    def _beat(self, actor: Actor) -> None:
         assert actor.heartbeat is not None
         if actor.heartbeat.lost.is_set():
             return
@@ -287,6 +290,24 @@ class ProtocolMachine(RuleBasedStateMachine):
                 f"heartbeat of attempt {actor.number} kept its lease {since:g}s after its last "
                 f"renewal (TTL {TTL:g}s)"
             )
+
+    @precondition(lambda self: self._actors(leased=True))
+    @rule(rounds=st.integers(1, 4))
+    def heartbeats_run(self, rounds: int) -> None:
+        """Time passes as it does for live sessions: one heartbeat interval per round, and
+        every leased session that is not paused renews (or decides it lost its lease)."""
+        for _ in range(rounds):
+            self.time_passes(HEARTBEAT)
+            for actor in self._actors(leased=True):
+                if not actor.paused:
+                    self._beat(actor)
+
+    @precondition(lambda self: self._actors())
+    @rule(index=st.integers(0, 7))
+    def pause_or_resume(self, index: int) -> None:
+        """A process stops being scheduled (GC, a VM freeze, SIGSTOP), or runs again."""
+        actor = self._actor(index, leased=None)
+        actor.paused = not actor.paused
 
     @precondition(lambda self: self._actors(leased=True, lost=True))
     @rule(index=st.integers(0, 7))
@@ -434,6 +455,26 @@ class ProtocolMachine(RuleBasedStateMachine):
         """Redis stops answering after ``after`` more calls (0: now; else mid-step)."""
         if not self.leases.down:
             self.leases.fail_after = after
+
+    @rule(after=st.integers(0, 3), rounds=st.integers(1, 5), passes=st.booleans())
+    def an_outage_lasts(self, after: int, rounds: int, passes: bool) -> None:
+        """Redis goes away (after ``after`` more calls) for ``rounds`` heartbeat intervals,
+        while heartbeats (and maybe reconciler passes) keep trying, then comes back."""
+        self.redis_goes_away(after)
+        for _ in range(rounds):
+            self.heartbeats_run(1) if self._actors(leased=True) else self.time_passes(HEARTBEAT)
+            if passes:
+                self.reconcile(0)
+        self.redis_comes_back()
+
+    @rule(seconds=st.sampled_from((5.0, TTL, TTL + 1)))
+    def a_pause_across_a_restart(self, seconds: float) -> None:
+        """Every process stops for ``seconds`` (a host freeze) while Redis restarts without
+        its data; then each leased session's heartbeat runs once."""
+        self.time_passes(seconds)
+        self.redis_restarts_empty()
+        for actor in self._actors(leased=True):
+            self._beat(actor)
 
     @rule()
     def redis_comes_back(self) -> None:
