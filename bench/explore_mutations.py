@@ -40,6 +40,11 @@ MACHINE_TESTS = {
     PROTOCOL: "interleaving and sqlite and fakeredis",
     SUBMISSIONS: "interleaving and sqlite",
 }
+# The plain tests beside each machine: counterexamples kept as regression tests.
+REPLAY_TESTS = {
+    PROTOCOL: "not interleaving and sqlite and fakeredis",
+    SUBMISSIONS: "not interleaving and sqlite",
+}
 
 
 @dataclass(frozen=True)
@@ -153,6 +158,7 @@ class Outcome:
     diff: str
     caught_default: bool
     caught_explore: bool
+    caught_replay: bool
     seconds_default: float
     seconds_explore: float
     counterexample: str
@@ -186,7 +192,9 @@ def imports_the_copy(where: Path) -> bool:
     return done.stdout.strip().startswith(str(where))
 
 
-def run(where: Path, test: str, examples: int | None, seed: int) -> tuple[bool, float, str]:
+def run(
+    where: Path, test: str, examples: int | None, seed: int, selection: str = ""
+) -> tuple[bool, float, str]:
     """Run the guarding machine test; (failed, seconds, output). The default budget's run
     only says whether it is caught (unshrunk, fast); the exploration's run shrinks."""
     env = dict(os.environ)
@@ -211,7 +219,7 @@ def run(where: Path, test: str, examples: int | None, seed: int) -> tuple[bool, 
         f"--hypothesis-seed={seed}",
         test,
         "-k",
-        MACHINE_TESTS[test],
+        selection or MACHINE_TESTS[test],
     ]
     started = time.perf_counter()
     done = subprocess.run(command, cwd=where, env=env, capture_output=True, text=True, check=False)
@@ -249,6 +257,7 @@ def mutate(mutation: Mutation, examples: int, seed: int) -> Outcome:
         )
         caught_default, seconds_default, out_default = run(where, mutation.test, None, seed)
         caught_explore, seconds_explore, out_explore = run(where, mutation.test, examples, seed)
+        caught_replay, _, _ = run(where, mutation.test, None, seed, REPLAY_TESTS[mutation.test])
     steps, message = counterexample(out_explore if caught_explore else out_default)
     return Outcome(
         mutation.name,
@@ -257,6 +266,7 @@ def mutate(mutation: Mutation, examples: int, seed: int) -> Outcome:
         diff,
         caught_default,
         caught_explore,
+        caught_replay,
         round(seconds_default, 1),
         round(seconds_explore, 1),
         steps,
@@ -274,13 +284,14 @@ def report(outcomes: list[Outcome], examples: int, seed: int) -> Path:
         f"default suite's budget (derandomised) and once with {examples} examples "
         f"(--hypothesis-seed={seed}). Produced by `bench/explore_mutations.py`.",
         "",
-        "| mutation | invariant | caught (default budget) | caught (explore) |",
-        "|---|---|---|---|",
+        "| mutation | invariant | machine, default budget | machine, explore | regression tests |",
+        "|---|---|---|---|---|",
     ]
     for o in outcomes:
         lines.append(
             f"| {o.name} | {o.invariant} | {_yes(o.caught_default, o.seconds_default)} | "
-            f"{_yes(o.caught_explore, o.seconds_explore)} |"
+            f"{_yes(o.caught_explore, o.seconds_explore)} | "
+            f"{'yes' if o.caught_replay else 'NO'} |"
         )
     for o in outcomes:
         lines += [
@@ -332,11 +343,14 @@ def main() -> int:
         print(  # the table is the output
             f"{outcome.name:<52} "
             f"default: {_yes(outcome.caught_default, outcome.seconds_default):<12}"
-            f" explore: {_yes(outcome.caught_explore, outcome.seconds_explore)}",
+            f" explore: {_yes(outcome.caught_explore, outcome.seconds_explore):<12}"
+            f" regression tests: {'yes' if outcome.caught_replay else 'NO'}",
             flush=True,
         )
     print(f"written: {report(outcomes, args.examples, args.seed)}")
-    return 0 if all(o.caught_default or o.caught_explore for o in outcomes) else 1
+    return (
+        0 if all(o.caught_default or o.caught_explore or o.caught_replay for o in outcomes) else 1
+    )
 
 
 if __name__ == "__main__":

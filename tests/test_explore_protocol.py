@@ -9,6 +9,7 @@ as plain regression tests.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from hypothesis.stateful import run_state_machine_as_test
@@ -34,3 +35,41 @@ def world(
 
 def test_the_session_protocol_keeps_its_invariants_in_every_interleaving(world: World) -> None:
     run_state_machine_as_test(lambda: ProtocolMachine(world), settings=budget())  # type: ignore[arg-type]  # a factory works (hypothesis documents it)
+
+
+# -- counterexamples the exploration printed (for the mutants of bench/explore_mutations.py) ----
+
+
+def replay(world: World, *steps: tuple[str, dict[str, Any]]) -> None:
+    """Run ``steps`` on a fresh machine as hypothesis does: the invariants after each."""
+    machine = ProtocolMachine(world)
+    try:
+        machine.first_task()
+        machine.protocol_holds()
+        for name, arguments in steps:
+            getattr(machine, name)(**arguments)
+            machine.protocol_holds()
+    finally:
+        machine.teardown()
+
+
+def test_a_heartbeat_gives_its_lease_up_when_redis_stays_away_for_a_ttl(world: World) -> None:
+    replay(
+        world,
+        ("worker_starts", {"index": 0}),
+        ("an_outage_lasts", {"after": 0, "passes": False, "rounds": 3}),
+    )
+
+
+def test_no_successor_is_admitted_for_a_lost_lease_while_redis_cannot_answer(
+    world: World,
+) -> None:
+    replay(
+        world,
+        ("worker_starts", {"index": 0}),
+        ("redis_goes_away", {"after": 0}),
+        ("heartbeats_run", {"rounds": 3}),
+        ("recover", {"by": "PM", "index": 0}),
+        ("end_after_lost_lease", {"index": 0}),
+        ("a_while_passes_under_the_reconciler", {"seconds": 30.0}),
+    )
