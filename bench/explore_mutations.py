@@ -227,17 +227,19 @@ def run(
 
 
 def counterexample(output: str) -> tuple[str, str]:
-    """The steps hypothesis printed for the (shrunk) failing case, and the assertion."""
-    lines = [line[2:] if line.startswith("E ") else line for line in output.splitlines()]
-    steps = [
-        line.strip()
-        for line in lines
-        if re.match(r"\s*state(\.\w+\(.*\)| = \w+\(\))$", line)
-        and "protocol_holds()" not in line
-        and "a_submission_names_one_task()" not in line
-    ]
-    errors = [line.strip() for line in lines if re.match(r"\s*E?\s*(AssertionError|tests\.)", line)]
-    return "\n".join(steps), (errors[0] if errors else "")
+    """The steps hypothesis printed for the first (shrunk) failing case, and its assertion.
+    (Several distinct failures come as an exception group, their lines prefixed by ``|``.)"""
+    lines = [re.sub(r"^[E\s|+-]*", "", line).rstrip() for line in output.splitlines()]
+    blocks: list[list[str]] = []
+    for line in lines:
+        if re.fullmatch(r"state = \w+\(\)", line):
+            blocks.append([line])
+        elif blocks and re.fullmatch(r"state\.\w+\(.*\)", line):
+            blocks[-1].append(line)
+    quiet = ("protocol_holds()", "a_submission_names_one_task()")
+    steps = [line for line in (blocks[0] if blocks else []) if not line.endswith(quiet)]
+    errors = [line for line in lines if re.match(r"(AssertionError|tests\.\S+: )", line)]
+    return "\n".join(steps), (errors[0][:400] if errors else "")
 
 
 def mutate(mutation: Mutation, examples: int, seed: int) -> Outcome:

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from hypothesis.stateful import run_state_machine_as_test
 
+from surehand.crashpoints import CrashPoint
 from surehand.queue.redis_client import connect_redis
 from surehand.store import Store
 from tests.explore_protocol import ProtocolMachine, World
@@ -72,4 +73,60 @@ def test_no_successor_is_admitted_for_a_lost_lease_while_redis_cannot_answer(
         ("recover", {"by": "PM", "index": 0}),
         ("end_after_lost_lease", {"index": 0}),
         ("a_while_passes_under_the_reconciler", {"seconds": 30.0}),
+    )
+
+
+def test_a_heartbeat_frozen_past_its_ttl_across_a_redis_restart_does_not_retake_its_lease(
+    world: World,
+) -> None:
+    replay(
+        world,
+        ("worker_starts", {"index": 0}),
+        ("a_pause_across_a_restart", {"seconds": 30.0}),
+    )
+
+
+def test_a_late_write_of_an_owner_the_reconciler_lost_is_fenced_before_any_successor(
+    world: World,
+) -> None:
+    replay(
+        world,
+        ("worker_starts", {"index": 0}),
+        ("a_while_passes_under_the_reconciler", {"seconds": 45.0}),
+        ("operation", {"index": 0, "name": "charge", "raises": False, "kill": None}),
+    )
+
+
+def test_a_lost_attempt_ends_before_its_successor_runs(world: World) -> None:
+    replay(
+        world,
+        ("worker_starts", {"index": 0}),
+        ("a_while_passes_under_the_reconciler", {"seconds": 45.0}),
+        ("worker_starts", {"index": 0}),
+    )
+
+
+def test_an_unkeyed_effect_killed_before_its_outcome_is_not_run_again_by_a_successor(
+    world: World,
+) -> None:
+    killed = CrashPoint.OPERATION_AFTER_EFFECT
+    replay(
+        world,
+        ("worker_starts", {"index": 0}),
+        ("operation", {"index": 0, "name": "email", "raises": False, "kill": killed}),
+        ("a_while_passes_under_the_reconciler", {"seconds": 45.0}),
+        ("worker_starts", {"index": 0}),
+        ("operation", {"index": 0, "name": "email", "raises": False, "kill": None}),
+    )
+
+
+def test_only_the_approver_may_release_a_hold_by_review(world: World) -> None:
+    replay(
+        world,
+        ("worker_starts", {"index": 0}),
+        ("agent_raises", {"index": 0}),
+        ("reconcile", {"which": 0}),
+        ("review", {"index": 0, "by": "DEV", "effect": "absent"}),
+        ("review", {"index": 0, "by": "QA", "effect": "present"}),
+        ("review", {"index": 0, "by": "PM", "effect": "absent"}),
     )

@@ -56,3 +56,22 @@ def test_a_retry_takes_over_a_reservation_whose_hold_ends_at_this_very_instant(
     assert machine.known[("acme", "sub-a")].named == {task_id}
     assert world.reads.count <= 2
     machine.a_submission_names_one_task()
+
+
+def test_a_retry_never_adopts_another_submissions_task_at_the_preallocated_id(
+    world: SubmissionWorld,
+) -> None:
+    machine = SubmissionMachine(world)
+    machine.a_writer_died_midway(
+        tenant="acme",
+        sid="sub-a",
+        variant=0,
+        stage=ReceiptState.RESERVED,
+        held_for=-30.0,
+        at_the_id="foreign",
+    )
+    machine.a_submission_names_one_task()
+
+    machine.submit(tenant="acme", sid="sub-a", variant=0, kill=None, response_lost=False)
+
+    machine.a_submission_names_one_task()
