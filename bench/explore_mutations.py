@@ -308,7 +308,11 @@ def report(outcomes: list[Outcome], examples: int, seed: int) -> Path:
             "",
             f"Assertion: `{o.message}`" if o.message else "Not caught.",
             "",
-            "Shrunk counterexample:",
+            "Shrunk counterexample (exploration run):"
+            if o.caught_explore
+            else "Counterexample (default-budget run, not shrunk):"
+            if o.caught_default
+            else "Counterexample: none from the machine (see the regression tests).",
             "",
             "```python",
             o.counterexample or "(none)",
