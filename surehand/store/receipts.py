@@ -137,13 +137,18 @@ def take_over(
     held_until: datetime,
     now: datetime,
 ) -> bool:
-    """Become the holder of a non-committed receipt whose previous hold has expired."""
+    """Become the holder of a non-committed receipt whose previous hold has expired.
+
+    A hold ends at ``held_until``: from that instant on it is over, as the reader
+    (``ReceiptRecovery.converge``) and the diagnostics count it. (A strict ``<`` here once
+    left a caller re-reading a receipt whose hold ended exactly now, forever, while the clock
+    stood still.)"""
     result = connection.execute(
         update(receipts)
         .where(
             *_key(receipt.tenant, receipt.client_submission_id),
             receipts.c.state == receipt.state.value,
-            or_(receipts.c.holder.is_(None), receipts.c.held_until < now),
+            or_(receipts.c.holder.is_(None), receipts.c.held_until <= now),
         )
         .values(holder=holder, held_until=held_until, updated_at=now)
     )

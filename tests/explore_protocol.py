@@ -1,0 +1,656 @@
+"""The session protocol explored by a machine: leases, heartbeats, fencing, the reconciler,
+admission, reviews and recover requests, against the real store and the real lease scripts.
+
+:class:`ProtocolMachine` is a hypothesis ``RuleBasedStateMachine``. Its rules are what the
+world and the protocol's actors may do, in any order: submit a TASK, claim it (a worker,
+maybe for a successor, maybe a duplicate message), take the lease, tick a heartbeat, declare
+and run an effect (keyed or not, failing or not, killed at any crash point of an operation),
+return and settle (killed after the return is recorded, or not), fail, end after a lost
+lease, be killed, or simply not be scheduled (a paused owner: every write it makes later is a
+late write). The world moves the injected clock past TTLs and grace windows, takes Redis away
+(from the next call or in the middle of a pass), brings it back, restarts it without its
+data, and runs reconciler passes (two reconcilers). Approvers and others review held cases,
+saying the effect was present or absent, and ask for recovery.
+
+After every step :meth:`ProtocolMachine.protocol_holds` checks the invariants (see
+``docs/exploration.md``); the fence and the heartbeat are also checked in the step itself,
+where the machine knows who wrote and what Redis had said.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Literal
+
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+
+from surehand.config import Settings
+from surehand.crashpoints import CrashPoint
+from surehand.dispatcher.admission import Admitter
+from surehand.dispatcher.claims import claim
+from surehand.dispatcher.context import Services
+from surehand.dispatcher.effects import unsettled
+from surehand.dispatcher.lifecycle import approvers
+from surehand.dispatcher.reconciler import Reconciler
+from surehand.dispatcher.recovery import Recovery
+from surehand.dispatcher.runner import _Port
+from surehand.dispatcher.sessions import Session
+from surehand.dispatcher.submissions import write_task
+from surehand.errors import (
+    EffectLeftOpen,
+    LeaseLost,
+    LeaseUnavailable,
+    NotAuthorized,
+    OperationFailed,
+    SessionInterrupted,
+    StaleOwner,
+)
+from surehand.model import (
+    Admission,
+    AttemptCause,
+    AttemptState,
+    Bucket,
+    CaseState,
+    EventKind,
+    RetryPolicy,
+)
+from surehand.queue.heartbeat import Heartbeat
+from surehand.store import Store, attempts, cases, events, operations, reports, tasks
+from surehand.testing import DEFAULT_START, ManualClock
+from tests.explore_world import (
+    UNREACHABLE,
+    Crashes,
+    Killed,
+    ModelLeases,
+    empty_store,
+    fresh_namespace,
+    manual_heartbeat,
+)
+
+TTL = 30.0
+HEARTBEAT = 10.0
+GRACE = 15.0
+TENANT = "default"
+MAX_TASKS = 2
+MAX_ACTORS = 6
+ROLES = ("PM", "ADMIN", "DEV", "QA")  # PM and ADMIN approve PM->DEV TASKs; DEV and QA do not
+JUMPS = (1.0, 5.0, 10.0, 16.0, 30.0, 31.0, 61.0)
+OPERATION_KILLS = (
+    None,
+    CrashPoint.OPERATION_AFTER_INTENT,
+    CrashPoint.OPERATION_AFTER_EFFECT,
+    CrashPoint.OPERATION_AFTER_OUTCOME,
+)
+EFFECTS = ("charge", "email")  # charge: keyed, retry policy keyed; email: no key
+
+
+def explore_settings(store: Store) -> Settings:
+    return Settings.model_validate(
+        {
+            "database_url": store.url,
+            "redis_url": "",
+            "lease_ttl_seconds": TTL,
+            "heartbeat_seconds": HEARTBEAT,
+            "lost_grace_seconds": GRACE,
+            "submission_wait_seconds": 0.0,
+        }
+    )
+
+
+@dataclass
+class World:
+    """What outlives one example: the store, the Redis client, the crash points."""
+
+    store: Store
+    redis: Any
+    crashes: Crashes
+
+
+@dataclass(frozen=True)
+class Run:
+    """One performed effect, as the far side saw it."""
+
+    task_id: str
+    name: str
+    attempt: int
+    key: str | None
+    licensed: bool
+
+
+@dataclass
+class Actor:
+    """One session's process: claimed, maybe leased, alive until killed or ended."""
+
+    number: int
+    session: Session
+    heartbeat: Heartbeat | None = None
+    alive: bool = True
+    ended: bool = False
+    paused: bool = False  # its heartbeat does not run while the world's heartbeats do
+
+    @property
+    def task_id(self) -> str:
+        return self.session.task_id
+
+    @property
+    def attempt_id(self) -> str:
+        return self.session.attempt.attempt_id
+
+    @property
+    def running(self) -> bool:
+        return self.alive and not self.ended
+
+
+@dataclass
+class Model:
+    """What the machine knows that the store must agree with."""
+
+    tasks: list[str] = field(default_factory=list)
+    actors: list[Actor] = field(default_factory=list)
+    runs: list[Run] = field(default_factory=list)
+    licences: Counter[tuple[str, str]] = field(default_factory=Counter)
+    approved_reviews: set[str] = field(default_factory=set)  # case ids an approver reviewed
+    holds: dict[str, str | None] = field(default_factory=dict)  # task -> holding case
+    decisions: dict[str, tuple[Admission | None, datetime | None]] = field(default_factory=dict)
+    violations: list[str] = field(default_factory=list)
+
+
+class ProtocolMachine(RuleBasedStateMachine):
+    def __init__(self, world: World) -> None:
+        super().__init__()
+        self.world = world
+        store = world.store
+        empty_store(store)
+        self.clock = ManualClock(DEFAULT_START)
+        settings = explore_settings(store)
+        self.services = Services(store=store, settings=settings, clock=self.clock)
+        self.leases = ModelLeases(self.world.redis, fresh_namespace(), self.clock, TTL)
+        self.recovery = Recovery(Admitter(self.services, self.leases, lambda _name: None))
+        self.reconcilers = (Reconciler(self.recovery), Reconciler(self.recovery))
+        self.model = Model()
+        self.world.crashes.armed = None
+
+    def teardown(self) -> None:
+        if os.environ.get("SUREHAND_TEST_EXPLORE_DEBUG"):
+            print(_debug_summary(self))  # asked for: what the example reached
+        self.world.crashes.armed = None
+        self.leases.wipe()
+
+    # -- choosing -----------------------------------------------------------------------------
+
+    def _actors(self, leased: bool | None = None, lost: bool = False) -> list[Actor]:
+        return [
+            a
+            for a in self.model.actors
+            if a.running
+            and (leased is None or (a.heartbeat is not None) == leased)
+            and (not lost or (a.heartbeat is not None and a.heartbeat.lost.is_set()))
+        ]
+
+    def _actor(self, index: int, leased: bool | None = True, lost: bool = False) -> Actor:
+        found = self._actors(leased, lost)
+        return found[index % len(found)]
+
+    def _task(self, index: int) -> str | None:
+        return self.model.tasks[index % len(self.model.tasks)] if self.model.tasks else None
+
+    # -- TASKs and claims ----------------------------------------------------------------------
+
+    @initialize()
+    def first_task(self) -> None:
+        self.submit()
+
+    @precondition(lambda self: len(self.model.tasks) < MAX_TASKS)
+    @rule()
+    def submit(self) -> None:
+        number = len(self.model.tasks) + 1
+        result = write_task(
+            self.services,
+            {
+                "sender": "PM",
+                "recipient": "DEV",
+                "subject": f"Charge customer {number}",
+                "body": "Charge acme 5 EUR, mail the receipt, and report.",
+                "client_submission_id": f"explore-{number}",
+            },
+            tenant=TENANT,
+        )
+        assert result.task_id is not None
+        self.model.tasks.append(result.task_id)
+
+    @precondition(lambda self: len(self.model.actors) < MAX_ACTORS)
+    @rule(index=st.integers(0, 7))
+    def claim(self, index: int) -> None:
+        """A worker claims the TASK: a first claim, a successor's, or a duplicate message."""
+        task_id = self._task(index)
+        assert task_id is not None
+        session = claim(self.services, task_id, worker=f"worker-{index}", message_id=None)
+        if session is not None:
+            self.model.actors.append(Actor(len(self.model.actors) + 1, session))
+
+    @precondition(lambda self: len(self.model.actors) < MAX_ACTORS)
+    @rule(index=st.integers(0, 7))
+    def worker_starts(self, index: int) -> None:
+        """The common path in one step: claim, then take the lease."""
+        before = len(self.model.actors)
+        self.claim(index)
+        if len(self.model.actors) > before:
+            self.take_lease(len(self._actors(leased=False)) - 1)
+
+    @precondition(lambda self: self._actors(leased=False))
+    @rule(index=st.integers(0, 7))
+    def take_lease(self, index: int) -> None:
+        """``SET NX PX`` the lease; a lease another attempt holds rolls the claim back."""
+        actor = self._actor(index, leased=False)
+        try:
+            taken, generation = self.leases.acquire_with_generation(
+                actor.task_id, actor.attempt_id, int(TTL * 1000)
+            )
+        except LeaseUnavailable:
+            return  # the runner tries again (and rolls back after a TTL)
+        if not taken:
+            self._write(actor, "rollback", lambda: actor.session.rollback("lease held"))
+            actor.ended = True
+            return
+        session = actor.session
+        actor.heartbeat = manual_heartbeat(
+            self.leases,
+            actor.task_id,
+            actor.attempt_id,
+            TTL,
+            HEARTBEAT,
+            generation=generation,
+            on_lost=lambda _lost: session.cancelled.set(),
+        )
+
+    # -- heartbeats ----------------------------------------------------------------------------
+
+    @precondition(lambda self: self._actors(leased=True))
+    @rule(index=st.integers(0, 7))
+    def tick(self, index: int) -> None:
+        """One heartbeat renewal and its loss decision. A lease may be kept only while it was
+        never unrenewed for a full TTL (by the injected clock): after that a successor may
+        hold the TASK, so a heartbeat that keeps or retakes it is a second live owner."""
+        self._beat(self._actor(index))
+
+    def _beat(self, actor: Actor) -> None:
+        assert actor.heartbeat is not None
+        if actor.heartbeat.lost.is_set():
+            return
+        since = self.leases.now() - self.leases.renewed.get(actor.attempt_id, float("-inf"))
+        kept = actor.heartbeat._tick()
+        if kept and since >= TTL:
+            self.model.violations.append(
+                f"heartbeat of attempt {actor.number} kept its lease {since:g}s after its last "
+                f"renewal (TTL {TTL:g}s)"
+            )
+
+    @precondition(lambda self: self._actors(leased=True))
+    @rule(rounds=st.integers(1, 4))
+    def heartbeats_run(self, rounds: int) -> None:
+        """Time passes as it does for live sessions: one heartbeat interval per round, and
+        every leased session that is not paused renews (or decides it lost its lease)."""
+        for _ in range(rounds):
+            self.time_passes(HEARTBEAT)
+            for actor in self._actors(leased=True):
+                if not actor.paused:
+                    self._beat(actor)
+
+    @precondition(lambda self: self._actors())
+    @rule(index=st.integers(0, 7))
+    def pause_or_resume(self, index: int) -> None:
+        """A process stops being scheduled (GC, a VM freeze, SIGSTOP), or runs again."""
+        actor = self._actor(index, leased=None)
+        actor.paused = not actor.paused
+
+    @precondition(lambda self: self._actors(leased=True, lost=True))
+    @rule(index=st.integers(0, 7))
+    def end_after_lost_lease(self, index: int) -> None:
+        """The runner's answer to a lost lease: end the attempt interrupted (fenced)."""
+        actor = self._actor(index, lost=True)
+        lost = SessionInterrupted("lease lost", cause=AttemptCause.LEASE_LOST.value)
+        self._write(actor, "interrupt", lambda: actor.session.interrupt(lost))
+        actor.ended = True
+
+    # -- the agent's work ----------------------------------------------------------------------
+
+    @precondition(lambda self: self._actors(leased=True))
+    @rule(
+        index=st.integers(0, 7),
+        name=st.sampled_from(EFFECTS),
+        raises=st.booleans(),
+        kill=st.sampled_from(OPERATION_KILLS),
+    )
+    def operation(self, index: int, name: str, raises: bool, kill: CrashPoint | None) -> None:
+        """``ctx.operation`` through the session's port; the effect may raise after it took
+        effect, and the process may be killed at any crash point of the operation."""
+        if not self._actors(leased=True):
+            return  # (a replayed step whose actor is gone: see tests/test_explore_protocol.py)
+        actor = self._actor(index)
+        key = f"{actor.task_id}:{name}" if name == "charge" else None
+        policy = RetryPolicy.KEYED if key else RetryPolicy.NONE
+
+        def effect() -> str:
+            self._perform(actor, name, key)
+            if raises:
+                raise RuntimeError("gateway timeout (the charge may have gone through)")
+            return f"{name}-done"
+
+        port = _Port(actor.session)
+        self.world.crashes.armed = kill
+        try:
+            self._write(
+                actor,
+                f"operation_intent:{name}",
+                lambda: port.operation(
+                    name,
+                    {"account": "acme", "what": name},
+                    effect,
+                    idempotency_key=key,
+                    retry_policy=policy,
+                    probe=None,
+                ),
+            )
+        finally:
+            self.world.crashes.armed = None
+
+    def _perform(self, actor: Actor, name: str, key: str | None) -> None:
+        """The effect, as the far side sees it; a repeat must be licensed."""
+        task_id = actor.task_id
+        before = [run for run in self.model.runs if (run.task_id, run.name) == (task_id, name)]
+        licensed = not before or (key is not None and all(run.key == key for run in before))
+        if not licensed and self.model.licences[(task_id, name)] > 0:
+            self.model.licences[(task_id, name)] -= 1
+            licensed = True
+        if not licensed:
+            self.model.violations.append(
+                f"effect {name} of {task_id} ran again in attempt {actor.session.attempt.number} "
+                f"(key {key}) with no review saying it was absent"
+            )
+        self.model.runs.append(Run(task_id, name, actor.session.attempt.number, key, licensed))
+
+    @precondition(lambda self: self._actors(leased=True))
+    @rule(index=st.integers(0, 7), killed_after_return=st.booleans())
+    def settle(self, index: int, killed_after_return: bool) -> None:
+        """The agent returns: record the return, write the REPORT, submit; the runner fails an
+        attempt that returned with an effect still open."""
+        actor = self._actor(index)
+        if killed_after_return:
+            self.world.crashes.armed = CrashPoint.SESSION_AFTER_RETURN
+
+        def settle() -> None:
+            try:
+                actor.session.settle_returned({"answer": "charged and mailed"}, review=True)
+            except EffectLeftOpen as left_open:
+                actor.session.fail(left_open)
+
+        try:
+            self._write(actor, "settle", settle)
+        finally:
+            self.world.crashes.armed = None
+        self._end(actor)
+
+    @precondition(lambda self: self._actors(leased=True))
+    @rule(index=st.integers(0, 7))
+    def agent_raises(self, index: int) -> None:
+        actor = self._actor(index)
+        self._write(actor, "fail", lambda: actor.session.fail(RuntimeError("agent crashed")))
+        self._end(actor)
+
+    @precondition(lambda self: self._actors())
+    @rule(index=st.integers(0, 7))
+    def kill(self, index: int) -> None:
+        """SIGKILL: the process is gone (after its claim, or anywhere in its work); its lease
+        stays until its TTL runs out."""
+        self._actor(index, leased=None).alive = False
+
+    def _end(self, actor: Actor) -> None:
+        """The runner's ``finally``: release the lease unless it was lost."""
+        if not actor.alive:
+            return
+        actor.ended = True
+        if not actor.session.cancelled.is_set():
+            with contextlib.suppress(LeaseUnavailable):
+                self.leases.release(actor.task_id, actor.attempt_id)
+
+    def _write(self, actor: Actor, kind: str, call: Callable[[], object]) -> None:
+        """Run a session write; if the attempt did not own the TASK before it, the write must
+        be refused (``StaleOwner``, recorded as ``stale_owner_fenced``) or stopped by the
+        session's own lost-lease check, and change nothing: no row, no effect."""
+        owned = self._owned(actor)
+        before = self._state(actor.task_id), len(self.model.runs)
+        try:
+            call()
+        except Killed:
+            actor.alive = False
+        except StaleOwner:
+            if not self._stale_recorded(actor):
+                self.model.violations.append(
+                    f"{kind} of attempt {actor.number} was fenced but no stale_owner_fenced "
+                    "event records it"
+                )
+            actor.ended = True
+        except (LeaseLost, OperationFailed, SessionInterrupted):
+            pass
+        if not owned and (self._state(actor.task_id), len(self.model.runs)) != before:
+            self.model.violations.append(
+                f"{kind} of attempt {actor.number}, which no longer owned {actor.task_id}, "
+                "was applied"
+            )
+
+    # -- the world -----------------------------------------------------------------------------
+
+    @rule(seconds=st.sampled_from(JUMPS))
+    def time_passes(self, seconds: float) -> None:
+        """The injected clock jumps; leases whose TTL ran out by it are gone from Redis."""
+        self.clock.advance(seconds)
+        self.leases.expire()
+
+    @rule(after=st.integers(0, 4))
+    def redis_goes_away(self, after: int) -> None:
+        """Redis stops answering after ``after`` more calls (0: now; else mid-step)."""
+        if not self.leases.down:
+            self.leases.fail_after = after
+
+    @rule(after=st.integers(0, 3), rounds=st.integers(1, 5), passes=st.booleans())
+    def an_outage_lasts(self, after: int, rounds: int, passes: bool) -> None:
+        """Redis goes away (after ``after`` more calls) for ``rounds`` heartbeat intervals,
+        while heartbeats (and maybe reconciler passes) keep trying, then comes back."""
+        self.redis_goes_away(after)
+        for _ in range(rounds):
+            self.heartbeats_run(1) if self._actors(leased=True) else self.time_passes(HEARTBEAT)
+            if passes:
+                self.reconcile(0)
+        self.redis_comes_back()
+
+    @rule(seconds=st.sampled_from((5.0, TTL, TTL + 1)))
+    def a_pause_across_a_restart(self, seconds: float) -> None:
+        """Every process stops for ``seconds`` (a host freeze) while Redis restarts without
+        its data; then each leased session's heartbeat runs once."""
+        self.time_passes(seconds)
+        self.redis_restarts_empty()
+        for actor in self._actors(leased=True):
+            self._beat(actor)
+
+    @rule()
+    def redis_comes_back(self) -> None:
+        self.leases.down, self.leases.fail_after = False, None
+
+    @rule()
+    def redis_restarts_empty(self) -> None:
+        self.leases.restart()
+
+    @rule(which=st.integers(0, 1))
+    def reconcile(self, which: int) -> None:
+        self.reconcilers[which].run_once()
+
+    @rule(seconds=st.sampled_from((TTL, TTL + GRACE)))
+    def a_while_passes_under_the_reconciler(self, seconds: float) -> None:
+        """A pass, the clock past TTL or TTL and grace, a pass, the grace, a pass: the
+        reconciler suspects and confirms whatever lost its lease meanwhile."""
+        self.reconcile(0)
+        self.time_passes(seconds)
+        self.reconcile(1)
+        self.time_passes(GRACE)
+        self.reconcile(0)
+
+    # -- people --------------------------------------------------------------------------------
+
+    @precondition(lambda self: any(self.model.holds.values()))
+    @rule(
+        index=st.integers(0, 7),
+        by=st.sampled_from(ROLES),
+        effect=st.sampled_from(("present", "absent")),
+    )
+    def review(self, index: int, by: str, effect: Literal["present", "absent"]) -> None:
+        """Someone states the effect of a held case; only the TASK's approver may."""
+        task_id = self._task(index)
+        assert task_id is not None
+        with self.services.store.snapshot() as connection:
+            task = tasks.get(connection, task_id)
+            held = [
+                c
+                for c in cases.for_task(connection, task_id)
+                if c.state is CaseState.OPEN and c.admission is Admission.HOLD_FOR_REVIEW
+            ]
+            if task is None or not held:
+                return
+            open_names = [
+                op.name
+                for op in operations.for_attempt(connection, held[0].interrupted_attempt_id)
+                if unsettled(op)
+            ]
+        approver = by in approvers(task)
+        before = self._state(task_id)
+        try:
+            self.recovery.review(
+                held[0].case_id, effect=effect, note="checked", actor=by, tenant=TENANT
+            )
+        except NotAuthorized:
+            if approver or self._state(task_id) != before:
+                self.model.violations.append(f"the review by {by} was refused or half-written")
+            return
+        if not approver:
+            self.model.violations.append(f"{by}, not an approver, reviewed {held[0].case_id}")
+            return
+        self.model.approved_reviews.add(held[0].case_id)
+        if effect == "absent":
+            self.model.licences.update((task_id, name) for name in open_names)
+
+    @rule(index=st.integers(0, 7), by=st.sampled_from(ROLES))
+    def recover(self, index: int, by: str) -> None:
+        task_id = self._task(index)
+        assert task_id is not None
+        with self.services.store.snapshot() as connection:
+            task = tasks.get(connection, task_id)
+        assert task is not None
+        before = self._state(task_id)
+        try:
+            self.recovery.recover(task_id, actor=by, tenant=TENANT)
+        except NotAuthorized:
+            if by in approvers(task) or self._state(task_id) != before:
+                self.model.violations.append(f"the recover request of {by} was mishandled")
+
+    # -- reading -------------------------------------------------------------------------------
+
+    def _owned(self, actor: Actor) -> bool:
+        with self.services.store.snapshot() as connection:
+            mine = attempts.get(connection, actor.attempt_id)
+            task = tasks.get(connection, actor.task_id)
+        return (
+            mine is not None
+            and task is not None
+            and mine.state is AttemptState.RUNNING
+            and task.epoch == mine.number
+        )
+
+    def _state(self, task_id: str) -> tuple[object, ...]:
+        """Everything a session write could change about a TASK (events aside)."""
+        with self.services.store.snapshot() as connection:
+            task = tasks.get(connection, task_id)
+            assert task is not None
+            return (
+                (task.bucket, task.revision, task.epoch, task.hold),
+                [
+                    (a.attempt_id, a.state, a.agent_returned)
+                    for a in attempts.for_task(connection, task_id)
+                ],
+                [(op.operation_id, op.state) for op in operations.for_task(connection, task_id)],
+                len(reports.for_task(connection, task_id)),
+                [(c.case_id, c.state, c.admission) for c in cases.for_task(connection, task_id)],
+            )
+
+    def _stale_recorded(self, actor: Actor) -> bool:
+        with self.services.store.snapshot() as connection:
+            fenced = events.history(connection, actor.task_id, EventKind.STALE_OWNER_FENCED)
+        return any(event.attempt_id == actor.attempt_id for event in fenced)
+
+    # -- the invariants ------------------------------------------------------------------------
+
+    @invariant()
+    def protocol_holds(self) -> None:
+        assert not self.model.violations, self.model.violations
+        with self.services.store.snapshot() as connection:
+            for task_id in self.model.tasks:
+                self._check_task(connection, task_id)
+        self.leases.answers.clear()
+
+    def _check_task(self, connection: Any, task_id: str) -> None:
+        task = tasks.get(connection, task_id)
+        assert task is not None
+        running = [
+            a for a in attempts.for_task(connection, task_id) if a.state is AttemptState.RUNNING
+        ]
+        assert len(running) <= 1, f"{task_id} has {len(running)} running attempts"
+        found = cases.for_task(connection, task_id)
+        if task.bucket is Bucket.ACTIVE:
+            assert running or task.hold or any(c.state is CaseState.OPEN for c in found), (
+                f"{task_id} sits in active without a running attempt, an open case or a hold"
+            )
+        held_by = self.model.holds.get(task_id)
+        if held_by is not None and task.hold is None:
+            assert held_by in self.model.approved_reviews, (
+                f"the hold of {task_id} (case {held_by}) ended without its approver's review"
+            )
+        self.model.holds[task_id] = task.hold.case_id if task.hold else None
+        for case in found:
+            self._check_decision(task_id, case)
+
+    def _check_decision(self, task_id: str, case: Any) -> None:
+        """A successor is admitted only on evidence: in the step that decided it, Redis
+        answered, and not with the interrupted attempt as the lease's holder."""
+        decision = (case.admission, case.decided_at)
+        new = self.model.decisions.get(case.case_id) != decision
+        self.model.decisions[case.case_id] = decision
+        if not new or case.admission is not Admission.REEXECUTE:
+            return
+        asked = [holder for asked_for, holder in self.leases.answers if asked_for == task_id]
+        answered = asked[-1] if asked else UNREACHABLE
+        assert answered not in (UNREACHABLE, case.interrupted_attempt_id), (
+            f"{task_id}: a successor was admitted for case {case.case_id} without Redis "
+            f"answering that attempt {case.interrupted_epoch}'s lease is gone (asked: {asked})"
+        )
+
+
+def _debug_summary(machine: ProtocolMachine) -> str:
+    with machine.services.store.snapshot() as connection:
+        out = []
+        for task_id in machine.model.tasks:
+            t = tasks.get(connection, task_id)
+            assert t is not None
+            cs = cases.for_task(connection, task_id)
+            out.append(
+                f"{t.bucket.value} e{t.epoch} hold={bool(t.hold)} "
+                f"att={[a.state.value for a in attempts.for_task(connection, task_id)]} "
+                f"cases={[(c.admission.value if c.admission else None) for c in cs]}"
+            )
+    return (
+        f"runs={len(machine.model.runs)} reviews={len(machine.model.approved_reviews)} "
+        + "; ".join(out)
+    )

@@ -1,0 +1,244 @@
+"""The world the protocol explorers run in: Redis on the injected clock, kills at crash points,
+an empty store per example, and the example budget.
+
+* :class:`ModelLeases` is the real :class:`~surehand.queue.leases.LeaseStore` (the real Lua
+  scripts, on fakeredis or a real redis-server) with three things a machine needs: an outage
+  that starts after a chosen number of further calls (so Redis can fail in the middle of a
+  reconciler pass), a lease TTL that runs on the injected clock (:meth:`ModelLeases.expire`
+  deletes the keys whose TTL has passed by that clock; the keys' own Redis TTL is far longer
+  than any example), and a record of what Redis answered each ``holder`` question.
+* :class:`Crashes` turns a crash point (``surehand/crashpoints.py``) into an in-process kill:
+  reaching the armed point raises :class:`Killed`, a ``BaseException`` no surehand code catches,
+  so nothing after it runs and an open transaction is rolled back, as after a SIGKILL.
+* :func:`empty_store` removes every row an example wrote, on SQLite and Postgres.
+* :func:`budget` is the hypothesis settings: a small fixed budget in the default suite, a large
+  one under ``./scripts/test --explore`` (``SUREHAND_TEST_EXPLORE_EXAMPLES``/``_STEPS``).
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+import redis
+from hypothesis import HealthCheck, Phase, settings
+from hypothesis.internal.conjecture import engine
+from sqlalchemy import delete, text
+
+from surehand.clock import Clock
+from surehand.crashpoints import CrashPoint
+from surehand.errors import LeaseUnavailable
+from surehand.queue.heartbeat import Heartbeat
+from surehand.queue.keys import namespace_pattern
+from surehand.queue.leases import LeaseStore
+from surehand.store import Store
+from surehand.store.schema import metadata
+
+EXAMPLES_ENV = "SUREHAND_TEST_EXPLORE_EXAMPLES"
+STEPS_ENV = "SUREHAND_TEST_EXPLORE_STEPS"
+NO_SHRINK_ENV = "SUREHAND_TEST_EXPLORE_NO_SHRINK"  # set: report the first failure unshrunk
+SHRINK_SECONDS_ENV = "SUREHAND_TEST_EXPLORE_SHRINK_SECONDS"  # hypothesis's shrink limit (300)
+DEFAULT_EXAMPLES = 12  # per test in the default suite (each runs on 2 databases x 2 Redis)
+DEFAULT_STEPS = 50
+UNREACHABLE = "\0unreachable"  # what ModelLeases records when a holder question failed
+REDIS_TTL_MS = 3_600_000  # the keys' own TTL: never reached within an example
+
+
+def budget() -> settings:
+    """Hypothesis settings for one machine: fixed and derandomised in the default suite (the
+    same examples every run, so CI is reproducible); random and large under ``--explore``."""
+    if os.environ.get(SHRINK_SECONDS_ENV):
+        # No public setting bounds shrinking time; the mutation runs need it shorter.
+        engine.MAX_SHRINKING_SECONDS = int(os.environ[SHRINK_SECONDS_ENV])
+    examples = os.environ.get(EXAMPLES_ENV, "")
+    exploring = examples != ""
+    return settings(
+        max_examples=int(examples) if exploring else DEFAULT_EXAMPLES,
+        stateful_step_count=int(os.environ.get(STEPS_ENV, DEFAULT_STEPS)),
+        deadline=None,
+        derandomize=not exploring,
+        database=None if not exploring else settings().database,
+        print_blob=True,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+        phases=_UNSHRUNK if os.environ.get(NO_SHRINK_ENV) else tuple(Phase),
+    )
+
+
+_UNSHRUNK = (Phase.explicit, Phase.reuse, Phase.generate, Phase.target)
+
+
+class Killed(BaseException):  # a kill, not an error
+    """The process was killed at a crash point (raised in-process; nothing catches it)."""
+
+
+@dataclass
+class Crashes:
+    """The crash point armed for the next call, if any; fires once."""
+
+    armed: CrashPoint | None = None
+    fired: list[CrashPoint] = field(default_factory=list)
+
+    def __call__(self, point: CrashPoint) -> None:
+        if point is self.armed:
+            self.armed = None
+            self.fired.append(point)
+            raise Killed(point.value)
+
+    def install(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        """Replace ``crash_point`` in every module that has one."""
+        for module in (
+            "surehand.dispatcher.operations",
+            "surehand.dispatcher.sessions",
+            "surehand.dispatcher.submissions",
+            "surehand.dispatcher.receipt_recovery",
+        ):
+            monkeypatch.setattr(f"{module}.crash_point", self)
+
+
+class ModelLeases(LeaseStore):
+    """Real leases whose TTL runs on the injected clock, with injectable outages."""
+
+    def __init__(self, client: redis.Redis, namespace: str, clock: Clock, ttl_s: float) -> None:
+        super().__init__(client, namespace)
+        self.clock = clock
+        self.ttl_s = ttl_s
+        self.down = False
+        self.fail_after: int | None = None  # calls that still succeed before the outage
+        self.deadlines: dict[str, tuple[str, float]] = {}  # task -> (attempt, deadline)
+        self.renewed: dict[str, float] = {}  # attempt -> when Redis last set its TTL
+        self.answers: list[tuple[str, str | None]] = []  # (task, holder or UNREACHABLE)
+
+    # -- the injected outage ------------------------------------------------------------------
+
+    def _gate(self) -> None:
+        if self.fail_after is not None:
+            if self.fail_after == 0:
+                self.down, self.fail_after = True, None
+            else:
+                self.fail_after -= 1
+        if self.down:
+            raise LeaseUnavailable("explore: Redis is unreachable")
+
+    def now(self) -> float:
+        return self.clock.now().timestamp()
+
+    def _taken(self, task_id: str, attempt_id: str) -> None:
+        moment = self.now()
+        self.deadlines[task_id] = (attempt_id, moment + self.ttl_s)
+        self.renewed[attempt_id] = moment
+
+    def acquire(self, task_id: str, attempt_id: str, ttl_ms: int) -> bool:
+        self._gate()
+        taken = super().acquire(task_id, attempt_id, REDIS_TTL_MS)
+        if taken:
+            self._taken(task_id, attempt_id)
+        return taken
+
+    def acquire_with_generation(
+        self, task_id: str, attempt_id: str, ttl_ms: int
+    ) -> tuple[bool, str]:
+        self._gate()
+        taken, generation = super().acquire_with_generation(task_id, attempt_id, REDIS_TTL_MS)
+        if taken:
+            self._taken(task_id, attempt_id)
+        return taken, generation
+
+    def renew(self, task_id: str, attempt_id: str, ttl_ms: int) -> bool:
+        self._gate()
+        renewed = super().renew(task_id, attempt_id, REDIS_TTL_MS)
+        if renewed:
+            self._taken(task_id, attempt_id)
+        return renewed
+
+    def release(self, task_id: str, attempt_id: str) -> bool:
+        self._gate()
+        return super().release(task_id, attempt_id)
+
+    def holder(self, task_id: str) -> str | None:
+        try:
+            self._gate()
+        except LeaseUnavailable:
+            self.answers.append((task_id, UNREACHABLE))
+            raise
+        found = super().holder(task_id)
+        self.answers.append((task_id, found))
+        return found
+
+    def holders(self, task_ids: Sequence[str]) -> dict[str, str | None]:
+        self._gate()
+        return super().holders(task_ids)
+
+    def generation(self) -> str | None:
+        self._gate()
+        return super().generation()
+
+    def ensure_generation(self) -> str:
+        self._gate()
+        return super().ensure_generation()
+
+    def remaining_ms(self, task_ids: Sequence[str]) -> dict[str, int | None]:
+        self._gate()
+        return super().remaining_ms(task_ids)
+
+    def record_pass(self, at: float, seconds: float) -> None:
+        self._gate()
+        super().record_pass(at, seconds)
+
+    # -- what the world does to Redis, whatever the protocol thinks ---------------------------
+
+    def truth(self, task_id: str) -> str | None:
+        """Who holds the lease right now (read past any injected outage)."""
+        value = self.client.get(self.key(task_id))
+        return None if value is None else str(value)
+
+    def expire(self) -> None:
+        """Delete every lease whose TTL has run out by the injected clock."""
+        moment = self.now()
+        for task_id, (attempt_id, deadline) in list(self.deadlines.items()):
+            if deadline <= moment:
+                del self.deadlines[task_id]
+                if self.truth(task_id) == attempt_id:
+                    self.client.delete(self.key(task_id))
+
+    def restart(self) -> None:
+        """Redis restarts without persistence: every key of the namespace is gone."""
+        self.wipe()
+        self.deadlines.clear()
+
+    def wipe(self) -> None:
+        stale = list(self.client.scan_iter(match=namespace_pattern(self.namespace), count=500))
+        if stale:
+            self.client.delete(*stale)
+
+
+def fresh_namespace() -> str:
+    return f"explore-{uuid.uuid4().hex[:16]}"
+
+
+def manual_heartbeat(
+    leases: ModelLeases, task_id: str, attempt_id: str, ttl_s: float, interval: float, **kw: Any
+) -> Heartbeat:
+    """A :class:`Heartbeat` in the state ``start()`` leaves it (TTL budget counted from now,
+    the generation read with the acquisition), without its thread: the machine calls its
+    ``_tick`` (one renewal and its loss decision) at the moments it chooses."""
+    beat = Heartbeat(
+        leases, task_id, attempt_id, int(ttl_s * 1000), interval=interval, now=leases.now, **kw
+    )
+    beat._started = True
+    beat._last_ok = leases.now()
+    return beat
+
+
+def empty_store(store: Store) -> None:
+    """Remove the rows an example wrote (the key that shows row ids stays: see conftest)."""
+    kept = [table for table in metadata.sorted_tables if table.name != "counters"]
+    with store.engine.begin() as connection:
+        # DELETE, not TRUNCATE: an example leaves a few rows, and TRUNCATE's fixed cost per
+        # table on Postgres is most of an example's time.
+        for table in reversed(kept):
+            connection.execute(delete(table))
+        connection.execute(text("DELETE FROM counters WHERE kind <> 'ROWIDS'"))

@@ -1,0 +1,132 @@
+"""The session protocol explored by a machine (``tests/explore_protocol.py``), on SQLite and
+Postgres, with the lease scripts on fakeredis and on a real redis-server.
+
+The default suite runs a fixed, derandomised budget (``tests/explore_world.py``);
+``./scripts/test --explore`` runs a large random one. Counterexamples it found are kept below
+as plain regression tests.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from hypothesis.stateful import run_state_machine_as_test
+
+from surehand.crashpoints import CrashPoint
+from surehand.queue.redis_client import connect_redis
+from surehand.store import Store
+from tests.explore_protocol import ProtocolMachine, World
+from tests.explore_world import Crashes, budget
+from tests.redis_fixtures import real_redis_url
+
+
+@pytest.fixture(params=["fakeredis", pytest.param("redis", marks=pytest.mark.redis)])
+def world(
+    request: pytest.FixtureRequest, store: Store, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[World]:
+    url = real_redis_url() if request.param == "redis" else ""
+    client = connect_redis(url)
+    crashes = Crashes()
+    crashes.install(monkeypatch)
+    yield World(store, client, crashes)
+    client.close()
+
+
+def test_the_session_protocol_keeps_its_invariants_in_every_interleaving(world: World) -> None:
+    run_state_machine_as_test(lambda: ProtocolMachine(world), settings=budget())  # type: ignore[arg-type]  # a factory works (hypothesis documents it)
+
+
+# -- counterexamples the exploration printed (for the mutants of bench/explore_mutations.py) ----
+
+
+def replay(world: World, *steps: tuple[str, dict[str, Any]]) -> None:
+    """Run ``steps`` on a fresh machine as hypothesis does: the invariants after each."""
+    machine = ProtocolMachine(world)
+    try:
+        machine.first_task()
+        machine.protocol_holds()
+        for name, arguments in steps:
+            getattr(machine, name)(**arguments)
+            machine.protocol_holds()
+    finally:
+        machine.teardown()
+
+
+def test_a_heartbeat_gives_its_lease_up_when_redis_stays_away_for_a_ttl(world: World) -> None:
+    replay(
+        world,
+        ("worker_starts", {"index": 0}),
+        ("an_outage_lasts", {"after": 0, "passes": False, "rounds": 3}),
+    )
+
+
+def test_no_successor_is_admitted_for_a_lost_lease_while_redis_cannot_answer(
+    world: World,
+) -> None:
+    replay(
+        world,
+        ("worker_starts", {"index": 0}),
+        ("redis_goes_away", {"after": 0}),
+        ("heartbeats_run", {"rounds": 3}),
+        ("recover", {"by": "PM", "index": 0}),
+        ("end_after_lost_lease", {"index": 0}),
+        ("a_while_passes_under_the_reconciler", {"seconds": 30.0}),
+    )
+
+
+def test_a_heartbeat_frozen_past_its_ttl_across_a_redis_restart_does_not_retake_its_lease(
+    world: World,
+) -> None:
+    replay(
+        world,
+        ("worker_starts", {"index": 0}),
+        ("a_pause_across_a_restart", {"seconds": 30.0}),
+    )
+
+
+def test_a_late_write_of_an_owner_the_reconciler_lost_is_fenced_before_any_successor(
+    world: World,
+) -> None:
+    replay(
+        world,
+        ("worker_starts", {"index": 0}),
+        ("a_while_passes_under_the_reconciler", {"seconds": 45.0}),
+        ("operation", {"index": 0, "name": "charge", "raises": False, "kill": None}),
+    )
+
+
+def test_a_lost_attempt_ends_before_its_successor_runs(world: World) -> None:
+    replay(
+        world,
+        ("worker_starts", {"index": 0}),
+        ("a_while_passes_under_the_reconciler", {"seconds": 45.0}),
+        ("worker_starts", {"index": 0}),
+    )
+
+
+def test_an_unkeyed_effect_killed_before_its_outcome_is_not_run_again_by_a_successor(
+    world: World,
+) -> None:
+    killed = CrashPoint.OPERATION_AFTER_EFFECT
+    replay(
+        world,
+        ("worker_starts", {"index": 0}),
+        ("operation", {"index": 0, "name": "email", "raises": False, "kill": killed}),
+        ("a_while_passes_under_the_reconciler", {"seconds": 45.0}),
+        ("worker_starts", {"index": 0}),
+        ("operation", {"index": 0, "name": "email", "raises": False, "kill": None}),
+    )
+
+
+def test_only_the_approver_may_release_a_hold_by_review(world: World) -> None:
+    replay(
+        world,
+        ("worker_starts", {"index": 0}),
+        ("agent_raises", {"index": 0}),
+        ("reconcile", {"which": 0}),
+        ("review", {"index": 0, "by": "DEV", "effect": "absent"}),
+        ("review", {"index": 0, "by": "QA", "effect": "present"}),
+        ("review", {"index": 0, "by": "PM", "effect": "absent"}),
+    )
