@@ -28,7 +28,7 @@ from datetime import datetime
 from sqlalchemy import Connection
 
 from surehand import metrics
-from surehand.dispatcher import diagnostics, dispatch
+from surehand.dispatcher import cascades, diagnostics, dispatch
 from surehand.dispatcher.recovery import Recovery, loss_grace
 from surehand.errors import LeaseUnavailable, StaleDecision
 from surehand.model import Admission, AttemptState, CaseState, InterruptionCase
@@ -58,6 +58,7 @@ class PassReport:
     reported_live: int = 0  # lease gone past grace, but a worker reports the job running
     stranded: int = 0  # TASKs found in active without a running attempt, open case or hold
     republished: int = 0
+    cascaded: int = 0  # children of cancelled TASKs cancelled by this pass (cascades.finish)
     stalled_receipts: int = 0
     redis_ok: bool = True
     held: list[dict[str, object]] = field(default_factory=list)  # cases held in this pass
@@ -96,6 +97,7 @@ class Reconciler:
         self._scan_running(report)
         self._rescue_stranded(report)
         self._advance_cases(report)
+        report.cascaded = cascades.finish(self.services)
         report.republished += dispatch.sweep(self.services)
         report.stalled_receipts = self._stalled_receipts()
         report.seconds = round(time.perf_counter() - started, 6)

@@ -48,6 +48,7 @@ DONE = {
     "cancel-stopping": "Cancelled: its running session is being stopped; admission decides next.",
     "cancel-held": "Cancel recorded: the hold stays for the approver's review.",
     "cancel-pending": "Cancel recorded: the next reconciler pass ends the TASK.",
+    "released": "Released: it runs once its other dependencies are done.",
 }
 
 
@@ -135,6 +136,17 @@ def cancel(
             raise ValidationFailed("confirm", "tick the confirmation to cancel the TASK")
         outcome = viewer.sh.cancel(task_id, reason=reason, actor=viewer.principal.role)
         return f"cancel-{outcome.outcome}"
+
+    return _act(request, task_id, csrf_token, ask)
+
+
+@router.post("/tasks/{task_id}/release")
+def release(request: Request, task_id: str, csrf_token: FormText = "") -> Response:
+    """The approver runs a TASK held by a dead dependency anyway (``Surehand.release_hold``)."""
+
+    def ask(viewer: Viewer) -> str:
+        viewer.sh.release_hold(task_id, actor=viewer.principal.role)
+        return "released"
 
     return _act(request, task_id, csrf_token, ask)
 
