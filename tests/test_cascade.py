@@ -347,3 +347,41 @@ def test_the_parents_show_and_page_list_its_held_children_and_tree(rig: Rig) -> 
     assert (holds[dev], holds[grandchild]) == (None, None)
     text = CliRunner().invoke(app, ["show", parent], env={**env, "COLUMNS": "400"})
     assert f"child {qa} held:" in text.stdout
+
+
+def test_a_cancelled_dependency_that_settles_done_before_its_stop_releases_its_dependant(
+    rig: Rig,
+) -> None:
+    dev = rig.new_task(sender="PM", recipient="DEV")
+    qa = rig.new_task(sender="PM", recipient="QA", depends_on=[dev])
+    session = claim(rig.services, dev, worker="w", message_id=None)
+    assert session is not None
+    assert rig.sh.cancel(dev, reason="too slow").outcome == "stopping"
+    assert rig.task(qa).hold is not None
+
+    session.settle_returned("built just in time", review=False)  # before its stop watch
+
+    assert rig.task(dev).bucket is Bucket.DONE
+    released = rig.task(qa)
+    assert released.hold is None
+    assert [e.reason for e in rig.events(qa, EventKind.HOLD_RELEASED)] == [
+        f"dependency {dev} is done after all"
+    ]
+    assert claim(rig.services, qa, worker="w", message_id=None) is not None
+
+
+def test_two_dead_dependencies_keep_the_dependant_held_until_both_are_decided(rig: Rig) -> None:
+    dev = rig.new_task(sender="PM", recipient="DEV")
+    ops = rig.new_task(sender="PM", recipient="OPS")
+    qa = rig.new_task(sender="PM", recipient="QA", depends_on=[dev, ops])
+    session = claim(rig.services, dev, worker="w", message_id=None)
+    assert session is not None
+    rig.sh.cancel(dev, reason="too slow")
+    rig.sh.cancel(ops, reason="not needed")
+    session.settle_returned("built", review=False)
+
+    still = rig.task(qa).hold
+    assert still is not None
+    assert still.dependency == ops
+    rig.sh.release_hold(qa, actor="PM")
+    assert claim(rig.services, qa, worker="w", message_id=None) is not None

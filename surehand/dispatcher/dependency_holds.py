@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import Connection, delete, insert, or_, select
+from sqlalchemy import Connection, delete, insert
 
 from surehand.dispatcher import lifecycle
 from surehand.dispatcher.context import Services
@@ -28,7 +28,6 @@ from surehand.errors import Conflict, IllegalTransition, TaskNotFound
 from surehand.model import SYSTEM, Action, Bucket, EventKind, Task
 from surehand.store import dependencies, tasks
 from surehand.store.schema import outbox, task_dependencies
-from surehand.store.schema import tasks as task_rows
 
 
 def release(services: Services, task_id: str, *, actor: str, tenant: str | None) -> Task:
@@ -52,20 +51,7 @@ def release(services: Services, task_id: str, *, actor: str, tenant: str | None)
 
 def _drop_dead(connection: Connection, task_id: str) -> list[str]:
     """Delete ``task_id``'s rows naming a dependency archived or cancelled; their ids."""
-    dead = list(
-        connection.execute(
-            select(task_dependencies.c.dependency_id)
-            .join(task_rows, task_rows.c.task_id == task_dependencies.c.dependency_id)
-            .where(
-                task_dependencies.c.task_id == task_id,
-                or_(
-                    task_rows.c.bucket == Bucket.ARCHIVE.value,
-                    task_rows.c.cancel_requested_at.isnot(None),
-                ),
-                task_rows.c.bucket != Bucket.DONE.value,
-            )
-        ).scalars()
-    )
+    dead = [dependency for dependency, _why in dependencies.dead(connection, task_id)]
     if dead:
         connection.execute(
             delete(task_dependencies).where(

@@ -214,9 +214,10 @@ def apply(
         attempt_id, epoch = fence.attempt_id, fence.epoch
     moved = _compare_and_set(connection, task, values, extra_expect, now)
     if target is Bucket.DONE:
+        dependencies.unhold_done(connection, moved, now)
         dependencies.release(connection, task.task_id, now)
     elif target is Bucket.ARCHIVE:  # it will never be done: its waiting dependants are held
-        dependencies.hold_dependants(connection, moved, _archived_why(moved), now)
+        dependencies.hold_dependants(connection, moved, dependencies.dead_why(moved), now)
     data = {**_event_data(action, values, cited), **(acting or {})}
     events.insert(
         connection,
@@ -225,12 +226,6 @@ def apply(
         ),
     )
     return moved
-
-
-def _archived_why(task: Task) -> str:
-    if task.cancel is not None:
-        return f"was cancelled ({task.cancel.reason})"
-    return "was archived"
 
 
 def move_event(

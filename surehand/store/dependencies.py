@@ -174,14 +174,71 @@ def hold_dependants(connection: Connection, dependency: Task, why: str, now: dat
         if task_id == dependency.fields.parent:
             release_waiting_parent(connection, dependency, now)
             continue
-        reason = (
-            f"dependency {dependency.task_id} {why} and will never be done: its approver "
-            f"runs this TASK anyway (surehand release {task_id}) or cancels it"
-        )
+        reason = _hold_reason(task_id, dependency.task_id, why)
         if _set_hold(connection, task_id, PREFIX + dependency.task_id, reason, now):
             event(connection, task_id, EventKind.HOLD, SYSTEM, now, reason, dependency.task_id)
             held.append(task_id)
     return held
+
+
+def unhold_done(connection: Connection, dependency: Task, now: datetime) -> None:
+    """``dependency`` moved to done after all (its session settled before its cancel stopped
+    it): the dependants it held are released, or held by another dead dependency instead;
+    in the caller's transaction, before :func:`release` queues the ready ones."""
+    held = connection.execute(
+        select(tasks.c.task_id).where(
+            tasks.c.hold_case_id == PREFIX + dependency.task_id,
+            tasks.c.bucket == Bucket.INBOX.value,
+        )
+    ).scalars()
+    for task_id in list(held):
+        connection.execute(
+            update(tasks)
+            .where(tasks.c.task_id == task_id)
+            .values(hold_case_id=None, hold_reason=None, revision=tasks.c.revision + 1)
+        )
+        why = f"dependency {dependency.task_id} is done after all"
+        event(connection, task_id, EventKind.HOLD_RELEASED, SYSTEM, now, why, dependency.task_id)
+        for other, other_why in dead(connection, task_id)[:1]:  # still held, by another
+            reason = _hold_reason(task_id, other, other_why)
+            _set_hold(connection, task_id, PREFIX + other, reason, now)
+            event(connection, task_id, EventKind.HOLD, SYSTEM, now, reason, other)
+
+
+def dead(connection: Connection, task_id: str) -> list[tuple[str, str]]:
+    """The dependencies of ``task_id`` that will never be done (archived, or cancelled), with
+    why: [(id, "was cancelled (…)" or "was archived")]."""
+    rows = connection.execute(
+        select(
+            _dependency.c.task_id, _dependency.c.cancel_reason, _dependency.c.cancel_requested_at
+        )
+        .join(task_dependencies, _dependency.c.task_id == task_dependencies.c.dependency_id)
+        .where(
+            task_dependencies.c.task_id == task_id,
+            _dependency.c.bucket != Bucket.DONE.value,
+            (_dependency.c.bucket == Bucket.ARCHIVE.value)
+            | _dependency.c.cancel_requested_at.isnot(None),
+        )
+        .order_by(_dependency.c.task_id)
+    ).all()
+    return [
+        (found, f"was cancelled ({reason})" if at is not None else "was archived")
+        for found, reason, at in rows
+    ]
+
+
+def dead_why(task: Task) -> str:
+    """Why ``task`` will never be done, as a hold's reason says it."""
+    if task.cancel is not None:
+        return f"was cancelled ({task.cancel.reason})"
+    return "was archived"
+
+
+def _hold_reason(task_id: str, dependency_id: str, why: str) -> str:
+    return (
+        f"dependency {dependency_id} {why} and will never be done: its approver "
+        f"runs this TASK anyway (surehand release {task_id}) or cancels it"
+    )
 
 
 def _waiting_on(connection: Connection, dependency_id: str) -> list[str]:
