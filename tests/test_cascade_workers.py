@@ -41,6 +41,7 @@ def test_cancelling_a_parent_stops_its_running_child_agent_and_archives_the_tree
         grandchild = client.write_task(
             sender="DEV", recipient="OPS", subject="Deploy it", parent=child
         ).task_id
+        assert grandchild is not None
         wait_started(tmp_path, worker, mark)
 
         assert client.cancel(parent, reason="the release is off", actor="PM").outcome == (
