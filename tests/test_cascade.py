@@ -212,6 +212,7 @@ def test_a_cancelled_dependency_holds_its_dependant_for_its_approver(rig: Rig) -
     assert held.hold.dependency == dev
     assert f"dependency {dev} was cancelled (wrong approach)" in held.hold.reason
     assert claim(rig.services, qa, worker="w", message_id=None) is None
+    assert dispatch.waiting_note(rig.services, held) == f"held for its approver: {held.hold.reason}"
     [hold] = rig.events(qa, EventKind.HOLD)
     assert hold.data == {"dependency": dev}
     assert dispatch.sweep(rig.services) == 0

@@ -1,6 +1,7 @@
 """Cascades on the doors (both databases): the console's TASK page shows the tree of children
 with buckets and holds and "child TASK-… held: …", and its approver runs a TASK held by a
-cancelled dependency anyway; HTTP ``POST /v1/tasks/{id}/release`` does the same, approvers only.
+cancelled dependency anyway; HTTP ``POST /v1/tasks/{id}/release`` and the MCP ``release_task``
+do the same.
 """
 
 from __future__ import annotations
@@ -8,11 +9,17 @@ from __future__ import annotations
 import html
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
+import anyio
 import pytest
 from fastapi import FastAPI
+from mcp import Client
 
 from surehand.api import create_app
+from surehand.config import Settings
+from surehand.facade import Surehand
+from surehand.mcp.tools import build_server
 from surehand.model import Bucket, EventKind
 from surehand.store import Store
 from surehand.testing import ManualClock
@@ -88,3 +95,24 @@ def test_http_release_is_the_approvers_alone(app: FastAPI, rig: Rig) -> None:
     assert answer.json()["task"]["bucket"] == Bucket.INBOX.value
     again = pm_client.post(f"/v1/tasks/{qa}/release")
     assert (again.status_code, again.json()["code"]) == (409, "illegal_transition")
+
+
+def test_mcp_release_task_runs_the_held_dependant_anyway(rig: Rig) -> None:
+    _parent, dev, qa, _grandchild = held_tree(rig)
+    sh = Surehand(settings=Settings(database_url=rig.store.url))
+
+    async def session() -> tuple[Any, Any]:
+        async with Client(build_server(sh)) as mcp:
+            released = await mcp.call_tool("release_task", {"task_id": qa})
+            again = await mcp.call_tool("release_task", {"task_id": qa})
+            return released, again
+
+    try:
+        released, again = anyio.run(session)
+    finally:
+        sh.close()
+    assert released.structured_content["hold"] is None
+    assert again.is_error
+    assert again.structured_content["error"]["code"] == "illegal_transition"
+    [event] = rig.events(qa, EventKind.HOLD_RELEASED)
+    assert event.reason == f"run anyway without {dev}"
