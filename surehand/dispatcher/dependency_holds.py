@@ -3,7 +3,8 @@
 A TASK waiting in ``inbox`` for a dependency that is archived or whose cancel was requested
 would wait for ever. Instead, in the transaction that archives the dependency
 (:func:`surehand.dispatcher.lifecycle.apply`) or records its cancel request
-(:mod:`surehand.dispatcher.cancel`), each such dependant is **held** in the store: its
+(:mod:`surehand.dispatcher.cancel`), each such dependant is **held** in the store
+(:func:`surehand.store.dependencies.hold_dependants`): its
 ``hold_case_id`` is ``dependency:<TASK id>`` (no interruption case: nothing ran) and its
 ``hold_reason`` names the dependency and why, with a ``hold`` event. Every door shows the hold
 like any other. The approver decides:
@@ -13,7 +14,9 @@ like any other. The approver decides:
 * **cancel it**: the ordinary cancel (the hold is cleared as it is archived).
 
 A parent waiting for its children (``wait_for``) is not held by a child that is cancelled or
-archived: it is woken, as for a held child, and its next attempt sees the child's bucket.
+archived: it is woken, as for a held child, and its next attempt sees the child's bucket. A
+cancelled dependency that settles done after all (before its stop) releases what it held
+(:func:`surehand.store.dependencies.unhold_done`).
 """
 
 from __future__ import annotations

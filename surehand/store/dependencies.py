@@ -2,6 +2,8 @@
 claim's compare-and-set (a TASK whose dependencies are not all ``done`` is not claimable), by
 a move to ``done`` (the dependants it releases go to the outbox in the same transaction), by
 the dispatcher sweep (a waiting TASK is not published) and by the doors ("waiting for …").
+A dependency archived or cancelled holds its ``inbox`` dependants (:func:`hold_dependants`,
+hold ``dependency:<id>``; the approver's release is :mod:`surehand.dispatcher.dependency_holds`).
 """
 
 from __future__ import annotations
