@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from surehand.agents.registry import AgentHandler, AgentRegistry, Probe, declare_probe
 from surehand.clock import Clock
 from surehand.config import Settings
-from surehand.dispatcher import actions, diagnostics, pauses, reports
+from surehand.dispatcher import actions, dependency_holds, diagnostics, pauses, reports, task_tree
 from surehand.dispatcher.cancel import CancelOutcome
 from surehand.dispatcher.cancel import cancel as cancel_task
 from surehand.dispatcher.context import Publisher, Services
@@ -32,7 +32,7 @@ from surehand.model import (
     WriteReportResult,
     WriteTaskResult,
 )
-from surehand.principals import Principal, local_principal
+from surehand.principals import Principal, acting_for, local_principal
 from surehand.requests import (
     CaseQuery,
     ReportRequest,
@@ -359,6 +359,18 @@ class Surehand:
         task_id = self.get_task(task_id).task_id
         with self.store.snapshot() as connection:
             return events.history(connection, task_id)
+
+    def children_tree(self, task_id: str) -> list[task_tree.Node]:
+        """The TASK's descendants (children, theirs, ...) with buckets and holds."""
+        return task_tree.tree(self.services, self.get_task(task_id).task_id)
+
+    def release_hold(self, task_id: str, *, actor: str | None = None) -> Task:
+        """The approver runs a TASK held by an archived or cancelled dependency anyway: the
+        dead dependency is dropped and the TASK dispatched once its others are done
+        (docs/delegation.md). To drop it instead, cancel it."""
+        role = actor or self.principal.role
+        acting_for(self.principal, role, "actor")
+        return dependency_holds.release(self.services, task_id, actor=role, tenant=self.tenant)
 
     def reports(self, task_id: str) -> list[Report]:
         task_id = self.get_task(task_id).task_id

@@ -302,14 +302,17 @@ DISPATCHER_READS = {
     ("surehand.dispatcher.lifecycle", "approvers"),  # who gets the review form
     ("surehand.dispatcher.lifecycle", "cancellers"),  # who gets the cancel button
     ("surehand.dispatcher.pauses", "PAUSERS"),  # who gets the pause form
+    ("surehand.dispatcher", "task_tree"),  # task_tree.held_lines, as `surehand show` says it
 }
 SERVICE_WRITES = {
     *("review", "recover", "transition", "write_task", "write_report", "reconcile"),
-    *("cancel", "pause_role", "resume_role"),
+    *("cancel", "pause_role", "resume_role", "release_hold"),
 }
 # The console's acts, each the call the API's route makes: review, approve/reject, recover,
 # cancel, pause and resume.
-CONSOLE_WRITES = {"review", "transition", "recover", "cancel", "pause_role", "resume_role"}
+CONSOLE_WRITES = {
+    *("review", "transition", "recover", "cancel", "pause_role", "resume_role", "release_hold")
+}
 
 
 def _imports(tree: ast.AST) -> Iterator[tuple[str, str]]:

@@ -18,6 +18,7 @@ from surehand.api.schemas import (
     CancelBody,
     PauseBody,
     RecoverBody,
+    ReleaseBody,
     ReportBody,
     ReviewBody,
     TaskRequest,
@@ -182,6 +183,21 @@ def cancel(task_id: TaskIdPath, body: CancelBody, caller: CallerDep) -> JSONResp
     keeps its hold. Asking again changes nothing (``repeated``)."""
     outcome = caller.sh.cancel(task_id, reason=body.reason, actor=caller.acting(body.actor))
     return _json(outcome.to_dict())
+
+
+@router.post(
+    "/tasks/{task_id}/release",
+    tags=["tasks"],
+    responses=problems(*WRITE, s403="Only the TASK's approvers may release it."),
+)
+def release_hold(
+    task_id: TaskIdPath, caller: CallerDep, body: ReleaseBody | None = None
+) -> JSONResponse:
+    """Run a TASK held by an archived or cancelled dependency anyway (its approver): the dead
+    dependency is dropped; it is dispatched once its other dependencies are done. 409
+    ``illegal_transition`` if it is not so held. To drop it instead, cancel it."""
+    actor = caller.acting(body.actor if body else None)
+    return _json({"task": caller.sh.release_hold(task_id, actor=actor).to_dict()})
 
 
 RolePath = Annotated[str, Path(pattern=ROLE_PATTERN, max_length=32, description="A role code.")]

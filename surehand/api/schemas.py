@@ -131,6 +131,12 @@ class CancelBody(_Body):
     actor: RoleCode | None = Field(None, description="Acting role; defaults to the caller's.")
 
 
+class ReleaseBody(_Body):
+    """Run the TASK named in the path anyway, held by an archived or cancelled dependency."""
+
+    actor: RoleCode | None = Field(None, description="Acting role; defaults to the caller's.")
+
+
 class PauseBody(_Body):
     """Pause a role of the caller's tenant (ADMIN or PM): no session of it starts."""
 

@@ -16,6 +16,7 @@ from surehand.cli.tables import Cell, Column, FittedTable
 from surehand.doors.labels import operation_label
 
 if TYPE_CHECKING:  # records are rendered, never built, here: no need to import them first
+    from surehand.dispatcher.task_tree import Node
     from surehand.model import (
         Attempt,
         InterruptionCase,
@@ -98,8 +99,9 @@ def _plain(value: Any) -> Text:
     return Text(shown, overflow="fold")
 
 
-def task_table(task: Task, note: str | None = None) -> Table:
-    """Every field of the TASK but its body (see :func:`task_view`), values in full."""
+def task_table(task: Task, note: str | None = None, held: Sequence[str] = ()) -> Table:
+    """Every field of the TASK but its body (see :func:`task_view`), values in full;
+    ``held``: what it says of its held children ("child TASK-… held: …")."""
     table = Table(show_header=False, box=None, title=task.task_id)
     table.add_column(no_wrap=True)
     table.add_column(overflow="fold")
@@ -107,17 +109,45 @@ def task_table(task: Task, note: str | None = None) -> Table:
         if key != "body":
             table.add_row(f"[bold]{key}[/]", _plain(value))
     if task.hold:
-        table.add_row("[bold red]hold[/]", _plain(f"case {task.hold.case_id}: {task.hold.reason}"))
+        table.add_row("[bold red]hold[/]", _plain(_hold_text(task)))
     if note:
         table.add_row("[bold]dispatch[/]", _note(note))
+    for line in held:
+        table.add_row("[bold red]child held[/]", _plain(line))
     return table
 
 
-def task_view(task: Task, note: str | None = None) -> RenderableType:
+def _hold_text(task: Task) -> str:
+    assert task.hold is not None
+    if task.hold.dependency is not None:
+        return f"dependency {task.hold.dependency}: {task.hold.reason}"
+    return f"case {task.hold.case_id}: {task.hold.reason}"
+
+
+def task_view(task: Task, note: str | None = None, held: Sequence[str] = ()) -> RenderableType:
     """The whole TASK: its fields, then its body in full (wrapped to the terminal)."""
     if not task.fields.body:
-        return task_table(task, note)
-    return Group(task_table(task, note), Panel(_plain(task.fields.body), title="body"))
+        return task_table(task, note, held)
+    return Group(task_table(task, note, held), Panel(_plain(task.fields.body), title="body"))
+
+
+def children_table(nodes: Sequence[Node]) -> Table:
+    """The TASK's tree of children: indented by depth, with bucket and hold."""
+    table = Table(title="children")
+    table.add_column("TASK", no_wrap=True)
+    table.add_column("bucket", no_wrap=True)
+    table.add_column("to", no_wrap=True)
+    table.add_column("subject / hold", overflow="fold", ratio=1)
+    for node in nodes:
+        child = node.task
+        hold = f"\nHELD: {child.hold.reason}" if child.hold else ""
+        table.add_row(
+            "  " * (node.depth - 1) + child.task_id,
+            bucket_label(child),
+            child.fields.recipient,
+            _plain(child.fields.subject + hold),
+        )
+    return table
 
 
 def history_table(history: Sequence[TaskEvent]) -> Table:

@@ -1,4 +1,5 @@
-"""``surehand cancel | pause | resume``: stop a TASK, hold a role's sessions back."""
+"""``surehand cancel | release | pause | resume``: stop a TASK, release one held by a dead
+dependency, hold a role's sessions back."""
 
 from __future__ import annotations
 
@@ -46,6 +47,25 @@ def cancel(
         return
     again = " (asked before: nothing changed)" if outcome.repeated else ""
     console.print(f"{task_id}: [bold]{outcome.outcome}[/] - {outcome.detail}{again}")
+
+
+@app.command()
+@handle_errors
+def release(
+    task_id: Annotated[str, typer.Argument(help="TASK id.")],
+    actor: Actor = None,
+    database_url: DatabaseUrl = None,
+    tenant: Tenant = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """Run a TASK held by an archived or cancelled dependency anyway (its approver): the dead
+    dependency is dropped; it is dispatched once its other dependencies are done. To drop the
+    TASK instead, cancel it."""
+    task = _open(database_url, tenant).release_hold(task_id, actor=actor)
+    if as_json:
+        emit_json(task.to_dict())
+        return
+    console.print(f"{task_id}: [bold]released[/] - it runs once its other dependencies are done")
 
 
 @app.command()

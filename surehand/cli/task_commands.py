@@ -327,8 +327,9 @@ def show(
     as_json: JsonFlag = False,
 ) -> None:
     """Show a whole TASK: its fields and body, history, REPORTs (the latest in full),
-    attempts, operations and interruption cases. Long text wraps; nothing is cut."""
-    from surehand.dispatcher import dispatch
+    attempts, operations and interruption cases, and its tree of children with buckets and
+    holds. Long text wraps; nothing is cut."""
+    from surehand.dispatcher import dispatch, task_tree
 
     if (task_id is None) == (submission_id is None):
         raise typer.BadParameter("give a TASK id or --id SUBMISSION_ID (one of them)")
@@ -342,11 +343,14 @@ def show(
     found_operations = sh.operations(task_id)
     found_cases = sh.cases(task_id=task_id, limit=1000)
     note = dispatch.waiting_note(sh.services, task)
+    descendants = sh.children_tree(task_id)
     if as_json:
         emit_json(
             {
                 "task": task.to_dict(),
                 "dispatch_note": note,
+                "children": [node.to_dict() for node in descendants],
+                "held_children": task_tree.held_lines(descendants),
                 "history": [event.to_dict() for event in history],
                 "reports": [item.to_dict() for item in found_reports],
                 "attempts": [item.to_dict() for item in found_attempts],
@@ -357,7 +361,9 @@ def show(
         return
     from surehand.cli import render
 
-    console.print(render.task_view(task, note))
+    console.print(render.task_view(task, note, task_tree.held_lines(descendants)))
+    if descendants:
+        console.print(render.children_table(descendants))
     console.print(render.history_table(history))
     if found_reports:
         console.print(render.reports_table(found_reports))

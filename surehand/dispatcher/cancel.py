@@ -30,11 +30,12 @@ from dataclasses import dataclass
 
 from sqlalchemy import Connection
 
-from surehand.dispatcher import lifecycle
+from surehand.dispatcher import dependency_holds, lifecycle
 from surehand.dispatcher.context import Services
 from surehand.dispatcher.reports import write_report_in
 from surehand.errors import Conflict, TaskNotFound
 from surehand.model import (
+    SYSTEM,
     Action,
     Admission,
     AttemptState,
@@ -47,7 +48,7 @@ from surehand.model import (
 )
 from surehand.principals import Principal, acting_for
 from surehand.requests import CancelTaskRequest, ReportRequest, parse
-from surehand.store import attempts, cases, events, operations, tasks
+from surehand.store import attempts, cases, dependencies, events, operations, tasks
 
 Admit = Callable[[str], InterruptionCase]
 
@@ -101,6 +102,7 @@ def cancel(
         if not repeated:
             task = _record(connection, services, task, request, acting)
         outcome = _next(connection, services, task, repeated)
+        cascade(connection, services, task, request.actor, acting)
     if outcome.outcome == "pending" and admit is not None:
         return _admitted(services, outcome, admit)
     return outcome
@@ -148,13 +150,24 @@ def _record(
             data={"bucket": task.bucket.value, **acting},
         ),
     )
+    why = f"was cancelled ({written.cancel.reason if written.cancel else request.reason})"
+    dependencies.hold_dependants(connection, written, why, now)
     return written
 
 
-def _next(connection: Connection, services: Services, task: Task, repeated: bool) -> CancelOutcome:
-    """What the (recorded) request leads to now, applied where it is immediate."""
-    if task.bucket is Bucket.INBOX:
-        moved = archive_cancelled(connection, services, task)
+def _next(
+    connection: Connection,
+    services: Services,
+    task: Task,
+    repeated: bool,
+    by: str | None = None,
+) -> CancelOutcome:
+    """What the (recorded) request leads to now, applied where it is immediate. ``by``: who
+    moves it to archive (default: the requester; the runtime in a cascade, whose permission
+    was checked on the parent)."""
+    if task.bucket is Bucket.INBOX:  # a dependency hold is the approver's; cancel decides it
+        task = dependency_holds.clear_for_cancel(connection, task, services.clock.now())
+        moved = archive_cancelled(connection, services, task, by=by)
         return CancelOutcome(moved, "archived", "cancelled before any session ran", repeated)
     if task.bucket is not Bucket.ACTIVE:
         return CancelOutcome(task, "archived", f"the TASK is in {task.bucket.value}", repeated)
@@ -172,8 +185,36 @@ def _next(connection: Connection, services: Services, task: Task, repeated: bool
     if case is not None and case.state is CaseState.OPEN:
         detail = f"admission decides case {case.case_id}"
         return CancelOutcome(task, "pending", detail, repeated, case.case_id)
-    moved = archive_cancelled(connection, services, task)
+    moved = archive_cancelled(connection, services, task, by=by)
     return CancelOutcome(moved, "archived", "no session was running", repeated)
+
+
+def cascade(
+    connection: Connection,
+    services: Services,
+    parent: Task,
+    actor: str,
+    acting: dict[str, object],
+) -> list[CancelOutcome]:
+    """Cancel the open children of ``parent`` (whose cancel is recorded) and theirs, in the
+    caller's transaction: each is recorded like any cancel, by ``actor`` and ``acting`` (the
+    principal) with the reason "parent TASK-… cancelled: <reason>", and goes where its
+    bucket leads (an ``inbox`` one archived, a running one stopped). The permission was
+    checked on ``parent`` alone, so the children's moves to archive are the runtime's.
+    Children in review, done or archive are left alone, and so
+    are their own children."""
+    assert parent.cancel is not None
+    reason = f"parent {parent.task_id} cancelled: {parent.cancel.reason}"
+    outcomes = []
+    for child in tasks.children(connection, parent.task_id, lock=True):
+        if child.cancel is None and child.bucket in (Bucket.INBOX, Bucket.ACTIVE):
+            asked = CancelTaskRequest(task_id=child.task_id, actor=actor, reason=reason)
+            cause = {**acting, "cascade_from": parent.task_id}
+            child = _record(connection, services, child, asked, cause)
+            outcomes.append(_next(connection, services, child, False, by=SYSTEM))
+        if child.cancel is not None:
+            outcomes += cascade(connection, services, child, actor, acting)
+    return outcomes
 
 
 def _admitted(services: Services, outcome: CancelOutcome, admit: Admit) -> CancelOutcome:

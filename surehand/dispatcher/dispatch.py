@@ -334,6 +334,8 @@ def waiting_note(services: Services, task: Task) -> str | None:
     """What a door should say about ``task``'s dispatch, or None when nothing is wrong."""
     if task.dispatch_error is not None:
         return f"undispatchable: {task.dispatch_error}"
+    if task.hold is not None and task.hold.dependency is not None:
+        return f"held for its approver: {task.hold.reason}"
     if task.bucket is Bucket.INBOX:  # its depends_on, or the children it waits for
         with services.store.snapshot() as connection:
             pending = dependencies.not_done(connection, [task.task_id]).get(task.task_id)

@@ -214,7 +214,10 @@ def apply(
         attempt_id, epoch = fence.attempt_id, fence.epoch
     moved = _compare_and_set(connection, task, values, extra_expect, now)
     if target is Bucket.DONE:
+        dependencies.unhold_done(connection, moved, now)
         dependencies.release(connection, task.task_id, now)
+    elif target is Bucket.ARCHIVE:  # it will never be done: its waiting dependants are held
+        dependencies.hold_dependants(connection, moved, dependencies.dead_why(moved), now)
     data = {**_event_data(action, values, cited), **(acting or {})}
     events.insert(
         connection,

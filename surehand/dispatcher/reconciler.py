@@ -28,7 +28,7 @@ from datetime import datetime
 from sqlalchemy import Connection
 
 from surehand import metrics
-from surehand.dispatcher import diagnostics, dispatch
+from surehand.dispatcher import cascades, diagnostics, dispatch
 from surehand.dispatcher.recovery import Recovery, loss_grace
 from surehand.errors import LeaseUnavailable, StaleDecision
 from surehand.model import Admission, AttemptState, CaseState, InterruptionCase
@@ -59,6 +59,7 @@ class PassReport:
     stranded: int = 0  # TASKs found in active without a running attempt, open case or hold
     republished: int = 0
     retries_waiting: int = 0  # successors a retry policy admitted, waiting for their backoff
+    cascaded: int = 0  # children of cancelled TASKs cancelled by this pass (cascades.finish)
     stalled_receipts: int = 0
     redis_ok: bool = True
     held: list[dict[str, object]] = field(default_factory=list)  # cases held in this pass
@@ -97,6 +98,7 @@ class Reconciler:
         self._scan_running(report)
         self._rescue_stranded(report)
         self._advance_cases(report)
+        report.cascaded = cascades.finish(self.services)
         report.republished += dispatch.sweep(self.services)
         report.stalled_receipts = self._stalled_receipts()
         report.seconds = round(time.perf_counter() - started, 6)

@@ -1,5 +1,5 @@
 """The MCP tools: ``write_task``, ``write_report``, ``read_task``, ``list_tasks``, ``task_status``,
-``cancel_task``.
+``cancel_task``, ``release_task``.
 
 Each tool calls the same facade as the other doors and returns the same records as structured
 content (and as JSON text for hosts that only read text). Every failure -- a typed surehand
@@ -132,6 +132,12 @@ class Tools:
         Asking again changes nothing."""
         return self.call(ctx, lambda _p, sh: sh.cancel(task_id, reason=reason).to_dict())
 
+    def release_task(self, task_id: TaskId, ctx: Context | None = None) -> CallToolResult:
+        """Run anyway a TASK you approve that is held because a dependency was archived or
+        cancelled: that dependency is dropped and the TASK runs once its others are done. To
+        drop the TASK instead, cancel it."""
+        return self.call(ctx, lambda _p, sh: sh.release_hold(task_id).to_dict())
+
     def write_report(
         self,
         task_id: TaskId,
@@ -226,6 +232,11 @@ def build_server(sh: Surehand) -> MCPServer[Any]:
             tools.cancel_task,
             "cancel_task",
             annotations=ToolAnnotations(idempotent_hint=True, destructive_hint=True),
+        ),
+        strict_tool(
+            tools.release_task,
+            "release_task",
+            annotations=ToolAnnotations(idempotent_hint=False, destructive_hint=False),
         ),
     ]
     return SurehandServer(

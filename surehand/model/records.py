@@ -173,10 +173,23 @@ class SubmissionDiagnosis:
         return data
 
 
+DEPENDENCY_HOLD = "dependency:"  # a hold's case_id prefix: held by a dead dependency, no case
+
+
 @dataclass(frozen=True, slots=True)
 class Hold:
+    """Why a TASK is held for its approver: an interruption case (``case_id``), or a
+    dependency that will never be done (``dependency:<TASK id>``: nothing ran, no case)."""
+
     case_id: str
     reason: str
+
+    @property
+    def dependency(self) -> str | None:
+        """The archived or cancelled dependency holding the TASK, if that is the hold."""
+        if self.case_id.startswith(DEPENDENCY_HOLD):
+            return self.case_id.removeprefix(DEPENDENCY_HOLD)
+        return None
 
 
 @dataclass(frozen=True, slots=True)

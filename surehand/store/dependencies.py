@@ -2,6 +2,8 @@
 claim's compare-and-set (a TASK whose dependencies are not all ``done`` is not claimable), by
 a move to ``done`` (the dependants it releases go to the outbox in the same transaction), by
 the dispatcher sweep (a waiting TASK is not published) and by the doors ("waiting for …").
+A dependency archived or cancelled holds its ``inbox`` dependants (:func:`hold_dependants`,
+hold ``dependency:<id>``; the approver's release is :mod:`surehand.dispatcher.dependency_holds`).
 """
 
 from __future__ import annotations
@@ -9,9 +11,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 
-from sqlalchemy import ColumnElement, Connection, and_, delete, exists, insert, select
+from sqlalchemy import ColumnElement, Connection, and_, delete, exists, insert, select, update
 
-from surehand.model import Bucket, Task
+from surehand.model import SYSTEM, Bucket, EventKind, Task
+from surehand.model.records import DEPENDENCY_HOLD
+from surehand.store import events
 from surehand.store.schema import outbox, task_dependencies, tasks
 
 _dependency = tasks.alias("dependency")
@@ -153,3 +157,136 @@ def release_waiting_parent(connection: Connection, child: Task, now: datetime) -
         return None
     connection.execute(insert(outbox).values(task_id=parent, created_at=now))
     return parent
+
+
+PREFIX = DEPENDENCY_HOLD
+
+
+def is_dependency_hold(task: Task) -> bool:
+    """Whether ``task`` is held by a dependency that will never be done (not by a case)."""
+    return task.hold is not None and task.hold.dependency is not None
+
+
+def hold_dependants(connection: Connection, dependency: Task, why: str, now: datetime) -> list[str]:
+    """Hold every unheld dependant of ``dependency`` still in ``inbox`` (``why``: "was
+    archived", "was cancelled: …"), in the caller's transaction; wake a parent waiting for
+    it instead. Returns the ids held."""
+    held = []
+    for task_id in _waiting_on(connection, dependency.task_id):
+        if task_id == dependency.fields.parent:
+            release_waiting_parent(connection, dependency, now)
+            continue
+        reason = _hold_reason(task_id, dependency.task_id, why)
+        if _set_hold(connection, task_id, PREFIX + dependency.task_id, reason, now):
+            event(connection, task_id, EventKind.HOLD, SYSTEM, now, reason, dependency.task_id)
+            held.append(task_id)
+    return held
+
+
+def unhold_done(connection: Connection, dependency: Task, now: datetime) -> None:
+    """``dependency`` moved to done after all (its session settled before its cancel stopped
+    it): the dependants it held are released, or held by another dead dependency instead;
+    in the caller's transaction, before :func:`release` queues the ready ones."""
+    held = connection.execute(
+        select(tasks.c.task_id).where(
+            tasks.c.hold_case_id == PREFIX + dependency.task_id,
+            tasks.c.bucket == Bucket.INBOX.value,
+        )
+    ).scalars()
+    for task_id in list(held):
+        connection.execute(
+            update(tasks)
+            .where(tasks.c.task_id == task_id)
+            .values(hold_case_id=None, hold_reason=None, revision=tasks.c.revision + 1)
+        )
+        why = f"dependency {dependency.task_id} is done after all"
+        event(connection, task_id, EventKind.HOLD_RELEASED, SYSTEM, now, why, dependency.task_id)
+        for other, other_why in dead(connection, task_id)[:1]:  # still held, by another
+            reason = _hold_reason(task_id, other, other_why)
+            _set_hold(connection, task_id, PREFIX + other, reason, now)
+            event(connection, task_id, EventKind.HOLD, SYSTEM, now, reason, other)
+
+
+def dead(connection: Connection, task_id: str) -> list[tuple[str, str]]:
+    """The dependencies of ``task_id`` that will never be done (archived, or cancelled), with
+    why: [(id, "was cancelled (…)" or "was archived")]."""
+    rows = connection.execute(
+        select(
+            _dependency.c.task_id, _dependency.c.cancel_reason, _dependency.c.cancel_requested_at
+        )
+        .join(task_dependencies, _dependency.c.task_id == task_dependencies.c.dependency_id)
+        .where(
+            task_dependencies.c.task_id == task_id,
+            _dependency.c.bucket != Bucket.DONE.value,
+            (_dependency.c.bucket == Bucket.ARCHIVE.value)
+            | _dependency.c.cancel_requested_at.isnot(None),
+        )
+        .order_by(_dependency.c.task_id)
+    ).all()
+    return [
+        (found, f"was cancelled ({reason})" if at is not None else "was archived")
+        for found, reason, at in rows
+    ]
+
+
+def dead_why(task: Task) -> str:
+    """Why ``task`` will never be done, as a hold's reason says it."""
+    if task.cancel is not None:
+        return f"was cancelled ({task.cancel.reason})"
+    return "was archived"
+
+
+def _hold_reason(task_id: str, dependency_id: str, why: str) -> str:
+    return (
+        f"dependency {dependency_id} {why} and will never be done: its approver "
+        f"runs this TASK anyway (surehand release {task_id}) or cancels it"
+    )
+
+
+def _waiting_on(connection: Connection, dependency_id: str) -> list[str]:
+    query = (
+        select(tasks.c.task_id)
+        .join(task_dependencies, task_dependencies.c.task_id == tasks.c.task_id)
+        .where(
+            task_dependencies.c.dependency_id == dependency_id,
+            tasks.c.bucket == Bucket.INBOX.value,
+            tasks.c.hold_case_id.is_(None),
+        )
+        .order_by(tasks.c.task_id)
+    )
+    return list(connection.execute(query).scalars())
+
+
+def _set_hold(connection: Connection, task_id: str, hold: str, reason: str, now: datetime) -> bool:
+    """Hold ``task_id`` if it is still an unheld ``inbox`` TASK (compare-and-set)."""
+    written = connection.execute(
+        update(tasks)
+        .where(
+            tasks.c.task_id == task_id,
+            tasks.c.bucket == Bucket.INBOX.value,
+            tasks.c.hold_case_id.is_(None),
+        )
+        .values(
+            hold_case_id=hold,
+            hold_reason=reason,
+            revision=tasks.c.revision + 1,
+            updated_at=now,
+        )
+    )
+    return written.rowcount == 1
+
+
+def event(
+    connection: Connection,
+    task_id: str,
+    kind: EventKind,
+    by: str,
+    now: datetime,
+    reason: str,
+    dependency: str | None,
+) -> None:
+    data = {"dependency": dependency.removeprefix(PREFIX)} if dependency else {}
+    events.insert(
+        connection,
+        events.row(task_id=task_id, kind=kind, by=by, at=now, reason=reason, data=data),
+    )

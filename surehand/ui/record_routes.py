@@ -50,6 +50,7 @@ DONE = {
     "cancel-pending": "Cancel recorded: the next reconciler pass ends the TASK.",
     "budget": "Budget raised (recorded with your name).",
     "budget-runs": "Budget raised: a successor attempt runs the agent again.",
+    "released": "Released: it runs once its other dependencies are done.",
 }
 
 
@@ -166,6 +167,17 @@ def budget(
         )
 
     return _act(request, task_id, csrf_token, raise_it)
+
+
+@router.post("/tasks/{task_id}/release")
+def release(request: Request, task_id: str, csrf_token: FormText = "") -> Response:
+    """The approver runs a TASK held by a dead dependency anyway (``Surehand.release_hold``)."""
+
+    def ask(viewer: Viewer) -> str:
+        viewer.sh.release_hold(task_id, actor=viewer.principal.role)
+        return "released"
+
+    return _act(request, task_id, csrf_token, ask)
 
 
 def _act(request: Request, task_id: str, csrf_token: str, act: Callable[[Viewer], str]) -> Response:

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from surehand.agents.budgets import cost_of
-from surehand.dispatcher import dispatch
+from surehand.dispatcher import dispatch, task_tree
 from surehand.dispatcher.effects import Evidence, evaluate, unsettled
 from surehand.dispatcher.lifecycle import approvers, cancellers
 from surehand.facade import Surehand
@@ -43,6 +43,12 @@ class TaskPage:
     attempts: list[Attempt]
     operations: list[Operation]
     cases: list[InterruptionCase]
+    children: list[task_tree.Node] = dataclasses.field(default_factory=list)
+
+    @property
+    def held_children(self) -> list[str]:
+        """ "child TASK-… held: <reason>" for each held descendant."""
+        return task_tree.held_lines(self.children)
 
     @property
     def spent_usd(self) -> float:
@@ -54,6 +60,8 @@ class TaskPage:
         return {
             "task": self.task.to_dict(),
             "dispatch_note": self.dispatch_note,
+            "children": [node.to_dict() for node in self.children],
+            "held_children": self.held_children,
             "history": [event.to_dict() for event in self.history],
             "reports": [item.to_dict() for item in self.reports],
             "attempts": [item.to_dict() for item in self.attempts],
@@ -73,6 +81,7 @@ def task_page(sh: Surehand, task_id: str) -> TaskPage:
         attempts=sh.attempts(task.task_id),
         operations=sh.operations(task.task_id),
         cases=sh.cases(task_id=task.task_id, limit=CASES_PER_TASK),
+        children=sh.children_tree(task.task_id),
     )
 
 
