@@ -16,8 +16,9 @@ from mcp import Client
 
 from surehand.config import Settings
 from surehand.facade import Surehand
-from surehand.mcp.tools import build_server
+from surehand.mcp.tools import Tools, build_server
 from surehand.model import Bucket, EventKind, Task
+from surehand.principals import Principal
 from surehand.store import Store, events, tasks
 from tests.test_api import REQUEST, TOKENS, Served, post_task, serve
 from tests.test_cli import EXIT_REFUSED, SUBMIT, Cli, cli
@@ -155,3 +156,47 @@ def test_mcp_cancel_task_and_time_limit(store: Store) -> None:
     assert cancelled.structured_content["outcome"] == "archived"
     assert status.structured_content["bucket"] == "archive"
     assert status.structured_content["cancel"]["reason"] == "no"
+
+
+def test_mcp_pause_and_resume_a_role_with_the_same_permissions(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sh = Surehand(settings=Settings(database_url=store.url))
+    caller = {"principal": Principal("dana", "DEV", "default")}
+    monkeypatch.setattr(Tools, "principal", lambda _self, _ctx: caller["principal"])
+
+    async def call(name: str, args: dict[str, Any]) -> Any:
+        async with Client(build_server(sh)) as mcp:
+            return await mcp.call_tool(name, args)
+
+    try:
+        refused = anyio.run(call, "pause_role", {"role": "DEV", "reason": "mine"})
+        paused_by_dev = sh.paused_roles()
+        caller["principal"] = Principal("alice", "PM", "default")
+        paused = anyio.run(call, "pause_role", {"role": "DEV", "reason": "provider down"})
+        listed = [p.role for p in sh.paused_roles()]
+        caller["principal"] = Principal("dana", "DEV", "default")
+        refused_resume = anyio.run(call, "resume_role", {"role": "DEV"})
+        still = [p.role for p in sh.paused_roles()]
+        caller["principal"] = Principal("alice", "PM", "default")
+        resumed = anyio.run(call, "resume_role", {"role": "DEV"})
+        after = sh.paused_roles()
+    finally:
+        sh.close()
+    assert refused.is_error
+    assert refused.structured_content["error"]["code"] == "not_authorized"
+    assert paused_by_dev == []
+    assert (paused.structured_content["role"], paused.structured_content["reason"]) == (
+        "DEV",
+        "provider down",
+    )
+    assert (paused.structured_content["paused_by"], paused.structured_content["principal"]) == (
+        "PM",
+        "alice",
+    )
+    assert listed == ["DEV"]
+    assert refused_resume.is_error
+    assert refused_resume.structured_content["error"]["code"] == "not_authorized"
+    assert still == ["DEV"]
+    assert resumed.structured_content == {"role": "DEV", "resumed": True, "waiting": 0}
+    assert after == []
