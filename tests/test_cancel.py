@@ -12,11 +12,12 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+from sqlalchemy import event
 
 from surehand.agents.context import SessionContext
 from surehand.digest import request_digest
 from surehand.dispatcher.claims import claim
-from surehand.dispatcher.stops import StopWatch
+from surehand.dispatcher.stops import StopWatch, _Watched
 from surehand.errors import (
     ConfigError,
     Forbidden,
@@ -358,3 +359,32 @@ def test_a_task_sent_back_for_rework_is_archived_at_once_and_never_claimed(rig: 
     reports = rig.reports(task_id)
     assert [r.status for r in reports] == [ReportStatus.DONE, ReportStatus.ABORTED]
     assert "attempt 1: succeeded" in reports[-1].body
+
+
+def statements_of_one_tick(rig: Rig, sessions: int) -> list[str]:
+    """The SQL one stop-watch tick sends (this thread's only) while ``sessions`` run."""
+    watched = [_Watched(rig.claim(rig.new_task()), None, None) for _ in range(sessions)]
+    sent: list[str] = []
+    me = threading.get_ident()
+
+    def record(_conn: object, _cursor: object, statement: str, *_args: object) -> None:
+        if threading.get_ident() == me:
+            sent.append(statement)
+
+    engine = rig.services.store.engine
+    event.listen(engine, "before_cursor_execute", record)
+    try:
+        StopWatch(rig.services).check(watched)
+    finally:
+        event.remove(engine, "before_cursor_execute", record)
+    return sent
+
+
+def test_a_stop_watch_tick_is_one_query_however_many_sessions_run(rig: Rig) -> None:
+    one = statements_of_one_tick(rig, 1)
+    many = statements_of_one_tick(rig, 40)
+
+    assert len(many) == len(one)
+    [read] = [s for s in many if "FROM tasks" in s]
+    assert "tasks.task_id IN" in read  # by primary key
+    assert [s for s in many if "FROM tasks" not in s] == [s for s in one if "FROM tasks" not in s]
