@@ -6,6 +6,7 @@ store every 50 ms. Real workers and a real process tree: tests/test_cancel_worke
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -388,3 +389,60 @@ def test_a_stop_watch_tick_is_one_query_however_many_sessions_run(rig: Rig) -> N
     [read] = [s for s in many if "FROM tasks" in s]
     assert "tasks.task_id IN" in read  # by primary key
     assert [s for s in many if "FROM tasks" not in s] == [s for s in one if "FROM tasks" not in s]
+
+
+def test_cancelling_a_task_held_for_another_reason_releases_nothing_and_it_never_runs_again(
+    rig: Rig,
+) -> None:
+    runs: list[int] = []
+
+    def agent(ctx: SessionContext) -> str:
+        runs.append(ctx.attempt.number)
+
+        def effect() -> None:
+            raise SystemExit("killed mid-effect")  # not an Exception: the intent stays open
+
+        with contextlib.suppress(SystemExit):
+            ctx.operation("charge_card", {"amount": 5}, effect)
+        raise RuntimeError("the agent gave up")  # an open intent: held, never retried
+
+    rig.sh.agent("DEV")(agent)
+    task_id = rig.new_task()
+    rig.sh.run_session(task_id)
+    rig.sh.reconcile()
+    held = rig.task(task_id).hold
+    assert held is not None
+
+    answer = rig.sh.cancel(task_id, reason="not worth another try")
+    rig.sh.reconcile()
+
+    assert answer.outcome == "held"
+    task = rig.task(task_id)
+    assert task.hold == held  # the hold is the approver's to release
+    assert task.bucket is Bucket.ACTIVE
+    assert rig.case_of(task_id).admission is Admission.HOLD_FOR_REVIEW
+    reviewed = rig.sh.review(held.case_id, effect="absent", note="no charge", actor="PM")
+    assert reviewed.admission is Admission.RECONCILE_ONLY
+    assert rig.task(task_id).bucket is Bucket.ARCHIVE
+    assert runs == [1]
+
+
+def test_a_session_already_running_when_its_role_is_paused_goes_on_to_its_end(rig: Rig) -> None:
+    running, go_on = threading.Event(), threading.Event()
+
+    def agent(ctx: SessionContext) -> str:
+        running.set()
+        assert go_on.wait(30)
+        return "finished while paused"
+
+    rig.sh.agent("DEV")(agent)
+    task_id = rig.new_task()
+    thread, outcome = run_in_thread(rig, task_id)
+    assert running.wait(10)
+    as_role(rig, "PM").pause_role("DEV", reason="bad deploy")
+    go_on.set()
+    thread.join(20)
+
+    assert [o.outcome for o in outcome] == ["settled"]  # type: ignore[attr-defined]
+    assert rig.task(task_id).bucket is Bucket.REVIEW
+    assert [p.role for p in rig.sh.paused_roles()] == ["DEV"]
