@@ -446,3 +446,28 @@ def test_a_session_already_running_when_its_role_is_paused_goes_on_to_its_end(ri
     assert [o.outcome for o in outcome] == ["settled"]  # type: ignore[attr-defined]
     assert rig.task(task_id).bucket is Bucket.REVIEW
     assert [p.role for p in rig.sh.paused_roles()] == ["DEV"]
+
+
+def test_a_cancel_ends_a_scheduled_retry_which_is_never_run(rig: Rig) -> None:
+    runs: list[int] = []
+
+    def agent(ctx: SessionContext) -> str:
+        runs.append(ctx.attempt.number)
+        raise RuntimeError("API Error: 529 overloaded_error")  # nothing declared: retried
+
+    rig.sh.agent("DEV")(agent)
+    task_id = rig.new_task()
+    rig.sh.run_session(task_id)
+    rig.sh.reconcile()
+    case = rig.case_of(task_id)
+    assert case.admission is Admission.REEXECUTE
+    assert case.retry_at is not None  # a retry is scheduled, not yet due
+
+    outcome = rig.sh.cancel(task_id, reason="the provider is down for the day")
+    rig.clock.set(case.retry_at)
+    rig.sh.reconcile()
+
+    assert outcome.outcome == "archived"
+    assert rig.task(task_id).bucket is Bucket.ARCHIVE
+    assert rig.sh.run_session(task_id).outcome == "not_claimed"
+    assert runs == [1]
