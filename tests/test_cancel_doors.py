@@ -78,6 +78,15 @@ def test_http_write_task_takes_a_time_limit(api: Served) -> None:
     assert bad.status_code in (400, 422)
 
 
+def test_http_write_task_takes_a_budget(api: Served) -> None:
+    with api.client("tok-pm") as pm:
+        created = post_task(pm, "b-1", {**REQUEST, "budget_usd": 2.5})
+        bad = post_task(pm, "b-2", {**REQUEST, "budget_usd": -1})
+    assert created.status_code == 201
+    assert task_of(api, created.json()["task_id"]).budget_usd == 2.5
+    assert bad.status_code in (400, 422)
+
+
 def test_http_pause_and_resume_a_role(api: Served) -> None:
     with api.client("tok-dev") as dev:
         assert dev.post("/v1/roles/DEV/pause", json={"reason": "no"}).status_code == 403
@@ -108,9 +117,10 @@ def test_openapi_documents_the_new_routes(api: Served) -> None:
 
 
 def test_cli_cancel_pause_resume_and_time_limit(cli: Cli) -> None:
-    created = cli.json(*SUBMIT, "--id", "c-9", "--time-limit", "120")
+    created = cli.json(*SUBMIT, "--id", "c-9", "--time-limit", "120", "--budget-usd", "3")
     task_id = created["task_id"]
     assert cli.sh.get_task(task_id).fields.time_limit_seconds == 120
+    assert cli.sh.get_task(task_id).budget_usd == 3
     refused = cli.json("cancel", task_id, "--reason", "x", "--actor", "DEV", code=EXIT_REFUSED)
     assert refused["error"]["code"] == "not_authorized"
     cancelled = cli.json("cancel", task_id, "--reason", "duplicate of another")
@@ -137,6 +147,7 @@ def test_mcp_cancel_task_and_time_limit(store: Store) -> None:
                 "subject": "Write notes",
                 "client_submission_id": "m-1",
                 "time_limit_seconds": 30,
+                "budget_usd": 1.5,
             }
             created = await mcp.call_tool("write_task", args)
             task_id = created.structured_content["task_id"]
@@ -151,6 +162,7 @@ def test_mcp_cancel_task_and_time_limit(store: Store) -> None:
     finally:
         sh.close()
     assert task.fields.time_limit_seconds == 30
+    assert task.budget_usd == 1.5
     assert blank.is_error
     assert blank.structured_content["error"]["field"] == "reason"
     assert cancelled.structured_content["outcome"] == "archived"
