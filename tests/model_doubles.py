@@ -61,6 +61,15 @@ class Exchange:
 StepFor = Step | Callable[[Exchange], Step]
 
 
+@dataclass(frozen=True)
+class Refusal:
+    """An HTTP error answer: ``status``, a JSON ``body`` and extra ``headers``."""
+
+    status: int
+    body: dict[str, Any]
+    headers: dict[str, str] = field(default_factory=dict)
+
+
 @dataclass
 class Script:
     """The steps of a session, in order; past the end, a final message."""
@@ -92,6 +101,10 @@ class ModelDouble:
 
     def results_of(self, body: dict[str, Any]) -> list[str]:
         raise NotImplementedError
+
+    def refusal(self, body: dict[str, Any]) -> Refusal | None:
+        """An error to answer ``body`` with instead of the script's step (none by default)."""
+        return None
 
     def events(self, step: Step, turn: int) -> Iterator[tuple[str, dict[str, Any]]]:
         raise NotImplementedError
@@ -258,12 +271,25 @@ def _handler(double: ModelDouble) -> type[BaseHTTPRequestHandler]:
                 body = {"unparsed": raw.decode(errors="replace")}
             body["_path"] = self.path
             body["_connection"] = self.headers.get("connection", "")  # "close": a proxy's
+            refusal = double.refusal(body)
+            if refusal is not None:
+                self.refuse(refusal)
+                return
             events = double.answer(body)
             payload = b"".join(
                 f"event: {name}\ndata: {json.dumps(data)}\n\n".encode() for name, data in events
             )
             self.send_response(200)
             self.send_header("content-type", "text/event-stream")
+            self.send_header("content-length", str(len(payload)))
+            self.end_headers()
+            self.wfile.write(payload)
+
+        def refuse(self, refusal: Refusal) -> None:
+            payload = json.dumps(refusal.body).encode()
+            self.send_response(refusal.status)
+            for name, value in {"content-type": "application/json", **refusal.headers}.items():
+                self.send_header(name, value)
             self.send_header("content-length", str(len(payload)))
             self.end_headers()
             self.wfile.write(payload)

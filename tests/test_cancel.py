@@ -6,17 +6,19 @@ store every 50 ms. Real workers and a real process tree: tests/test_cancel_worke
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+from sqlalchemy import event
 
 from surehand.agents.context import SessionContext
 from surehand.digest import request_digest
 from surehand.dispatcher.claims import claim
-from surehand.dispatcher.stops import StopWatch
+from surehand.dispatcher.stops import StopWatch, _Watched
 from surehand.errors import (
     ConfigError,
     Forbidden,
@@ -358,3 +360,114 @@ def test_a_task_sent_back_for_rework_is_archived_at_once_and_never_claimed(rig: 
     reports = rig.reports(task_id)
     assert [r.status for r in reports] == [ReportStatus.DONE, ReportStatus.ABORTED]
     assert "attempt 1: succeeded" in reports[-1].body
+
+
+def statements_of_one_tick(rig: Rig, sessions: int) -> list[str]:
+    """The SQL one stop-watch tick sends (this thread's only) while ``sessions`` run."""
+    watched = [_Watched(rig.claim(rig.new_task()), None, None) for _ in range(sessions)]
+    sent: list[str] = []
+    me = threading.get_ident()
+
+    def record(_conn: object, _cursor: object, statement: str, *_args: object) -> None:
+        if threading.get_ident() == me:
+            sent.append(statement)
+
+    engine = rig.services.store.engine
+    event.listen(engine, "before_cursor_execute", record)
+    try:
+        StopWatch(rig.services).check(watched)
+    finally:
+        event.remove(engine, "before_cursor_execute", record)
+    return sent
+
+
+def test_a_stop_watch_tick_is_one_query_however_many_sessions_run(rig: Rig) -> None:
+    one = statements_of_one_tick(rig, 1)
+    many = statements_of_one_tick(rig, 40)
+
+    assert len(many) == len(one)
+    [read] = [s for s in many if "FROM tasks" in s]
+    assert "tasks.task_id IN" in read  # by primary key
+    assert [s for s in many if "FROM tasks" not in s] == [s for s in one if "FROM tasks" not in s]
+
+
+def test_cancelling_a_task_held_for_another_reason_releases_nothing_and_it_never_runs_again(
+    rig: Rig,
+) -> None:
+    runs: list[int] = []
+
+    def agent(ctx: SessionContext) -> str:
+        runs.append(ctx.attempt.number)
+
+        def effect() -> None:
+            raise SystemExit("killed mid-effect")  # not an Exception: the intent stays open
+
+        with contextlib.suppress(SystemExit):
+            ctx.operation("charge_card", {"amount": 5}, effect)
+        raise RuntimeError("the agent gave up")  # an open intent: held, never retried
+
+    rig.sh.agent("DEV")(agent)
+    task_id = rig.new_task()
+    rig.sh.run_session(task_id)
+    rig.sh.reconcile()
+    held = rig.task(task_id).hold
+    assert held is not None
+
+    answer = rig.sh.cancel(task_id, reason="not worth another try")
+    rig.sh.reconcile()
+
+    assert answer.outcome == "held"
+    task = rig.task(task_id)
+    assert task.hold == held  # the hold is the approver's to release
+    assert task.bucket is Bucket.ACTIVE
+    assert rig.case_of(task_id).admission is Admission.HOLD_FOR_REVIEW
+    reviewed = rig.sh.review(held.case_id, effect="absent", note="no charge", actor="PM")
+    assert reviewed.admission is Admission.RECONCILE_ONLY
+    assert rig.task(task_id).bucket is Bucket.ARCHIVE
+    assert runs == [1]
+
+
+def test_a_session_already_running_when_its_role_is_paused_goes_on_to_its_end(rig: Rig) -> None:
+    running, go_on = threading.Event(), threading.Event()
+
+    def agent(ctx: SessionContext) -> str:
+        running.set()
+        assert go_on.wait(30)
+        return "finished while paused"
+
+    rig.sh.agent("DEV")(agent)
+    task_id = rig.new_task()
+    thread, outcome = run_in_thread(rig, task_id)
+    assert running.wait(10)
+    as_role(rig, "PM").pause_role("DEV", reason="bad deploy")
+    go_on.set()
+    thread.join(20)
+
+    assert [o.outcome for o in outcome] == ["settled"]  # type: ignore[attr-defined]
+    assert rig.task(task_id).bucket is Bucket.REVIEW
+    assert [p.role for p in rig.sh.paused_roles()] == ["DEV"]
+
+
+def test_a_cancel_ends_a_scheduled_retry_which_is_never_run(rig: Rig) -> None:
+    runs: list[int] = []
+
+    def agent(ctx: SessionContext) -> str:
+        runs.append(ctx.attempt.number)
+        raise RuntimeError("API Error: 529 overloaded_error")  # nothing declared: retried
+
+    rig.sh.agent("DEV")(agent)
+    task_id = rig.new_task()
+    rig.sh.run_session(task_id)
+    rig.sh.reconcile()
+    case = rig.case_of(task_id)
+    assert case.admission is Admission.REEXECUTE
+    assert case.retry_at is not None  # a retry is scheduled, not yet due
+
+    outcome = rig.sh.cancel(task_id, reason="the provider is down for the day")
+    rig.clock.set(case.retry_at)
+    rig.sh.reconcile()
+
+    assert outcome.outcome == "archived"
+    assert rig.task(task_id).bucket is Bucket.ARCHIVE
+    assert rig.sh.run_session(task_id).outcome == "not_claimed"
+    assert runs == [1]

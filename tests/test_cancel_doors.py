@@ -16,8 +16,9 @@ from mcp import Client
 
 from surehand.config import Settings
 from surehand.facade import Surehand
-from surehand.mcp.tools import build_server
+from surehand.mcp.tools import Tools, build_server
 from surehand.model import Bucket, EventKind, Task
+from surehand.principals import Principal
 from surehand.store import Store, events, tasks
 from tests.test_api import REQUEST, TOKENS, Served, post_task, serve
 from tests.test_cli import EXIT_REFUSED, SUBMIT, Cli, cli
@@ -77,6 +78,15 @@ def test_http_write_task_takes_a_time_limit(api: Served) -> None:
     assert bad.status_code in (400, 422)
 
 
+def test_http_write_task_takes_a_budget(api: Served) -> None:
+    with api.client("tok-pm") as pm:
+        created = post_task(pm, "b-1", {**REQUEST, "budget_usd": 2.5})
+        bad = post_task(pm, "b-2", {**REQUEST, "budget_usd": -1})
+    assert created.status_code == 201
+    assert task_of(api, created.json()["task_id"]).budget_usd == 2.5
+    assert bad.status_code in (400, 422)
+
+
 def test_http_pause_and_resume_a_role(api: Served) -> None:
     with api.client("tok-dev") as dev:
         assert dev.post("/v1/roles/DEV/pause", json={"reason": "no"}).status_code == 403
@@ -107,9 +117,10 @@ def test_openapi_documents_the_new_routes(api: Served) -> None:
 
 
 def test_cli_cancel_pause_resume_and_time_limit(cli: Cli) -> None:
-    created = cli.json(*SUBMIT, "--id", "c-9", "--time-limit", "120")
+    created = cli.json(*SUBMIT, "--id", "c-9", "--time-limit", "120", "--budget-usd", "3")
     task_id = created["task_id"]
     assert cli.sh.get_task(task_id).fields.time_limit_seconds == 120
+    assert cli.sh.get_task(task_id).budget_usd == 3
     refused = cli.json("cancel", task_id, "--reason", "x", "--actor", "DEV", code=EXIT_REFUSED)
     assert refused["error"]["code"] == "not_authorized"
     cancelled = cli.json("cancel", task_id, "--reason", "duplicate of another")
@@ -136,6 +147,7 @@ def test_mcp_cancel_task_and_time_limit(store: Store) -> None:
                 "subject": "Write notes",
                 "client_submission_id": "m-1",
                 "time_limit_seconds": 30,
+                "budget_usd": 1.5,
             }
             created = await mcp.call_tool("write_task", args)
             task_id = created.structured_content["task_id"]
@@ -150,8 +162,53 @@ def test_mcp_cancel_task_and_time_limit(store: Store) -> None:
     finally:
         sh.close()
     assert task.fields.time_limit_seconds == 30
+    assert task.budget_usd == 1.5
     assert blank.is_error
     assert blank.structured_content["error"]["field"] == "reason"
     assert cancelled.structured_content["outcome"] == "archived"
     assert status.structured_content["bucket"] == "archive"
     assert status.structured_content["cancel"]["reason"] == "no"
+
+
+def test_mcp_pause_and_resume_a_role_with_the_same_permissions(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sh = Surehand(settings=Settings(database_url=store.url))
+    caller = {"principal": Principal("dana", "DEV", "default")}
+    monkeypatch.setattr(Tools, "principal", lambda _self, _ctx: caller["principal"])
+
+    async def call(name: str, args: dict[str, Any]) -> Any:
+        async with Client(build_server(sh)) as mcp:
+            return await mcp.call_tool(name, args)
+
+    try:
+        refused = anyio.run(call, "pause_role", {"role": "DEV", "reason": "mine"})
+        paused_by_dev = sh.paused_roles()
+        caller["principal"] = Principal("alice", "PM", "default")
+        paused = anyio.run(call, "pause_role", {"role": "DEV", "reason": "provider down"})
+        listed = [p.role for p in sh.paused_roles()]
+        caller["principal"] = Principal("dana", "DEV", "default")
+        refused_resume = anyio.run(call, "resume_role", {"role": "DEV"})
+        still = [p.role for p in sh.paused_roles()]
+        caller["principal"] = Principal("alice", "PM", "default")
+        resumed = anyio.run(call, "resume_role", {"role": "DEV"})
+        after = sh.paused_roles()
+    finally:
+        sh.close()
+    assert refused.is_error
+    assert refused.structured_content["error"]["code"] == "not_authorized"
+    assert paused_by_dev == []
+    assert (paused.structured_content["role"], paused.structured_content["reason"]) == (
+        "DEV",
+        "provider down",
+    )
+    assert (paused.structured_content["paused_by"], paused.structured_content["principal"]) == (
+        "PM",
+        "alice",
+    )
+    assert listed == ["DEV"]
+    assert refused_resume.is_error
+    assert refused_resume.structured_content["error"]["code"] == "not_authorized"
+    assert still == ["DEV"]
+    assert resumed.structured_content == {"role": "DEV", "resumed": True, "waiting": 0}
+    assert after == []

@@ -10,6 +10,8 @@ with "budget spent: $X of $Y" until its approver raises the budget."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -99,6 +101,16 @@ def test_claude_code_reports_tokens_model_and_cost_which_the_attempt_records(
     assert attempt.details["observed"] == "journaled"
     [report] = reconciling_client.reports(task_id)
     assert report.body == REPORT  # the JSON's result, not the JSON
+    shown = subprocess.run(
+        [sys.executable, "-m", "surehand", "show", task_id],
+        env={"SUREHAND_DATABASE_URL": store.url, "COLUMNS": "250", "PATH": "/usr/bin"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    ).stdout
+    assert f"{INPUT_TOKENS} in / {OUTPUT_TOKENS} out" in shown
+    assert f"${usage['cost_usd']:.4f}" in shown
 
 
 def test_a_budget_smaller_than_one_answer_stops_the_attempt_and_holds_the_task(

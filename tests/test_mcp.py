@@ -72,6 +72,8 @@ def test_write_task_twice_over_stdio_is_created_then_reused(tmp_path: Path) -> N
         "task_status",
         "cancel_task",
         "release_task",
+        "pause_role",
+        "resume_role",
     }
     description = seen["tools"]["write_task"].description
     assert "reuse" in description

@@ -6,6 +6,7 @@ declared nothing asks its approver "run again, or stop here?"."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -131,3 +132,33 @@ def test_the_console_asks_run_again_or_stop_for_a_held_attempt_that_declared_not
     assert answer.status_code in (200, 303), answer.text
     [decided] = sh.cases(task_id=task_id)
     assert decided.admission is Admission.REEXECUTE
+
+
+def test_the_console_shows_when_the_next_automatic_retry_is_due_and_each_error(
+    harness: Harness, tmp_path: Path
+) -> None:
+    script = 'echo "API Error: 529 overloaded_error"\nexit 1\n'
+    sh = command_dev(
+        harness,
+        tmp_path,
+        script,
+        api_tokens=TOKENS,
+        retry_declared_roles="DEV",
+        retry_overload_backoff_seconds="600",
+    )
+    task_id = committed_task(sh)
+    assert sh.run_session(task_id).outcome == "failed"
+    sh.reconcile()
+    [case] = sh.cases(task_id=task_id)
+    assert case.retry_at is not None
+    client = TestClient(create_app(sh), base_url="http://127.0.0.1", follow_redirects=False)
+    sign_in(client, "pm")
+
+    page = client.get(f"/ui/tasks/{task_id}").text
+
+    [notice] = re.findall(r'<p class="notice retry"[^>]*>(.*?)</p>', page, re.S)
+    assert "Automatic retry: attempt 2 of 3" in notice
+    assert f"{case.retry_at:%Y-%m-%d %H:%M:%S}" in notice
+    assert "model API overloaded" in notice
+    assert "attempt 1: AgentError: command exited with 1" in notice
+    assert "529 overloaded_error" in notice

@@ -296,6 +296,8 @@ def test_mcp_tool_schemas_forbid_extra_arguments(store: Store) -> None:
         "task_status",
         "cancel_task",
         "release_task",
+        "pause_role",
+        "resume_role",
     }
     assert set(schemas) == bodies - {"__init__", "principal", "call"}  # every tool body listed
     assert {name: schemas[name].get("additionalProperties") for name in schemas} == dict.fromkeys(

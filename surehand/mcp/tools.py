@@ -1,5 +1,5 @@
 """The MCP tools: ``write_task``, ``write_report``, ``read_task``, ``list_tasks``, ``task_status``,
-``cancel_task``, ``release_task``.
+``cancel_task``, ``release_task``, ``pause_role``, ``resume_role``.
 
 Each tool calls the same facade as the other doors and returns the same records as structured
 content (and as JSON text for hosts that only read text). Every failure -- a typed surehand
@@ -138,6 +138,25 @@ class Tools:
         drop the TASK instead, cancel it."""
         return self.call(ctx, lambda _p, sh: sh.release_hold(task_id).to_dict())
 
+    def pause_role(
+        self,
+        role: Role,
+        reason: Annotated[str, Field(description="Why (recorded with the pause).")] = "",
+        ctx: Context | None = None,
+    ) -> CallToolResult:
+        """Pause a role (ADMIN or PM): no session of it starts until resume_role; its TASKs
+        wait in inbox; sessions already running go on. Asking again changes nothing."""
+        return self.call(ctx, lambda _p, sh: sh.pause_role(role, reason=reason).to_dict())
+
+    def resume_role(self, role: Role, ctx: Context | None = None) -> CallToolResult:
+        """Resume a paused role (ADMIN or PM): its TASKs that waited are published again.
+        Answers how many wait in inbox."""
+
+        def resume(_p: Principal, sh: Surehand) -> dict[str, Any]:
+            return {"role": role, "resumed": True, "waiting": sh.resume_role(role)}
+
+        return self.call(ctx, resume)
+
     def write_report(
         self,
         task_id: TaskId,
@@ -238,6 +257,8 @@ def build_server(sh: Surehand) -> MCPServer[Any]:
             "release_task",
             annotations=ToolAnnotations(idempotent_hint=False, destructive_hint=False),
         ),
+        strict_tool(tools.pause_role, "pause_role", annotations=idempotent),
+        strict_tool(tools.resume_role, "resume_role", annotations=idempotent),
     ]
     return SurehandServer(
         "surehand",
