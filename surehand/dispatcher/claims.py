@@ -32,6 +32,7 @@ from surehand.model import (
     Task,
 )
 from surehand.store import attempts, cases, events, operations, pauses, tasks
+from surehand.store.fence import next_epoch
 
 # -- claiming --------------------------------------------------------------------------------
 
@@ -72,7 +73,7 @@ def claim(
                 return _session(services, connection, task_id, attempt_id)
             if task.bucket is Bucket.INBOX and not tasks.ready(connection, task_id):
                 raise NotClaimable(f"{task_id} waits for its dependencies to be done")
-            number = task.epoch + 1
+            number = next_epoch(task.epoch)
             moved = lifecycle.apply(
                 connection,
                 task,
@@ -155,7 +156,7 @@ def _start_attempt(
 ) -> int:
     """Bump the epoch of an ``active`` TASK (compare-and-set), insert the running attempt and
     its ATTEMPT_STARTED event; returns the new epoch."""
-    number = task.epoch + 1
+    number = next_epoch(task.epoch)
     now = services.clock.now()
     expected = {"epoch": task.epoch, "revision": task.revision, **expect}
     if not tasks.update_if(
