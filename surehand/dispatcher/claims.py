@@ -29,6 +29,7 @@ from surehand.model import (
     Bucket,
     CaseState,
     EventKind,
+    Fence,
     Task,
 )
 from surehand.store import attempts, cases, events, operations, pauses, tasks
@@ -74,17 +75,14 @@ def claim(
             if task.bucket is Bucket.INBOX and not tasks.ready(connection, task_id):
                 raise NotClaimable(f"{task_id} waits for its dependencies to be done")
             number = next_epoch(task.epoch)
-            moved = lifecycle.apply(
-                connection,
-                task,
+            move = lifecycle.Move(
                 Action.CLAIM,
                 by=SYSTEM,
                 now=services.clock.now(),
-                extra_expect={"epoch": task.epoch, "hold_case_id": None},
-                extra_values={"epoch": number},
-                attempt_id=attempt_id,
-                epoch=number,
+                fence=Fence(attempt_id, task_id, number),
+                fencing=lifecycle.Fencing.OPENS,
             )
+            moved = lifecycle.apply(connection, task, move)
             attempt = attempts.new_running(
                 attempt_id=attempt_id,
                 task_id=task_id,

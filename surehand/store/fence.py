@@ -21,8 +21,9 @@ nothing else. Where they are enforced:
 2. :func:`surehand.store.attempts.fence_and_record_return` -- the agent's return value.
 3. :func:`surehand.store.session_writes.settle_first_report` -- the one-statement settle: the
    attempt clause with the TASK row locked and owned.
-4. ``lifecycle.apply(fence=...)`` -- a move a session makes (submit, finish, rollback)
-   compare-and-sets ``tasks.epoch`` against the fence's epoch (:func:`task_expectation`).
+4. ``lifecycle.apply(Move(fence=...))`` -- a move a session makes (submit, finish, rollback,
+   wait) compare-and-sets ``tasks.epoch`` against the fence's epoch (:func:`task_expectation`);
+   a claim's move opens the fence (:func:`opening`).
 
 A write refused here raises ``StaleOwner`` in the session and leaves a
 ``stale_owner_fenced`` event; it is never applied.
@@ -76,6 +77,13 @@ def task_is_owned(
         tasks.c.rework_round == rework_round,
         tasks.c.hold_case_id.is_(None),
     )
+
+
+def opening(fence: Fence, read_epoch: int) -> tuple[dict[str, Any], dict[str, Any]]:
+    """What a claim's compare-and-set of the TASK row read at ``read_epoch`` expects (that
+    epoch, no hold) and writes (the fence's epoch, :func:`next_epoch` of it)."""
+    assert fence.epoch == next_epoch(read_epoch)
+    return {"epoch": read_epoch, "hold_case_id": None}, {"epoch": fence.epoch}
 
 
 def task_expectation(fence: Fence) -> dict[str, Any]:
