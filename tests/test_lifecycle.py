@@ -18,7 +18,7 @@ from surehand.errors import (
     TaskNotFound,
     ValidationFailed,
 )
-from surehand.model import SYSTEM, Action, Bucket, EventKind, Task, TaskEvent
+from surehand.model import SYSTEM, Action, Bucket, EventKind, Fence, Task, TaskEvent
 from surehand.store import events, tasks
 from surehand.testing import ManualClock
 
@@ -70,7 +70,8 @@ def move(services: Services, task_id: str, action: Action, by: str = SYSTEM, **k
     with services.store.transaction() as connection:
         task = tasks.get_for_update(connection, task_id)
         assert task is not None
-        return lifecycle.apply(connection, task, action, by=by, now=services.clock.now(), **kw)
+        move = lifecycle.Move(action, by=by, now=services.clock.now(), **kw)
+        return lifecycle.apply(connection, task, move)
 
 
 def report(services: Services, task_id: str, body: str = "It is done.") -> str:
@@ -170,7 +171,8 @@ def test_dev_cannot_approve_its_own_task(services: Services) -> None:
 def test_pm_cannot_approve_an_admin_to_pm_task(services: Services) -> None:
     task = new_task(services, sender="ADMIN", recipient="PM")
     with services.store.transaction() as connection:
-        lifecycle.apply(connection, task, Action.CLAIM, by="PM", now=services.clock.now())
+        claim = lifecycle.Move(Action.CLAIM, by="PM", now=services.clock.now())
+        lifecycle.apply(connection, task, claim)
     reports.write_report(
         services, {"task_id": task.task_id, "reporter": "PM", "body": "ok"}, tenant="t1"
     )
@@ -338,17 +340,20 @@ def test_a_move_from_a_stale_read_is_a_conflict_and_writes_nothing(services: Ser
     move(services, stale.task_id, Action.CLAIM)
     move(services, stale.task_id, Action.ROLLBACK)
     before = history(services, stale.task_id)
+    claim = lifecycle.Move(Action.CLAIM, by=SYSTEM, now=services.clock.now())
     with services.store.transaction() as connection, pytest.raises(Conflict):
-        lifecycle.apply(connection, stale, Action.CLAIM, by=SYSTEM, now=services.clock.now())
+        lifecycle.apply(connection, stale, claim)
     assert history(services, stale.task_id) == before
 
 
 def test_extra_expectations_guard_the_compare_and_set(services: Services) -> None:
     task = new_task(services)
     with pytest.raises(Conflict):
-        move(services, task.task_id, Action.CLAIM, extra_expect={"epoch": 7})
-    runtime: dict[str, Any] = {"extra_expect": {"epoch": 0}, "extra_values": {"epoch": 1}}
-    moved = move(services, task.task_id, Action.CLAIM, attempt_id="A-1", epoch=1, **runtime)
+        move(services, task.task_id, Action.CLAIM, fence=Fence("A-0", task.task_id, 7))
+    opens = lifecycle.Fencing.OPENS
+    moved = move(
+        services, task.task_id, Action.CLAIM, fence=Fence("A-1", task.task_id, 1), fencing=opens
+    )
     assert moved.epoch == 1
     event = history(services, task.task_id)[-1]
     assert (event.attempt_id, event.epoch) == ("A-1", 1)

@@ -174,7 +174,8 @@ def test_a_task_that_is_not_active_refuses_a_report(services: Services, bucket: 
         with services.store.transaction() as connection:
             task = tasks.get_for_update(connection, task_id)
             assert task is not None
-            lifecycle.apply(connection, task, Action.ROLLBACK, by=SYSTEM, now=task.updated_at)
+            move = lifecycle.Move(Action.ROLLBACK, by=SYSTEM, now=task.updated_at)
+            lifecycle.apply(connection, task, move)
     else:
         write(services, task_id, "first")
         lifecycle.transition(services, task_id, Action.SUBMIT, actor="DEV", tenant="t1")

@@ -36,6 +36,7 @@ from surehand.model import (
     AttemptState,
     Bucket,
     EventKind,
+    Fence,
     ReportStatus,
     RetryPolicy,
     Task,
@@ -109,17 +110,14 @@ def test_the_fast_claim_writes_what_apply_writes(services: Services) -> None:
     with services.store.transaction() as connection:
         task = tasks.get_for_update(connection, slow_id)
         assert task is not None
-        slow = lifecycle.apply(
-            connection,
-            task,
+        move = lifecycle.Move(
             Action.CLAIM,
             by=SYSTEM,
             now=now,
-            extra_expect={"epoch": task.epoch, "hold_case_id": None},
-            extra_values={"epoch": task.epoch + 1},
-            attempt_id="a-slow",
-            epoch=task.epoch + 1,
+            fence=Fence("a-slow", slow_id, task.epoch + 1),
+            fencing=lifecycle.Fencing.OPENS,
         )
+        slow = lifecycle.apply(connection, task, move)
         attempts.insert(
             connection,
             attempts.new_running(

@@ -43,6 +43,7 @@ from surehand.model import (
     CaseState,
     EffectFact,
     EventKind,
+    Fence,
     InterruptionCase,
     Operation,
     ReportStatus,
@@ -395,16 +396,15 @@ def _reconcile(
     if task.hold is not None:
         task = _release_hold(connection, services, task)
     written = write_report_in(connection, services, task, request, attempt_id=attempt.attempt_id)
-    lifecycle.apply(
-        connection,
-        _task(connection, task.task_id),
+    move = lifecycle.Move(
         Action.SUBMIT,
         by=SYSTEM,
         now=services.clock.now(),
         report_id=written.report.report_id,
-        attempt_id=attempt.attempt_id,
-        epoch=attempt.number,
+        fence=Fence(attempt.attempt_id, task.task_id, attempt.number),
+        fencing=lifecycle.Fencing.RECORDED,
     )
+    lifecycle.apply(connection, _task(connection, task.task_id), move)
 
 
 def _cancel(connection: Connection, services: Services, case: InterruptionCase, task: Task) -> None:

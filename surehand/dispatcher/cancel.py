@@ -42,6 +42,7 @@ from surehand.model import (
     Bucket,
     CaseState,
     EventKind,
+    Fence,
     InterruptionCase,
     ReportStatus,
     Task,
@@ -257,17 +258,23 @@ def archive_cancelled(
         written = write_report_in(connection, services, task, request, attempt_id=attempt_id)
         report_id = written.report.report_id
         task = tasks.get_for_update(connection, task.task_id) or task
-    return lifecycle.apply(
-        connection,
-        task,
+    move = lifecycle.Move(
         Action.CANCEL,
         by=by or request_of.by,
         now=services.clock.now(),
         reason=request_of.reason,
         report_id=report_id,
-        attempt_id=case.interrupted_attempt_id if case is not None else None,
-        epoch=case.interrupted_epoch if case is not None else None,
+        fence=_interrupted(case, task),
+        fencing=lifecycle.Fencing.RECORDED,
     )
+    return lifecycle.apply(connection, task, move)
+
+
+def _interrupted(case: InterruptionCase | None, task: Task) -> Fence | None:
+    """The fence of the attempt a case stopped, which the cancel's event names."""
+    if case is None:
+        return None
+    return Fence(case.interrupted_attempt_id, task.task_id, case.interrupted_epoch)
 
 
 def cancelled_body(connection: Connection, task: Task, case: InterruptionCase | None) -> str:

@@ -29,9 +29,11 @@ from surehand.model import (
     Bucket,
     CaseState,
     EventKind,
+    Fence,
     Task,
 )
 from surehand.store import attempts, cases, events, operations, pauses, tasks
+from surehand.store.fence import next_epoch
 
 # -- claiming --------------------------------------------------------------------------------
 
@@ -72,18 +74,15 @@ def claim(
                 return _session(services, connection, task_id, attempt_id)
             if task.bucket is Bucket.INBOX and not tasks.ready(connection, task_id):
                 raise NotClaimable(f"{task_id} waits for its dependencies to be done")
-            number = task.epoch + 1
-            moved = lifecycle.apply(
-                connection,
-                task,
+            number = next_epoch(task.epoch)
+            move = lifecycle.Move(
                 Action.CLAIM,
                 by=SYSTEM,
                 now=services.clock.now(),
-                extra_expect={"epoch": task.epoch, "hold_case_id": None},
-                extra_values={"epoch": number},
-                attempt_id=attempt_id,
-                epoch=number,
+                fence=Fence(attempt_id, task_id, number),
+                fencing=lifecycle.Fencing.OPENS,
             )
+            moved = lifecycle.apply(connection, task, move)
             attempt = attempts.new_running(
                 attempt_id=attempt_id,
                 task_id=task_id,
@@ -155,7 +154,7 @@ def _start_attempt(
 ) -> int:
     """Bump the epoch of an ``active`` TASK (compare-and-set), insert the running attempt and
     its ATTEMPT_STARTED event; returns the new epoch."""
-    number = task.epoch + 1
+    number = next_epoch(task.epoch)
     now = services.clock.now()
     expected = {"epoch": task.epoch, "revision": task.revision, **expect}
     if not tasks.update_if(

@@ -15,7 +15,9 @@ a TASK's history by asking again and again.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass, replace
 from datetime import datetime
+from enum import Enum
 from typing import Any
 
 from sqlalchemy import Connection
@@ -34,7 +36,7 @@ from surehand.principals import Principal, acting_for
 from surehand.requests import TransitionRequest, parse, validate_tenant
 from surehand.store import dependencies, events, session_writes, tasks
 from surehand.store import reports as report_rows
-from surehand.store.fence import task_expectation
+from surehand.store.fence import opening, task_expectation
 
 EDGES: dict[Action, tuple[Bucket | None, Bucket]] = {
     Action.CREATE: (None, Bucket.INBOX),
@@ -174,84 +176,90 @@ def _check_hold(task: Task, action: Action) -> None:
         )
 
 
-def apply(
-    connection: Connection,
-    task: Task,
-    action: Action,
-    *,
-    by: str,
-    now: datetime,
-    reason: str | None = None,
-    report_id: str | None = None,
-    extra_expect: Mapping[str, Any] | None = None,
-    extra_values: Mapping[str, Any] | None = None,
-    attempt_id: str | None = None,
-    epoch: int | None = None,
-    report_written: bool = False,
-    acting: Mapping[str, Any] | None = None,
-    fence: Fence | None = None,
-) -> Task:
-    """Move ``task`` by ``action`` inside the caller's transaction and return it as written.
+class Fencing(Enum):
+    """How a move's :class:`~surehand.model.Fence` (its attempt and epoch) bears on it."""
 
-    ``fence``: the move is a session's (its attempt and epoch go into the event, and the TASK's
-    epoch must still be the fence's: :func:`surehand.store.fence.task_expectation`).
+    HELD = "held"  # a session's own move: the TASK's epoch must still be the fence's
+    OPENS = "opens"  # a claim: the TASK's epoch moves from the one read to the fence's
+    RECORDED = "recorded"  # after the fact (admission, cancel): the event names it, no check
+
+
+@dataclass(frozen=True)
+class Move:
+    """One move of a TASK by ``action``: who makes it, when, why, what it cites, and under
+    which attempt.
+
+    ``report_written``: the caller wrote or found ``report_id`` on this TASK in the same
+    transaction, so it is not looked up again. ``acting``: who acted for ``by`` (an ADMIN
+    principal acting as another role), recorded in the event's data. ``fence``: the attempt
+    and epoch the move is made under, checked as ``fencing`` says. ``unpublished``: the TASK
+    goes back unpublished, for the sweep (a rollback, a wait).
+    """
+
+    action: Action
+    by: str
+    now: datetime
+    reason: str | None = None
+    report_id: str | None = None
+    report_written: bool = False
+    acting: Mapping[str, Any] | None = None
+    fence: Fence | None = None
+    fencing: Fencing = Fencing.HELD
+    unpublished: bool = False
+
+
+def apply(connection: Connection, task: Task, move: Move) -> Task:
+    """Make ``move`` on ``task`` inside the caller's transaction and return the TASK as written.
 
     Validates the edge, the hold, the actor's authority, the reason and the cited REPORT, then
-    compare-and-sets the row against the bucket and revision it was read at (plus
-    ``extra_expect``, e.g. the session layer's epoch); Conflict if anything changed since.
-    ``report_written``: the caller wrote or found ``report_id`` on this TASK in this same
-    transaction, so it is not looked up again. ``acting``: who acted for ``by`` (an ADMIN
-    principal acting as another role), recorded in the event's data.
+    compare-and-sets the row against the bucket and revision it was read at (plus the fence's
+    epoch: :func:`surehand.store.fence.task_expectation`); Conflict if anything changed since.
     """
+    action = move.action
     target = check_edge(task, action)
     _check_hold(task, action)
-    check_authority(task, action, by)
-    note = _check_reason(action, reason)
-    cited = _check_report(connection, task, action, report_id, report_written)
-    values = _values(task, action, target, extra_values)
-    if fence is not None:
-        extra_expect = {**(extra_expect or {}), **task_expectation(fence)}
-        attempt_id, epoch = fence.attempt_id, fence.epoch
-    moved = _compare_and_set(connection, task, values, extra_expect, now)
+    check_authority(task, action, move.by)
+    move = replace(move, reason=_check_reason(action, move.reason))
+    cited = _check_report(connection, task, action, move.report_id, move.report_written)
+    expect, fenced = _fencing(task, move)
+    values = {**_values(task, action, target, move.unpublished), **fenced}
+    moved = _compare_and_set(connection, task, values, expect, move.now)
     if target is Bucket.DONE:
-        dependencies.unhold_done(connection, moved, now)
-        dependencies.release(connection, task.task_id, now)
+        dependencies.unhold_done(connection, moved, move.now)
+        dependencies.release(connection, task.task_id, move.now)
     elif target is Bucket.ARCHIVE:  # it will never be done: its waiting dependants are held
-        dependencies.hold_dependants(connection, moved, dependencies.dead_why(moved), now)
-    data = {**_event_data(action, values, cited), **(acting or {})}
-    events.insert(
-        connection,
-        move_event(
-            task.task_id, action, task.bucket, target, by, now, note, attempt_id, epoch, data
-        ),
-    )
+        dependencies.hold_dependants(connection, moved, dependencies.dead_why(moved), move.now)
+    data = {**_event_data(action, values, cited), **(move.acting or {})}
+    events.insert(connection, move_event(task.task_id, move, (task.bucket, target), data))
     return moved
 
 
+def _fencing(task: Task, move: Move) -> tuple[dict[str, Any], dict[str, Any]]:
+    """What the compare-and-set expects and writes for the move's fence."""
+    if move.fence is None or move.fencing is Fencing.RECORDED:
+        return {}, {}
+    if move.fencing is Fencing.OPENS:
+        return opening(move.fence, task.epoch)
+    return task_expectation(move.fence), {}
+
+
 def move_event(
-    task_id: str,
-    action: Action,
-    source: Bucket | None,
-    target: Bucket,
-    by: str,
-    now: datetime,
-    reason: str | None,
-    attempt_id: str | None,
-    epoch: int | None,
-    data: dict[str, Any],
+    task_id: str, move: Move, edge: tuple[Bucket | None, Bucket], data: dict[str, Any]
 ) -> dict[str, Any]:
-    """The row of a move's TRANSITION event (every move path appends exactly this shape)."""
+    """The row of a move's TRANSITION event from ``edge[0]`` to ``edge[1]`` (every move path
+    appends exactly this shape); it names the move's attempt and epoch, if it has a fence."""
+    fence = move.fence
     return events.row(
         task_id=task_id,
         kind=EventKind.TRANSITION,
-        by=by,
-        at=now,
-        action=action.value,
-        from_bucket=source,
-        to_bucket=target,
-        reason=reason,
-        attempt_id=attempt_id,
-        epoch=epoch,
+        by=move.by,
+        at=move.now,
+        action=move.action.value,
+        from_bucket=edge[0],
+        to_bucket=edge[1],
+        reason=move.reason,
+        attempt_id=fence.attempt_id if fence is not None else None,
+        epoch=fence.epoch if fence is not None else None,
         data=data,
     )
 
@@ -264,7 +272,8 @@ def settle_event(
     assert action in REPORT_REQUIRED
     assert source is Bucket.ACTIVE
     data = _event_data(action, {}, report_id)
-    return move_event(task_id, action, source, target, SYSTEM, now, None, attempt_id, epoch, data)
+    move = Move(action, by=SYSTEM, now=now, fence=Fence(attempt_id, task_id, epoch))
+    return move_event(task_id, move, (source, target), data)
 
 
 def claim(
@@ -272,8 +281,8 @@ def claim(
 ) -> Task | None:
     """The runtime's claim of an unheld ``inbox`` TASK, for the session hot path.
 
-    The same move as ``apply(task, Action.CLAIM, by=SYSTEM, extra_expect={"epoch": e,
-    "hold_case_id": None}, extra_values={"epoch": e + 1})`` on a TASK read under its lock --
+    The same move as ``apply(task, Move(Action.CLAIM, by=SYSTEM, fence=Fence(attempt_id,
+    task_id, next_epoch(e)), fencing=Fencing.OPENS))`` on a TASK read under its lock --
     edge from :data:`EDGES`, no hold, epoch and revision bumped, one TRANSITION event -- plus
     the running attempt, but without the read: the UPDATE's WHERE is the check (one statement
     on Postgres). Returns the TASK as written, or None when it was not claimable as an unheld
@@ -283,24 +292,23 @@ def claim(
     source, target = EDGES[Action.CLAIM]
     assert (source, target) == (Bucket.INBOX, Bucket.ACTIVE)  # what tasks.CLAIM_INBOX does
     data = _event_data(Action.CLAIM, {}, None)
-    event = move_event(
-        task_id, Action.CLAIM, source, target, SYSTEM, now, None, attempt_id, None, data
-    )
+    # The statement opens the fence: it fills in the event's epoch.
+    event = move_event(task_id, Move(Action.CLAIM, by=SYSTEM, now=now), (source, target), data)
+    event = {**event, "attempt_id": attempt_id}
     return session_writes.claim_fresh(
         connection, task_id=task_id, attempt_id=attempt_id, worker=worker, now=now, event=event
     )
 
 
-def _values(
-    task: Task, action: Action, target: Bucket, extra: Mapping[str, Any] | None
-) -> dict[str, Any]:
+def _values(task: Task, action: Action, target: Bucket, unpublished: bool) -> dict[str, Any]:
     values: dict[str, Any] = {"bucket": target.value}
     if action in REWORK_ACTIONS:
         # A new rework round makes a resubmitted identical REPORT a new revision, not a dup;
         # unpublished, so that the dispatcher sweep sends the rework to a worker.
         values["rework_round"] = task.rework_round + 1
         values["published"] = False
-    values.update(extra or {})
+    if unpublished:
+        values["published"] = False
     return values
 
 
@@ -317,10 +325,10 @@ def _compare_and_set(
     connection: Connection,
     task: Task,
     values: Mapping[str, Any],
-    extra_expect: Mapping[str, Any] | None,
+    fenced: Mapping[str, Any],
     now: datetime,
 ) -> Task:
-    expect = {"bucket": task.bucket.value, "revision": task.revision, **(extra_expect or {})}
+    expect = {"bucket": task.bucket.value, "revision": task.revision, **fenced}
     moved = tasks.update_returning(connection, task.task_id, expect=expect, values=values, now=now)
     if moved is None:
         raise Conflict(
@@ -368,9 +376,7 @@ def transition(
             raise TaskNotFound(
                 f"no {request.task_id} in tenant {scope!r}; `surehand tasks` lists them"
             )
-        moved = apply(
-            connection,
-            task,
+        move = Move(
             request.action,
             by=request.actor,
             now=services.clock.now(),
@@ -378,6 +384,7 @@ def transition(
             report_id=request.report_id,
             acting=acting,
         )
+        moved = apply(connection, task, move)
         if moved.cancel is not None and request.action in REWORK_ACTIONS:
             # Cancelled while its session ran, which settled before its stop watch looked:
             # sent back, it would wait in active for a claim that refuses it. It ends now.

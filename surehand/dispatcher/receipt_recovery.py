@@ -13,7 +13,6 @@ import logging
 import random
 import time
 import uuid
-from collections.abc import Callable
 from dataclasses import replace
 from datetime import timedelta
 from typing import Any
@@ -21,7 +20,7 @@ from typing import Any
 from surehand.crashpoints import CrashPoint, crash_point
 from surehand.digest import sha256_hex
 from surehand.dispatcher.dispatch import after_create, publish_after_commit
-from surehand.dispatcher.task_creation import SubmissionCall, insert_task, render
+from surehand.dispatcher.task_creation import SubmissionCall, insert_task, render, write_result
 from surehand.errors import DuplicateKey
 from surehand.model import (
     DIGEST_SCHEMA_VERSION,
@@ -45,9 +44,8 @@ class _HoldLost(Exception):
 class ReceiptRecovery:
     """Converge one call on an existing receipt: replay it, wait for its holder, or take over."""
 
-    def __init__(self, call: SubmissionCall, restart: Callable[[], WriteTaskResult]) -> None:
+    def __init__(self, call: SubmissionCall) -> None:
         self.call = call
-        self.restart = restart  # the whole call again, from reading the receipt
         self.holder = uuid.uuid4().hex
         self.deadline = time.monotonic() + call.services.settings.submission_wait_seconds
         self.pause = 0.005
@@ -57,8 +55,10 @@ class ReceiptRecovery:
 
     # -- stages 2 and 3 -----------------------------------------------------------------------
 
-    def _create(self, receipt: Receipt) -> WriteTaskResult:
-        """Insert the TASK under the receipt's identity and commit the receipt."""
+    def _create(self, receipt: Receipt) -> WriteTaskResult | None:
+        """Insert the TASK under the receipt's identity and commit the receipt; None means
+        "read the receipt again" (our hold was lost, or the TASK row was found meanwhile and
+        there is nothing to decide on yet)."""
         call = self.call
         try:
             with call.services.store.transaction() as connection:
@@ -77,9 +77,9 @@ class ReceiptRecovery:
         except DuplicateKey:
             # The TASK row exists already (an earlier holder got that far): still holding the
             # receipt, decide on what is there instead of creating.
-            return self._resume(receipt) or self.restart()
+            return self._resume(receipt)
         except _HoldLost:
-            return self.restart()
+            return None
         crash_point(CrashPoint.WRITE_TASK_AFTER_COMMIT)
         after_create(call.services, receipt.task_id)
         return result
@@ -150,16 +150,14 @@ class ReceiptRecovery:
     def _replay(self, receipt: Receipt) -> WriteTaskResult:
         assert receipt.result is not None
         first = receipt.result
-        return WriteTaskResult(
-            disposition=Disposition.REUSED,
-            action_taken=False,
-            task_id=first["task_id"],
-            task_path=first["task_path"],
-            client_submission_id=self.call.submission_id,
-            request_digest=first["request_digest"],
-            digest_schema_version=first["digest_schema_version"],
-            receipt_state=ReceiptState.COMMITTED,
-            idempotent=True,
+        return write_result(
+            first["task_id"],
+            first["task_path"],
+            Disposition.REUSED,
+            self.call.submission_id,
+            first["request_digest"],
+            ReceiptState.COMMITTED,
+            first["digest_schema_version"],
         )
 
     def _wait_or_give_up(self, receipt: Receipt) -> WriteTaskResult | None:

@@ -37,6 +37,7 @@ from surehand.errors import (
     ValidationFailed,
 )
 from surehand.model import (
+    INTERRUPTED_ENDS,
     Admission,
     Attempt,
     AttemptState,
@@ -52,12 +53,6 @@ from surehand.principals import Principal, acting_for
 from surehand.requests import Effect, RecoverRequest, ReviewRequest, parse
 from surehand.store import attempts, cases, events, operations, tasks
 
-INTERRUPTED = (
-    AttemptState.SESSION_LOST,
-    AttemptState.FAILED,
-    AttemptState.LEASE_LOST,
-    AttemptState.INTERRUPTED,
-)
 REFUSAL_WINDOW = timedelta(hours=1)  # a repeated not_admitted request is recorded once per this
 
 
@@ -203,7 +198,7 @@ class Recovery:
             return self._refuse(task, asker, f"{task_id} has no attempt to recover")
         if current.state is AttemptState.RUNNING:
             return self._recover_running(task, current, asker)
-        if current.state not in INTERRUPTED:
+        if current.state not in INTERRUPTED_ENDS:
             # Classified from durable state, not from the caller: the TASK's current attempt
             # ended normally, so it is active again by rework (reject/reopen), not interrupted.
             return self._refuse(

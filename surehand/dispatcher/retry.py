@@ -27,10 +27,10 @@ from surehand.config import Settings
 from surehand.dispatcher.effects import Evidence, by_effects
 from surehand.errors import ConfigError
 from surehand.model import (
+    INTERRUPTED_ENDS,
     Admission,
     Attempt,
     AttemptCause,
-    AttemptState,
     EffectFact,
     InterruptionCase,
     Operation,
@@ -47,14 +47,6 @@ OVERLOAD = re.compile(
     r"\b(529|429)\b|overloaded|rate[ _-]?limit|too many requests|exceeded retry limit", re.I
 )
 ERRORS_SHOWN = 5  # errors the hold reason quotes (the refs keep every one of the streak)
-_ABNORMAL = frozenset(
-    {
-        AttemptState.INTERRUPTED,
-        AttemptState.SESSION_LOST,
-        AttemptState.LEASE_LOST,
-        AttemptState.FAILED,
-    }
-)
 
 
 @dataclass(frozen=True)
@@ -135,7 +127,7 @@ def streak(history: Sequence[Attempt]) -> list[Attempt]:
     for attempt in sorted(history, key=lambda a: a.number, reverse=True):
         if attempt.cause is AttemptCause.NOT_STARTED:
             continue
-        if attempt.state not in _ABNORMAL:
+        if attempt.state not in INTERRUPTED_ENDS:
             break
         found.append(attempt)
     return found

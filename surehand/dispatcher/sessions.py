@@ -361,9 +361,7 @@ class Session:
             attempt_id=self.attempt.attempt_id,
             locked=True,
         )
-        moved = lifecycle.apply(
-            connection,
-            current,
+        move = lifecycle.Move(
             Action.SUBMIT if review else Action.FINISH,
             by=SYSTEM,
             now=self.services.clock.now(),
@@ -371,6 +369,7 @@ class Session:
             report_written=True,
             fence=self.attempt.fence,
         )
+        moved = lifecycle.apply(connection, current, move)
         self._end(connection, AttemptState.SUCCEEDED, None)
         # The general path's move to done may have queued dependants (lifecycle.apply); the
         # one-statement path is refused for a TASK that has any.
@@ -386,16 +385,15 @@ class Session:
         """Undo a claim whose session never started work (e.g. its lease stayed taken): the
         attempt fails and the TASK goes back to ``inbox``, unpublished, for the sweep."""
         with self.fenced("rollback") as connection:
-            lifecycle.apply(
-                connection,
-                self.current_task(connection),
+            move = lifecycle.Move(
                 Action.ROLLBACK,
                 by=SYSTEM,
                 now=self.services.clock.now(),
                 reason=why,
-                extra_values={"published": False},
                 fence=self.attempt.fence,
+                unpublished=True,
             )
+            lifecycle.apply(connection, self.current_task(connection), move)
             self._end(connection, AttemptState.FAILED, why, AttemptCause.NOT_STARTED)
 
     def wait_in(self, connection: Connection, waiting_for: Sequence[str]) -> Task:
@@ -404,16 +402,15 @@ class Session:
         fenced transaction, which also records what it waits for
         (:func:`surehand.dispatcher.delegation.wait_for`)."""
         why = f"waiting for its children {', '.join(waiting_for)} to be done"
-        moved = lifecycle.apply(
-            connection,
-            self.current_task(connection),
+        move = lifecycle.Move(
             Action.WAIT,
             by=SYSTEM,
             now=self.services.clock.now(),
             reason=why,
-            extra_values={"published": False},
             fence=self.attempt.fence,
+            unpublished=True,
         )
+        moved = lifecycle.apply(connection, self.current_task(connection), move)
         self._end(connection, AttemptState.SUCCEEDED, None, AttemptCause.RETURNED)
         return moved
 

@@ -33,9 +33,9 @@ from surehand.dispatcher.receipt_recovery import ReceiptRecovery
 from surehand.dispatcher.task_creation import (
     SubmissionCall,
     check_dependencies,
-    creation_event,
     insert_task,
     render,
+    write_result,
 )
 from surehand.errors import DuplicateKey, StoreError
 from surehand.model import (
@@ -50,7 +50,7 @@ from surehand.model import (
 )
 from surehand.principals import Principal, acting_for
 from surehand.requests import TaskRequest, parse_task_request, validate_tenant
-from surehand.store import counters, creation, receipts, tasks
+from surehand.store import counters, receipts
 
 _MAX_COLLISIONS = 3
 # Opens the transaction a TASK is created in (see write_task's ``writer``).
@@ -112,17 +112,8 @@ def _create_legacy(
             acting=acting,
         )
     after_create(services, task_id)
-    return WriteTaskResult(
-        disposition=Disposition.CREATED,
-        action_taken=True,
-        task_id=task_id,
-        task_path=task_path(Bucket.INBOX, task_id, fields.sender, fields.recipient),
-        client_submission_id=None,
-        request_digest=digest,
-        digest_schema_version=DIGEST_SCHEMA_VERSION,
-        receipt_state=None,
-        idempotent=False,
-    )
+    path = task_path(Bucket.INBOX, task_id, fields.sender, fields.recipient)
+    return write_result(task_id, path, Disposition.CREATED, None, digest, None)
 
 
 class _Submission:
@@ -131,7 +122,7 @@ class _Submission:
     def __init__(self, call: SubmissionCall, writer: Writer | None = None) -> None:
         self.call = call
         self.writer = writer
-        self.recovery = ReceiptRecovery(call, restart=self.run)
+        self.recovery = ReceiptRecovery(call)
 
     def run(self) -> WriteTaskResult:
         collisions = 0
@@ -173,10 +164,18 @@ class _Submission:
                 task_id = _new_task_id(connection, now, ahead)
                 path = task_path(Bucket.INBOX, task_id, call.fields.sender, call.fields.recipient)
                 result = call.result(task_id, path, Disposition.CREATED, ReceiptState.COMMITTED)
-                text, document_digest = render(task_id, call.fields, call.submission_id, now)
+                document = render(task_id, call.fields, call.submission_id, now)
                 crash_point(CrashPoint.WRITE_TASK_BEFORE_COMMIT)
-                creation.insert_created(
+                insert_task(
                     connection,
+                    task_id=task_id,
+                    tenant=call.tenant,
+                    fields=call.fields,
+                    submission_id=call.submission_id,
+                    digest=call.digest,
+                    document=document,
+                    now=now,
+                    acting=call.acting,
                     receipt=receipts.committed_row(
                         tenant=call.tenant,
                         submission_id=call.submission_id,
@@ -184,21 +183,10 @@ class _Submission:
                         digest=call.digest,
                         task_id=task_id,
                         task_path=path,
-                        document_digest=document_digest,
+                        document_digest=document[1],
                         result=result.to_dict(),
                         now=now,
                     ),
-                    task=tasks.new_row(
-                        task_id=task_id,
-                        tenant=call.tenant,
-                        fields=call.fields,
-                        submission_id=call.submission_id,
-                        request_digest=call.digest,
-                        document=text,
-                        document_digest=document_digest,
-                        now=now,
-                    ),
-                    event=creation_event(task_id, call.fields, now, call.acting),
                 )
         except DuplicateKey as error:
             if error.table not in ("receipts", "unknown"):

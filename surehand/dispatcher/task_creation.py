@@ -27,7 +27,7 @@ from surehand.model import (
     TaskFields,
     WriteTaskResult,
 )
-from surehand.store import dependencies, events, outbox, tasks
+from surehand.store import creation, dependencies, events, tasks
 
 
 @dataclass(frozen=True)
@@ -45,17 +45,31 @@ class SubmissionCall:
         self, task_id: str, path: str, disposition: Disposition, state: ReceiptState
     ) -> WriteTaskResult:
         """The call's result for the TASK at ``path`` (no conflict)."""
-        return WriteTaskResult(
-            disposition=disposition,
-            action_taken=disposition is Disposition.CREATED,
-            task_id=task_id,
-            task_path=path,
-            client_submission_id=self.submission_id,
-            request_digest=self.digest,
-            digest_schema_version=DIGEST_SCHEMA_VERSION,
-            receipt_state=state,
-            idempotent=True,
-        )
+        return write_result(task_id, path, disposition, self.submission_id, self.digest, state)
+
+
+def write_result(
+    task_id: str,
+    path: str,
+    disposition: Disposition,
+    submission_id: str | None,
+    digest: str,
+    state: ReceiptState | None,
+    schema_version: str = DIGEST_SCHEMA_VERSION,
+) -> WriteTaskResult:
+    """Every ``write_task`` answer (no conflict): ``action_taken`` when this call created the
+    TASK, ``idempotent`` when a submission id makes retries safe."""
+    return WriteTaskResult(
+        disposition=disposition,
+        action_taken=disposition is Disposition.CREATED,
+        task_id=task_id,
+        task_path=path,
+        client_submission_id=submission_id,
+        request_digest=digest,
+        digest_schema_version=schema_version,
+        receipt_state=state,
+        idempotent=submission_id is not None,
+    )
 
 
 def render(
@@ -77,8 +91,10 @@ def insert_task(
     document: tuple[str, str],
     now: datetime,
     acting: Mapping[str, Any] | None = None,
+    receipt: Mapping[str, Any] | None = None,
 ) -> str:
-    """Insert the TASK row, its outbox row, its creation event and its dependencies' rows;
+    """Insert the TASK row, its outbox row, its creation event and its dependencies' rows
+    (with ``receipt``, the committed receipt first: :func:`surehand.store.creation.insert_created`);
     returns the document digest."""
     text, document_digest = document
     row = tasks.new_row(
@@ -91,10 +107,8 @@ def insert_task(
         document_digest=document_digest,
         now=now,
     )
-    tasks.insert_row(connection, row)
-    outbox.add(connection, task_id, now)
-    events.insert(connection, creation_event(task_id, fields, now, acting))
-    dependencies.insert_rows(connection, task_id, fields.depends_on)
+    event = creation_event(task_id, fields, now, acting)
+    creation.insert_created(connection, receipt=receipt, task=row, event=event)
     return document_digest
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from surehand.model.enums import (
     ADMIN,
     DIGEST_SCHEMA_VERSION,
+    INTERRUPTED_ENDS,
     PM,
     SYSTEM,
     Action,
@@ -51,6 +52,7 @@ from surehand.model.sessions import (
 __all__ = [
     "ADMIN",
     "DIGEST_SCHEMA_VERSION",
+    "INTERRUPTED_ENDS",
     "PM",
     "SYSTEM",
     "Action",

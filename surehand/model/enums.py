@@ -90,6 +90,19 @@ class AttemptState(enum.StrEnum):
     INTERRUPTED = "interrupted"
 
 
+# The attempt ended without settling (failed, lost, stopped): its TASK is recovered through an
+# interruption case and admission, and the retry policy looks at it. ``lease_lost`` is listed
+# for rows an older release may have written; no current path writes it.
+INTERRUPTED_ENDS = frozenset(
+    {
+        AttemptState.FAILED,
+        AttemptState.LEASE_LOST,
+        AttemptState.SESSION_LOST,
+        AttemptState.INTERRUPTED,
+    }
+)
+
+
 class AttemptCause(enum.StrEnum):
     """Why an attempt ended (DESIGN.md section 5). Only ``returned`` and ``agent_failed`` are
     ends the session may settle by itself; every other cause is an interruption, which goes

@@ -7,8 +7,10 @@ A :class:`~surehand.model.Fence` is ``(attempt_id, task_id, epoch)``. It holds w
   that moves the TASK, the TASK is still ``active``, unheld, in the same rework round
   (:func:`task_is_owned`).
 
-A claim opens a new fence by a compare-and-set of ``tasks.epoch`` from ``e`` to ``e + 1``
-(``lifecycle.claim``, ``dispatcher/claims.py``); the reconciler closes one by moving the
+A claim opens a new fence by a compare-and-set of ``tasks.epoch`` from ``e`` to
+:func:`next_epoch` (``e + 1``), on every claim path: the one-statement claim of an inbox TASK
+(``tasks.CLAIM_INBOX``), the long way and a successor or rework attempt
+(``dispatcher/claims.py``); the reconciler closes one by moving the
 attempt ``running -> session_lost``. Every session write is checked by these clauses and by
 nothing else. Where they are enforced:
 
@@ -19,8 +21,9 @@ nothing else. Where they are enforced:
 2. :func:`surehand.store.attempts.fence_and_record_return` -- the agent's return value.
 3. :func:`surehand.store.session_writes.settle_first_report` -- the one-statement settle: the
    attempt clause with the TASK row locked and owned.
-4. ``lifecycle.apply(fence=...)`` -- a move a session makes (submit, finish, rollback)
-   compare-and-sets ``tasks.epoch`` against the fence's epoch (:func:`task_expectation`).
+4. ``lifecycle.apply(Move(fence=...))`` -- a move a session makes (submit, finish, rollback,
+   wait) compare-and-sets ``tasks.epoch`` against the fence's epoch (:func:`task_expectation`);
+   a claim's move opens the fence (:func:`opening`).
 
 A write refused here raises ``StaleOwner`` in the session and leaves a
 ``stale_owner_fenced`` event; it is never applied.
@@ -28,12 +31,22 @@ A write refused here raises ``StaleOwner`` in the session and leaves a
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, overload
 
 from sqlalchemy import ColumnElement, ScalarSelect, select
 
 from surehand.model import AttemptState, Bucket, Fence
 from surehand.store.schema import attempts, tasks
+
+
+@overload
+def next_epoch(epoch: int) -> int: ...
+@overload
+def next_epoch(epoch: ColumnElement[Any]) -> ColumnElement[Any]: ...
+def next_epoch(epoch: int | ColumnElement[Any]) -> int | ColumnElement[Any]:
+    """The epoch a claim opens on a TASK at ``epoch`` (a number read, or the column
+    ``tasks.epoch`` in a claim's UPDATE): the only place a fence is opened."""
+    return epoch + 1
 
 
 def current_epoch(task_id: ColumnElement[Any]) -> ScalarSelect[Any]:
@@ -64,6 +77,13 @@ def task_is_owned(
         tasks.c.rework_round == rework_round,
         tasks.c.hold_case_id.is_(None),
     )
+
+
+def opening(fence: Fence, read_epoch: int) -> tuple[dict[str, Any], dict[str, Any]]:
+    """What a claim's compare-and-set of the TASK row read at ``read_epoch`` expects (that
+    epoch, no hold) and writes (the fence's epoch, :func:`next_epoch` of it)."""
+    assert fence.epoch == next_epoch(read_epoch)
+    return {"epoch": read_epoch, "hold_case_id": None}, {"epoch": fence.epoch}
 
 
 def task_expectation(fence: Fence) -> dict[str, Any]:

@@ -30,6 +30,7 @@ from surehand.model import (
     TaskFields,
 )
 from surehand.store.dependencies import unmet
+from surehand.store.fence import next_epoch
 from surehand.store.schema import role_pauses, tasks
 
 # Unclaimable until every dependency is done: a claim's compare-and-set, the sweep and the
@@ -179,7 +180,7 @@ CLAIM_INBOX = (
     )
     .values(
         bucket=Bucket.ACTIVE.value,
-        epoch=tasks.c.epoch + 1,
+        epoch=next_epoch(tasks.c.epoch),
         revision=tasks.c.revision + 1,
         updated_at=bindparam("b_now"),
     )
