@@ -141,6 +141,7 @@ def test_a_held_child_wakes_its_waiting_parent(harness: Harness) -> None:
     def broken(ctx: SessionContext) -> str:
         raise RuntimeError("the build server is down")
 
+    broken.effects_observed = None  # type: ignore[attr-defined]  # held, not retried
     sh.registry.register("DEV", broken)
     session = claimed(sh.services, pm_task(sh))
     dev = delegate(session, {"recipient": "DEV", "subject": "Build", "key": "dev"})
@@ -193,6 +194,7 @@ def test_a_child_held_already_answers_ready_instead_of_waiting(harness: Harness)
     def broken(ctx: SessionContext) -> str:
         raise RuntimeError("the build server is down")
 
+    broken.effects_observed = None  # type: ignore[attr-defined]  # held, not retried
     sh.registry.register("DEV", broken)
     session = claimed(sh.services, pm_task(sh))
     dev = delegate(session, {"recipient": "DEV", "subject": "Build", "key": "dev"})

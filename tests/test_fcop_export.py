@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import yaml
 
-from surehand.dispatcher import lifecycle, reports, submissions
+from surehand.dispatcher import reports, submissions, transitions
 from surehand.dispatcher.context import Services
 from surehand.fcop.export import ExportSummary, export_workspace
 from surehand.model import Action, Bucket
@@ -23,7 +23,7 @@ def new_task(services: Services, tenant: str = "t1", subject: str = "Mirror me")
 
 
 def claim(services: Services, task_id: str, tenant: str = "t1") -> None:
-    lifecycle.transition(services, task_id, Action.CLAIM, actor="DEV", tenant=tenant)
+    transitions.transition(services, task_id, Action.CLAIM, actor="DEV", tenant=tenant)
 
 
 def files(root: Path) -> dict[str, bytes]:

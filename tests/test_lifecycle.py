@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from surehand.dispatcher import lifecycle, reports, submissions
+from surehand.dispatcher import lifecycle, reports, submissions, transitions
 from surehand.dispatcher.context import Services
 from surehand.errors import (
     Conflict,
@@ -210,20 +210,20 @@ def test_rollback_and_wait_are_the_runtimes_moves_alone(services: Services, acti
 def test_nobody_external_can_act_as_system(services: Services) -> None:
     task = new_task(services)
     with pytest.raises(NotAuthorized):
-        lifecycle.transition(services, task.task_id, Action.CLAIM, actor=SYSTEM, tenant="t1")
+        transitions.transition(services, task.task_id, Action.CLAIM, actor=SYSTEM, tenant="t1")
     assert load(services, task.task_id).bucket is Bucket.INBOX
 
 
 def test_an_actor_that_is_not_a_role_code_is_a_validation_error(services: Services) -> None:
     task = new_task(services)
     with pytest.raises(ValidationFailed) as caught:
-        lifecycle.transition(services, task.task_id, Action.CLAIM, actor="dev", tenant="t1")
+        transitions.transition(services, task.task_id, Action.CLAIM, actor="dev", tenant="t1")
     assert caught.value.field == "actor"
 
 
 def test_transition_by_the_public_door_commits_the_move(services: Services) -> None:
     task = new_task(services)
-    moved = lifecycle.transition(services, task.task_id, Action.CLAIM, actor="DEV", tenant="t1")
+    moved = transitions.transition(services, task.task_id, Action.CLAIM, actor="DEV", tenant="t1")
     assert moved.bucket is Bucket.ACTIVE
     assert load(services, task.task_id) == moved
 
@@ -231,10 +231,12 @@ def test_transition_by_the_public_door_commits_the_move(services: Services) -> N
 def test_another_tenants_task_is_not_found(services: Services) -> None:
     task = new_task(services)
     with pytest.raises(TaskNotFound):
-        lifecycle.transition(services, task.task_id, Action.CLAIM, actor="DEV", tenant="t2")
+        transitions.transition(services, task.task_id, Action.CLAIM, actor="DEV", tenant="t2")
     with pytest.raises(TaskNotFound):
         # A day nothing was created on: a permuted number of today's could be any NNN.
-        lifecycle.transition(services, "TASK-20200101-999", Action.CLAIM, actor="DEV", tenant="t1")
+        transitions.transition(
+            services, "TASK-20200101-999", Action.CLAIM, actor="DEV", tenant="t1"
+        )
 
 
 # -- reasons and REPORTs --------------------------------------------------------------------
@@ -367,7 +369,7 @@ def test_eight_concurrent_claims_let_exactly_one_win(services: Services) -> None
     def claim() -> None:
         barrier.wait()
         try:
-            lifecycle.transition(services, task.task_id, Action.CLAIM, actor="DEV", tenant="t1")
+            transitions.transition(services, task.task_id, Action.CLAIM, actor="DEV", tenant="t1")
             outcomes.append("won")
         except (IllegalTransition, Conflict) as error:
             outcomes.append(error.code)

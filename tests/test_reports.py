@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from sqlalchemy import select
 
-from surehand.dispatcher import lifecycle, reports, submissions
+from surehand.dispatcher import lifecycle, reports, submissions, transitions
 from surehand.dispatcher.context import Services
 from surehand.errors import Conflict, ReportRejected, TaskNotFound, ValidationFailed
 from surehand.model import SYSTEM, Action, Bucket, EventKind, Report, WriteReportResult
@@ -23,7 +23,7 @@ def active_task(services: Services, sender: str = "PM", recipient: str = "DEV") 
     request = {"sender": sender, "recipient": recipient, "subject": "Ship it", "body": "Go."}
     task_id = submissions.write_task(services, request, tenant="t1").task_id
     assert task_id is not None
-    lifecycle.transition(services, task_id, Action.CLAIM, actor=recipient, tenant="t1")
+    transitions.transition(services, task_id, Action.CLAIM, actor=recipient, tenant="t1")
     return task_id
 
 
@@ -127,8 +127,8 @@ def test_the_same_body_after_a_reject_is_a_new_revision_not_a_duplicate(
 ) -> None:
     task_id = active_task(services)
     first = write(services, task_id, "All green.").report
-    lifecycle.transition(services, task_id, Action.SUBMIT, actor="DEV", tenant="t1")
-    lifecycle.transition(
+    transitions.transition(services, task_id, Action.SUBMIT, actor="DEV", tenant="t1")
+    transitions.transition(
         services, task_id, Action.REJECT, actor="PM", tenant="t1", reason="add tests"
     )
     again = write(services, task_id, "All green.")
@@ -140,7 +140,7 @@ def test_the_same_body_after_a_reject_is_a_new_revision_not_a_duplicate(
 def test_a_retry_after_the_task_moved_on_still_gets_its_first_result(services: Services) -> None:
     task_id = active_task(services)
     first = write(services, task_id, "All green.", client_submission_id="sub-1").report
-    lifecycle.transition(services, task_id, Action.SUBMIT, actor="DEV", tenant="t1")
+    transitions.transition(services, task_id, Action.SUBMIT, actor="DEV", tenant="t1")
     again = write(services, task_id, "All green.", client_submission_id="sub-1")
     assert again.deduplicated
     assert again.report == first
@@ -178,7 +178,7 @@ def test_a_task_that_is_not_active_refuses_a_report(services: Services, bucket: 
             lifecycle.apply(connection, task, move)
     else:
         write(services, task_id, "first")
-        lifecycle.transition(services, task_id, Action.SUBMIT, actor="DEV", tenant="t1")
+        transitions.transition(services, task_id, Action.SUBMIT, actor="DEV", tenant="t1")
     before = counts(services, task_id)
     with pytest.raises(ReportRejected) as caught:
         write(services, task_id, "another")

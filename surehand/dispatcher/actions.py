@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Literal
 
 from surehand import metrics
-from surehand.dispatcher import lifecycle, submissions
+from surehand.dispatcher import lifecycle, submissions, transitions
 from surehand.dispatcher.context import Services
 from surehand.dispatcher.dispatch import after_done, publish_after_commit, publish_successor
 from surehand.model import Action, Admission, InterruptionCase, Task, WriteTaskResult
@@ -36,7 +36,7 @@ def transition(
     services: Services, task_id: str, action: Action | str, *, tenant: str, **details: Any
 ) -> Task:
     """Move a TASK; one sent back for rework (reject, reopen) is published for a new attempt."""
-    moved = lifecycle.transition(services, task_id, action, tenant=tenant, **details)
+    moved = transitions.transition(services, task_id, action, tenant=tenant, **details)
     if Action(action) in lifecycle.REWORK_ACTIONS and moved.cancel is None:  # parsed: valid
         publish_after_commit(services, task_id)
     after_done(services, moved)  # the dependants it released
