@@ -88,6 +88,7 @@ OPERATION_KILLS = (
     CrashPoint.OPERATION_AFTER_OUTCOME,
 )
 EFFECTS = ("charge", "email")  # charge: keyed, retry policy keyed; email: no key
+ASKED = ("holder", "holders", "renew")  # Redis calls an outage may begin at
 
 
 def explore_settings(store: Store) -> Settings:
@@ -204,7 +205,15 @@ class ProtocolMachine(RuleBasedStateMachine):
 
     @initialize()
     def first_task(self) -> None:
-        self.submit()
+        if not self.model.tasks:  # (the initialize rules run in either order)
+            self.submit()
+
+    @initialize(index=st.integers(0, 7))
+    def its_first_worker_starts(self, index: int) -> None:
+        """Every example begins with a live session (unclaimed TASKs come from ``submit``):
+        the budget is spent on what happens to sessions, not on reaching one."""
+        self.first_task()
+        self.worker_starts(index)
 
     @precondition(lambda self: len(self.model.tasks) < MAX_TASKS)
     @rule()
@@ -332,7 +341,9 @@ class ProtocolMachine(RuleBasedStateMachine):
         effect, and the process may be killed at any crash point of the operation."""
         if not self._actors(leased=True):
             return  # (a replayed step whose actor is gone: see tests/test_explore_protocol.py)
-        actor = self._actor(index)
+        self._operate(self._actor(index), name, raises, kill)
+
+    def _operate(self, actor: Actor, name: str, raises: bool, kill: CrashPoint | None) -> None:
         key = f"{actor.task_id}:{name}" if name == "charge" else None
         policy = RetryPolicy.KEYED if key else RetryPolicy.NONE
 
@@ -374,6 +385,25 @@ class ProtocolMachine(RuleBasedStateMachine):
                 f"(key {key}) with no review saying it was absent"
             )
         self.model.runs.append(Run(task_id, name, actor.session.attempt.number, key, licensed))
+
+    @precondition(lambda self: len(self.model.actors) < MAX_ACTORS and self.model.runs)
+    @rule(index=st.integers(0, 7))
+    def a_successor_redoes_the_work(self, index: int) -> None:
+        """A worker starts on a TASK whose earlier attempt performed effects, and its agent
+        does the same work again: every effect the TASK saw, in order (an agent program is
+        the same program the second time; only admission and the journal stand between it
+        and a repeat)."""
+        done = list(self.model.runs)
+        task_id = done[index % len(done)].task_id
+        before = len(self.model.actors)
+        self.claim(self.model.tasks.index(task_id))
+        if len(self.model.actors) == before:
+            return
+        self.take_lease(len(self._actors(leased=False)) - 1)
+        actor = self.model.actors[-1]
+        for name in dict.fromkeys(run.name for run in done if run.task_id == task_id):
+            if actor.running and actor.heartbeat is not None:
+                self._operate(actor, name, raises=False, kill=None)
 
     @precondition(lambda self: self._actors(leased=True))
     @rule(index=st.integers(0, 7), killed_after_return=st.booleans())
@@ -478,9 +508,16 @@ class ProtocolMachine(RuleBasedStateMachine):
         for actor in self._actors(leased=True):
             self._beat(actor)
 
+    @rule(call=st.sampled_from(ASKED))
+    def redis_goes_away_at_the_next(self, call: str) -> None:
+        """Redis stops answering exactly at the next call of this kind: an outage that begins
+        in the middle of a decision (between a pass's scan and admission's liveness check)."""
+        if not self.leases.down:
+            self.leases.fail_at = call
+
     @rule()
     def redis_comes_back(self) -> None:
-        self.leases.down, self.leases.fail_after = False, None
+        self.leases.down, self.leases.fail_after, self.leases.fail_at = False, None, None
 
     @rule()
     def redis_restarts_empty(self) -> None:
@@ -510,8 +547,8 @@ class ProtocolMachine(RuleBasedStateMachine):
     )
     def review(self, index: int, by: str, effect: Literal["present", "absent"]) -> None:
         """Someone states the effect of a held case; only the TASK's approver may."""
-        task_id = self._task(index)
-        assert task_id is not None
+        held_tasks = [task for task, case in self.model.holds.items() if case]
+        task_id = held_tasks[index % len(held_tasks)]
         with self.services.store.snapshot() as connection:
             task = tasks.get(connection, task_id)
             held = [
