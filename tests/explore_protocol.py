@@ -79,7 +79,8 @@ GRACE = 15.0
 TENANT = "default"
 MAX_TASKS = 2
 MAX_ACTORS = 6
-ROLES = ("PM", "ADMIN", "DEV", "QA")  # PM and ADMIN approve PM->DEV TASKs; DEV and QA do not
+APPROVERS, OTHERS = ("PM", "ADMIN"), ("DEV", "QA")  # of PM->DEV TASKs
+ROLES = APPROVERS + OTHERS
 JUMPS = (1.0, 5.0, 10.0, 16.0, 30.0, 31.0, 61.0)
 OPERATION_KILLS = (
     None,
@@ -87,8 +88,11 @@ OPERATION_KILLS = (
     CrashPoint.OPERATION_AFTER_EFFECT,
     CrashPoint.OPERATION_AFTER_OUTCOME,
 )
+# After the effect and before its outcome is the kill that leaves an effect in doubt: twice as
+# likely as the others.
+MID_OPERATION_KILLS = (*OPERATION_KILLS[1:], CrashPoint.OPERATION_AFTER_EFFECT)
 EFFECTS = ("charge", "email")  # charge: keyed, retry policy keyed; email: no key
-ASKED = ("holder", "holders", "renew")  # Redis calls an outage may begin at
+OUTAGES = (None, "holder", "holders")  # admission's liveness question, a pass's scan
 
 
 def explore_settings(store: Store) -> Settings:
@@ -330,15 +334,23 @@ class ProtocolMachine(RuleBasedStateMachine):
     # -- the agent's work ----------------------------------------------------------------------
 
     @precondition(lambda self: self._actors(leased=True))
+    @rule(index=st.integers(0, 7), name=st.sampled_from(EFFECTS), raises=st.booleans())
+    def an_operation(self, index: int, name: str, raises: bool) -> None:
+        self.operation(index, name, raises, kill=None)
+
+    @precondition(lambda self: self._actors(leased=True))
     @rule(
         index=st.integers(0, 7),
         name=st.sampled_from(EFFECTS),
-        raises=st.booleans(),
-        kill=st.sampled_from(OPERATION_KILLS),
+        kill=st.sampled_from(MID_OPERATION_KILLS),
     )
+    def killed_in_an_operation(self, index: int, name: str, kill: CrashPoint) -> None:
+        self.operation(index, name, raises=False, kill=kill)
+
     def operation(self, index: int, name: str, raises: bool, kill: CrashPoint | None) -> None:
         """``ctx.operation`` through the session's port; the effect may raise after it took
-        effect, and the process may be killed at any crash point of the operation."""
+        effect, and the process may be killed at any crash point of the operation (two
+        rules, so that a kill mid-effect is as likely as a whole operation)."""
         if not self._actors(leased=True):
             return  # (a replayed step whose actor is gone: see tests/test_explore_protocol.py)
         self._operate(self._actor(index), name, raises, kill)
@@ -387,14 +399,16 @@ class ProtocolMachine(RuleBasedStateMachine):
         self.model.runs.append(Run(task_id, name, actor.session.attempt.number, key, licensed))
 
     @precondition(lambda self: len(self.model.actors) < MAX_ACTORS and self.model.runs)
-    @rule(index=st.integers(0, 7))
-    def a_successor_redoes_the_work(self, index: int) -> None:
-        """A worker starts on a TASK whose earlier attempt performed effects, and its agent
-        does the same work again: every effect the TASK saw, in order (an agent program is
-        the same program the second time; only admission and the journal stand between it
-        and a repeat)."""
+    @rule(index=st.integers(0, 7), after_a_while=st.booleans())
+    def a_successor_redoes_the_work(self, index: int, after_a_while: bool) -> None:
+        """A worker starts on a TASK whose earlier attempt performed effects (at once, or
+        after a while under the reconciler), and its agent does the same work again: every
+        effect the TASK saw, in order (an agent program is the same program the second time;
+        only admission and the journal stand between it and a repeat)."""
         done = list(self.model.runs)
         task_id = done[index % len(done)].task_id
+        if after_a_while:
+            self.a_while_passes_under_the_reconciler(TTL + GRACE)
         before = len(self.model.actors)
         self.claim(self.model.tasks.index(task_id))
         if len(self.model.actors) == before:
@@ -482,6 +496,11 @@ class ProtocolMachine(RuleBasedStateMachine):
         self.clock.advance(seconds)
         self.leases.expire()
 
+    def _redis_troubled(self) -> bool:
+        leases = self.leases
+        return leases.down or leases.fail_after is not None or leases.fail_at is not None
+
+    @precondition(lambda self: not self._redis_troubled())
     @rule(after=st.integers(0, 4))
     def redis_goes_away(self, after: int) -> None:
         """Redis stops answering after ``after`` more calls (0: now; else mid-step)."""
@@ -508,13 +527,7 @@ class ProtocolMachine(RuleBasedStateMachine):
         for actor in self._actors(leased=True):
             self._beat(actor)
 
-    @rule(call=st.sampled_from(ASKED))
-    def redis_goes_away_at_the_next(self, call: str) -> None:
-        """Redis stops answering exactly at the next call of this kind: an outage that begins
-        in the middle of a decision (between a pass's scan and admission's liveness check)."""
-        if not self.leases.down:
-            self.leases.fail_at = call
-
+    @precondition(lambda self: self._redis_troubled())
     @rule()
     def redis_comes_back(self) -> None:
         self.leases.down, self.leases.fail_after, self.leases.fail_at = False, None, None
@@ -527,10 +540,16 @@ class ProtocolMachine(RuleBasedStateMachine):
     def reconcile(self, which: int) -> None:
         self.reconcilers[which].run_once()
 
-    @rule(seconds=st.sampled_from((TTL, TTL + GRACE)))
-    def a_while_passes_under_the_reconciler(self, seconds: float) -> None:
+    @rule(seconds=st.sampled_from((TTL, TTL + GRACE)), outage_at=st.sampled_from(OUTAGES))
+    def a_while_passes_under_the_reconciler(
+        self, seconds: float, outage_at: str | None = None
+    ) -> None:
         """A pass, the clock past TTL or TTL and grace, a pass, the grace, a pass: the
-        reconciler suspects and confirms whatever lost its lease meanwhile."""
+        reconciler suspects and confirms whatever lost its lease meanwhile. Redis may stop
+        answering exactly at the first ``outage_at`` question of those passes (between a
+        pass's scan and admission's liveness check, say) and stays away."""
+        if outage_at is not None and not self.leases.down:
+            self.leases.fail_at = outage_at
         self.reconcile(0)
         self.time_passes(seconds)
         self.reconcile(1)
@@ -542,11 +561,28 @@ class ProtocolMachine(RuleBasedStateMachine):
     @precondition(lambda self: any(self.model.holds.values()))
     @rule(
         index=st.integers(0, 7),
-        by=st.sampled_from(ROLES),
+        by=st.sampled_from(APPROVERS),
         effect=st.sampled_from(("present", "absent")),
     )
+    def the_approver_reviews(
+        self, index: int, by: str, effect: Literal["present", "absent"]
+    ) -> None:
+        self.review(index, by, effect)
+
+    @precondition(lambda self: any(self.model.holds.values()))
+    @rule(
+        index=st.integers(0, 7),
+        by=st.sampled_from(OTHERS),
+        effect=st.sampled_from(("present", "absent")),
+    )
+    def someone_else_reviews(
+        self, index: int, by: str, effect: Literal["present", "absent"]
+    ) -> None:
+        self.review(index, by, effect)
+
     def review(self, index: int, by: str, effect: Literal["present", "absent"]) -> None:
-        """Someone states the effect of a held case; only the TASK's approver may."""
+        """Someone states the effect of a held case; only the TASK's approver may (two rules,
+        so that a held TASK meets both)."""
         held_tasks = [task for task, case in self.model.holds.items() if case]
         task_id = held_tasks[index % len(held_tasks)]
         with self.services.store.snapshot() as connection:
