@@ -180,6 +180,7 @@ class ProtocolMachine(RuleBasedStateMachine):
         self.reconcilers = (Reconciler(self.recovery), Reconciler(self.recovery))
         self.model = Model()
         self.world.crashes.armed = None
+        self.steps = 0  # invariant checks: one before the first step, then one per step
 
     def teardown(self) -> None:
         if os.environ.get("SUREHAND_TEST_EXPLORE_DEBUG"):
@@ -668,6 +669,7 @@ class ProtocolMachine(RuleBasedStateMachine):
 
     @invariant()
     def protocol_holds(self) -> None:
+        self.steps += 1
         assert not self.model.violations, self.model.violations
         with self.services.store.snapshot() as connection:
             for task_id in self.model.tasks:
@@ -724,6 +726,6 @@ def _debug_summary(machine: ProtocolMachine) -> str:
                 f"cases={[(c.admission.value if c.admission else None) for c in cs]}"
             )
     return (
-        f"runs={len(machine.model.runs)} reviews={len(machine.model.approved_reviews)} "
-        + "; ".join(out)
+        f"steps={machine.steps - 1} runs={len(machine.model.runs)} "
+        f"reviews={len(machine.model.approved_reviews)} " + "; ".join(out)
     )
