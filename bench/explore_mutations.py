@@ -234,7 +234,7 @@ def counterexample(output: str) -> tuple[str, str]:
     for line in lines:
         if re.fullmatch(r"state = \w+\(\)", line):
             blocks.append([line])
-        elif blocks and re.fullmatch(r"state\.\w+\(.*\)", line):
+        elif blocks and re.fullmatch(r"(\w+(, \w+)* = )?state\.\w+\(.*\)", line):
             blocks[-1].append(line)
     quiet = ("protocol_holds()", "a_submission_names_one_task()")
     steps = [line for line in (blocks[0] if blocks else []) if not line.endswith(quiet)]

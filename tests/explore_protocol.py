@@ -79,7 +79,8 @@ GRACE = 15.0
 TENANT = "default"
 MAX_TASKS = 2
 MAX_ACTORS = 6
-ROLES = ("PM", "ADMIN", "DEV", "QA")  # PM and ADMIN approve PM->DEV TASKs; DEV and QA do not
+APPROVERS, OTHERS = ("PM", "ADMIN"), ("DEV", "QA")  # of PM->DEV TASKs
+ROLES = APPROVERS + OTHERS
 JUMPS = (1.0, 5.0, 10.0, 16.0, 30.0, 31.0, 61.0)
 OPERATION_KILLS = (
     None,
@@ -87,7 +88,11 @@ OPERATION_KILLS = (
     CrashPoint.OPERATION_AFTER_EFFECT,
     CrashPoint.OPERATION_AFTER_OUTCOME,
 )
+# After the effect and before its outcome is the kill that leaves an effect in doubt: twice as
+# likely as the others.
+MID_OPERATION_KILLS = (*OPERATION_KILLS[1:], CrashPoint.OPERATION_AFTER_EFFECT)
 EFFECTS = ("charge", "email")  # charge: keyed, retry policy keyed; email: no key
+OUTAGES = (None, "holder", "holders")  # admission's liveness question, a pass's scan
 
 
 def explore_settings(store: Store) -> Settings:
@@ -175,6 +180,7 @@ class ProtocolMachine(RuleBasedStateMachine):
         self.reconcilers = (Reconciler(self.recovery), Reconciler(self.recovery))
         self.model = Model()
         self.world.crashes.armed = None
+        self.steps = 0  # invariant checks: one before the first step, then one per step
 
     def teardown(self) -> None:
         if os.environ.get("SUREHAND_TEST_EXPLORE_DEBUG"):
@@ -204,7 +210,15 @@ class ProtocolMachine(RuleBasedStateMachine):
 
     @initialize()
     def first_task(self) -> None:
-        self.submit()
+        if not self.model.tasks:  # (the initialize rules run in either order)
+            self.submit()
+
+    @initialize(index=st.integers(0, 7))
+    def its_first_worker_starts(self, index: int) -> None:
+        """Every example begins with a live session (unclaimed TASKs come from ``submit``):
+        the budget is spent on what happens to sessions, not on reaching one."""
+        self.first_task()
+        self.worker_starts(index)
 
     @precondition(lambda self: len(self.model.tasks) < MAX_TASKS)
     @rule()
@@ -321,18 +335,28 @@ class ProtocolMachine(RuleBasedStateMachine):
     # -- the agent's work ----------------------------------------------------------------------
 
     @precondition(lambda self: self._actors(leased=True))
+    @rule(index=st.integers(0, 7), name=st.sampled_from(EFFECTS), raises=st.booleans())
+    def an_operation(self, index: int, name: str, raises: bool) -> None:
+        self.operation(index, name, raises, kill=None)
+
+    @precondition(lambda self: self._actors(leased=True))
     @rule(
         index=st.integers(0, 7),
         name=st.sampled_from(EFFECTS),
-        raises=st.booleans(),
-        kill=st.sampled_from(OPERATION_KILLS),
+        kill=st.sampled_from(MID_OPERATION_KILLS),
     )
+    def killed_in_an_operation(self, index: int, name: str, kill: CrashPoint) -> None:
+        self.operation(index, name, raises=False, kill=kill)
+
     def operation(self, index: int, name: str, raises: bool, kill: CrashPoint | None) -> None:
         """``ctx.operation`` through the session's port; the effect may raise after it took
-        effect, and the process may be killed at any crash point of the operation."""
+        effect, and the process may be killed at any crash point of the operation (two
+        rules, so that a kill mid-effect is as likely as a whole operation)."""
         if not self._actors(leased=True):
             return  # (a replayed step whose actor is gone: see tests/test_explore_protocol.py)
-        actor = self._actor(index)
+        self._operate(self._actor(index), name, raises, kill)
+
+    def _operate(self, actor: Actor, name: str, raises: bool, kill: CrashPoint | None) -> None:
         key = f"{actor.task_id}:{name}" if name == "charge" else None
         policy = RetryPolicy.KEYED if key else RetryPolicy.NONE
 
@@ -374,6 +398,27 @@ class ProtocolMachine(RuleBasedStateMachine):
                 f"(key {key}) with no review saying it was absent"
             )
         self.model.runs.append(Run(task_id, name, actor.session.attempt.number, key, licensed))
+
+    @precondition(lambda self: len(self.model.actors) < MAX_ACTORS and self.model.runs)
+    @rule(index=st.integers(0, 7), after_a_while=st.booleans())
+    def a_successor_redoes_the_work(self, index: int, after_a_while: bool) -> None:
+        """A worker starts on a TASK whose earlier attempt performed effects (at once, or
+        after a while under the reconciler), and its agent does the same work again: every
+        effect the TASK saw, in order (an agent program is the same program the second time;
+        only admission and the journal stand between it and a repeat)."""
+        done = list(self.model.runs)
+        task_id = done[index % len(done)].task_id
+        if after_a_while:
+            self.a_while_passes_under_the_reconciler(TTL + GRACE)
+        before = len(self.model.actors)
+        self.claim(self.model.tasks.index(task_id))
+        if len(self.model.actors) == before:
+            return
+        self.take_lease(len(self._actors(leased=False)) - 1)
+        actor = self.model.actors[-1]
+        for name in dict.fromkeys(run.name for run in done if run.task_id == task_id):
+            if actor.running and actor.heartbeat is not None:
+                self._operate(actor, name, raises=False, kill=None)
 
     @precondition(lambda self: self._actors(leased=True))
     @rule(index=st.integers(0, 7), killed_after_return=st.booleans())
@@ -452,6 +497,11 @@ class ProtocolMachine(RuleBasedStateMachine):
         self.clock.advance(seconds)
         self.leases.expire()
 
+    def _redis_troubled(self) -> bool:
+        leases = self.leases
+        return leases.down or leases.fail_after is not None or leases.fail_at is not None
+
+    @precondition(lambda self: not self._redis_troubled())
     @rule(after=st.integers(0, 4))
     def redis_goes_away(self, after: int) -> None:
         """Redis stops answering after ``after`` more calls (0: now; else mid-step)."""
@@ -478,9 +528,10 @@ class ProtocolMachine(RuleBasedStateMachine):
         for actor in self._actors(leased=True):
             self._beat(actor)
 
+    @precondition(lambda self: self._redis_troubled())
     @rule()
     def redis_comes_back(self) -> None:
-        self.leases.down, self.leases.fail_after = False, None
+        self.leases.down, self.leases.fail_after, self.leases.fail_at = False, None, None
 
     @rule()
     def redis_restarts_empty(self) -> None:
@@ -490,10 +541,16 @@ class ProtocolMachine(RuleBasedStateMachine):
     def reconcile(self, which: int) -> None:
         self.reconcilers[which].run_once()
 
-    @rule(seconds=st.sampled_from((TTL, TTL + GRACE)))
-    def a_while_passes_under_the_reconciler(self, seconds: float) -> None:
+    @rule(seconds=st.sampled_from((TTL, TTL + GRACE)), outage_at=st.sampled_from(OUTAGES))
+    def a_while_passes_under_the_reconciler(
+        self, seconds: float, outage_at: str | None = None
+    ) -> None:
         """A pass, the clock past TTL or TTL and grace, a pass, the grace, a pass: the
-        reconciler suspects and confirms whatever lost its lease meanwhile."""
+        reconciler suspects and confirms whatever lost its lease meanwhile. Redis may stop
+        answering exactly at the first ``outage_at`` question of those passes (between a
+        pass's scan and admission's liveness check, say) and stays away."""
+        if outage_at is not None and not self.leases.down:
+            self.leases.fail_at = outage_at
         self.reconcile(0)
         self.time_passes(seconds)
         self.reconcile(1)
@@ -505,13 +562,30 @@ class ProtocolMachine(RuleBasedStateMachine):
     @precondition(lambda self: any(self.model.holds.values()))
     @rule(
         index=st.integers(0, 7),
-        by=st.sampled_from(ROLES),
+        by=st.sampled_from(APPROVERS),
         effect=st.sampled_from(("present", "absent")),
     )
+    def the_approver_reviews(
+        self, index: int, by: str, effect: Literal["present", "absent"]
+    ) -> None:
+        self.review(index, by, effect)
+
+    @precondition(lambda self: any(self.model.holds.values()))
+    @rule(
+        index=st.integers(0, 7),
+        by=st.sampled_from(OTHERS),
+        effect=st.sampled_from(("present", "absent")),
+    )
+    def someone_else_reviews(
+        self, index: int, by: str, effect: Literal["present", "absent"]
+    ) -> None:
+        self.review(index, by, effect)
+
     def review(self, index: int, by: str, effect: Literal["present", "absent"]) -> None:
-        """Someone states the effect of a held case; only the TASK's approver may."""
-        task_id = self._task(index)
-        assert task_id is not None
+        """Someone states the effect of a held case; only the TASK's approver may (two rules,
+        so that a held TASK meets both)."""
+        held_tasks = [task for task, case in self.model.holds.items() if case]
+        task_id = held_tasks[index % len(held_tasks)]
         with self.services.store.snapshot() as connection:
             task = tasks.get(connection, task_id)
             held = [
@@ -595,6 +669,7 @@ class ProtocolMachine(RuleBasedStateMachine):
 
     @invariant()
     def protocol_holds(self) -> None:
+        self.steps += 1
         assert not self.model.violations, self.model.violations
         with self.services.store.snapshot() as connection:
             for task_id in self.model.tasks:
@@ -651,6 +726,6 @@ def _debug_summary(machine: ProtocolMachine) -> str:
                 f"cases={[(c.admission.value if c.admission else None) for c in cs]}"
             )
     return (
-        f"runs={len(machine.model.runs)} reviews={len(machine.model.approved_reviews)} "
-        + "; ".join(out)
+        f"steps={machine.steps - 1} runs={len(machine.model.runs)} "
+        f"reviews={len(machine.model.approved_reviews)} " + "; ".join(out)
     )

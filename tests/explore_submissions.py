@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
+from hypothesis.stateful import Bundle, RuleBasedStateMachine, invariant, multiple, rule
 from sqlalchemy import func, select
 
 from surehand.crashpoints import CrashPoint
@@ -75,7 +75,19 @@ class Known:
     identity: tuple[str, str] | None = None  # the receipt's (task_id, task_path)
 
 
+@dataclass(frozen=True)
+class DeadWriter:
+    """A receipt a dead writer left: the request it was made from, and when its hold ends."""
+
+    tenant: str
+    sid: str
+    variant: int
+    held_until: datetime
+
+
 class SubmissionMachine(RuleBasedStateMachine):
+    dead_writers = Bundle("dead_writers")
+
     def __init__(self, world: SubmissionWorld) -> None:
         super().__init__()
         self.world = world
@@ -145,6 +157,7 @@ class SubmissionMachine(RuleBasedStateMachine):
             known.variant = variant if known.variant is None else known.variant
 
     @rule(
+        target=dead_writers,
         tenant=st.sampled_from(TENANTS),
         sid=st.sampled_from(SUBMISSIONS),
         variant=st.integers(0, 1),
@@ -160,12 +173,12 @@ class SubmissionMachine(RuleBasedStateMachine):
         stage: ReceiptState,
         held_for: float,
         at_the_id: str,
-    ) -> None:
+    ) -> Any:
         """A writer whose TASK store did not share the receipt's transaction died after
         ``stage``: its receipt (held until ``held_for`` seconds from now), and at the
         preallocated id its TASK, nothing, or (``foreign``) the TASK of another submission."""
         if self._receipt(tenant, sid) is not None:
-            return
+            return multiple()
         self.seeded += 1
         task_id = f"TASK-20261130-{900 + self.seeded}"
         now = self.clock.now()
@@ -197,6 +210,21 @@ class SubmissionMachine(RuleBasedStateMachine):
         known = self._known(tenant, sid)
         known.variant = variant
         known.identity = (task_id, self._receipt(tenant, sid).task_path)  # type: ignore[union-attr]
+        return DeadWriter(tenant, sid, variant, now + timedelta(seconds=held_for))
+
+    @rule(writer=dead_writers, kill=st.sampled_from(KILLS), response_lost=st.booleans())
+    def the_caller_retries(
+        self, writer: DeadWriter, kill: CrashPoint | None, response_lost: bool
+    ) -> None:
+        """The caller of a dead writer retries its request (what a client does after a lost
+        answer)."""
+        self.submit(writer.tenant, writer.sid, writer.variant, kill, response_lost)
+
+    @rule(writer=dead_writers)
+    def time_reaches_the_hold(self, writer: DeadWriter) -> None:
+        """The clock lands exactly on the moment a dead writer's hold ends."""
+        if writer.held_until > self.clock.now():
+            self.clock.set(writer.held_until)
 
     @rule(seconds=st.sampled_from((1.0, 15.0, 30.0, 31.0)))
     def time_passes(self, seconds: float) -> None:

@@ -42,7 +42,7 @@ EXAMPLES_ENV = "SUREHAND_TEST_EXPLORE_EXAMPLES"
 STEPS_ENV = "SUREHAND_TEST_EXPLORE_STEPS"
 NO_SHRINK_ENV = "SUREHAND_TEST_EXPLORE_NO_SHRINK"  # set: report the first failure unshrunk
 SHRINK_SECONDS_ENV = "SUREHAND_TEST_EXPLORE_SHRINK_SECONDS"  # hypothesis's shrink limit (300)
-DEFAULT_EXAMPLES = 12  # per test in the default suite (each runs on 2 databases x 2 Redis)
+DEFAULT_EXAMPLES = 25  # per test in the default suite (each runs on 2 databases x 2 Redis)
 DEFAULT_STEPS = 50
 UNREACHABLE = "\0unreachable"  # what ModelLeases records when a holder question failed
 REDIS_TTL_MS = 3_600_000  # the keys' own TTL: never reached within an example
@@ -108,13 +108,16 @@ class ModelLeases(LeaseStore):
         self.ttl_s = ttl_s
         self.down = False
         self.fail_after: int | None = None  # calls that still succeed before the outage
+        self.fail_at: str | None = None  # or: the outage starts at the next call of this name
         self.deadlines: dict[str, tuple[str, float]] = {}  # task -> (attempt, deadline)
         self.renewed: dict[str, float] = {}  # attempt -> when Redis last set its TTL
         self.answers: list[tuple[str, str | None]] = []  # (task, holder or UNREACHABLE)
 
     # -- the injected outage ------------------------------------------------------------------
 
-    def _gate(self) -> None:
+    def _gate(self, call: str) -> None:
+        if self.fail_at == call:
+            self.down, self.fail_at = True, None
         if self.fail_after is not None:
             if self.fail_after == 0:
                 self.down, self.fail_after = True, None
@@ -132,7 +135,7 @@ class ModelLeases(LeaseStore):
         self.renewed[attempt_id] = moment
 
     def acquire(self, task_id: str, attempt_id: str, ttl_ms: int) -> bool:
-        self._gate()
+        self._gate("acquire")
         taken = super().acquire(task_id, attempt_id, REDIS_TTL_MS)
         if taken:
             self._taken(task_id, attempt_id)
@@ -141,26 +144,26 @@ class ModelLeases(LeaseStore):
     def acquire_with_generation(
         self, task_id: str, attempt_id: str, ttl_ms: int
     ) -> tuple[bool, str]:
-        self._gate()
+        self._gate("acquire_with_generation")
         taken, generation = super().acquire_with_generation(task_id, attempt_id, REDIS_TTL_MS)
         if taken:
             self._taken(task_id, attempt_id)
         return taken, generation
 
     def renew(self, task_id: str, attempt_id: str, ttl_ms: int) -> bool:
-        self._gate()
+        self._gate("renew")
         renewed = super().renew(task_id, attempt_id, REDIS_TTL_MS)
         if renewed:
             self._taken(task_id, attempt_id)
         return renewed
 
     def release(self, task_id: str, attempt_id: str) -> bool:
-        self._gate()
+        self._gate("release")
         return super().release(task_id, attempt_id)
 
     def holder(self, task_id: str) -> str | None:
         try:
-            self._gate()
+            self._gate("holder")
         except LeaseUnavailable:
             self.answers.append((task_id, UNREACHABLE))
             raise
@@ -169,23 +172,23 @@ class ModelLeases(LeaseStore):
         return found
 
     def holders(self, task_ids: Sequence[str]) -> dict[str, str | None]:
-        self._gate()
+        self._gate("holders")
         return super().holders(task_ids)
 
     def generation(self) -> str | None:
-        self._gate()
+        self._gate("generation")
         return super().generation()
 
     def ensure_generation(self) -> str:
-        self._gate()
+        self._gate("ensure_generation")
         return super().ensure_generation()
 
     def remaining_ms(self, task_ids: Sequence[str]) -> dict[str, int | None]:
-        self._gate()
+        self._gate("remaining_ms")
         return super().remaining_ms(task_ids)
 
     def record_pass(self, at: float, seconds: float) -> None:
-        self._gate()
+        self._gate("record_pass")
         super().record_pass(at, seconds)
 
     # -- what the world does to Redis, whatever the protocol thinks ---------------------------
