@@ -235,6 +235,9 @@ CALLS: dict[str, Any] = {
     "pause_role.actor": lambda sh, s: sh.pause_role("DEV", reason="x", actor=s),
     "resume_role.role": lambda sh, s: sh.resume_role(s, actor="ADMIN"),
     "resume_role.actor": lambda sh, s: sh.resume_role("DEV", actor=s),
+    "children_tree": lambda sh, s: sh.children_tree(s),
+    "release_hold.task_id": lambda sh, s: sh.release_hold(s, actor="PM"),
+    "release_hold.actor": lambda sh, s: sh.release_hold(ANY_ID, actor=s),
 }
 
 
