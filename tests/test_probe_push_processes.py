@@ -15,9 +15,10 @@ import pytest
 
 from surehand.facade import Surehand
 from surehand.model import Admission, Bucket, EffectFact
+from tests.deployment import Deployment
 from tests.git_remotes import Remote, git, git_daemon, make_remote
 from tests.push_agents import REMOTE_ENV, WORK_ENV
-from tests.test_probes_processes import Deployment, decided, deployment
+from tests.test_probes_processes import decided, deployment
 
 __all__ = ["deployment"]  # fixture
 
