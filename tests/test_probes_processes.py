@@ -25,6 +25,7 @@ from surehand.model import Admission, Bucket, EffectFact, InterruptionCase, Oper
 from surehand.store import Store
 from tests.deployment import Deployment, deployed
 from tests.probes_agents import EFFECTS_ENV, PROBE_ENV, charged
+from tests.procs import Proc
 
 pytestmark = [
     pytest.mark.slow,
@@ -51,6 +52,20 @@ def decided(sh: Surehand, task_id: str, deployment: Deployment) -> InterruptionC
     deployment.wait(ready, f"the interruption case of {task_id} to be decided")
     [case] = sh.cases(task_id=task_id)
     return case
+
+
+def killed_then_succeeded(
+    deployment: Deployment, sh: Surehand, doomed: Proc, subject: str, body: str
+) -> str:
+    """Start beat, write a TASK for DEV, wait until ``doomed`` SIGKILLed itself at its crash
+    point and start a clean worker; the TASK's id."""
+    deployment.beat()
+    task_id = sh.write_task(sender="PM", recipient="DEV", subject=subject, body=body).task_id
+    assert task_id is not None
+    deployment.wait(lambda: doomed.returncode is not None, "the first worker to die")
+    assert doomed.returncode == -signal.SIGKILL, doomed.output()[-2000:]
+    deployment.worker()
+    return task_id
 
 
 REGISTRATIONS = {
@@ -85,14 +100,7 @@ def test_a_probe_registered_the_documented_way_decides_in_a_worker_and_beat_depl
     doomed = deployment.worker(SUREHAND_CRASH_AT=crash_at)
     [announced] = [line for line in doomed.output().splitlines() if "probes registered" in line]
     assert probe in announced
-    deployment.beat()
-    task_id = sh.write_task(
-        sender="PM", recipient="DEV", subject="Charge acme", body="Charge acme once."
-    ).task_id
-    assert task_id is not None
-    deployment.wait(lambda: doomed.returncode is not None, "the first worker to die")
-    assert doomed.returncode == -signal.SIGKILL, doomed.output()[-2000:]
-    deployment.worker()
+    task_id = killed_then_succeeded(deployment, sh, doomed, "Charge acme", "Charge acme once.")
 
     case = decided(sh, task_id, deployment)
 
