@@ -19,12 +19,13 @@ TASK and declares one operation whose effect creates ``PATH``; ``SUREHAND_CRASH_
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import subprocess
 import sys
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -186,6 +187,23 @@ def claimed(services: Services, task_id: str, worker: str = "test-worker") -> Se
     session = claim(services, task_id, worker=worker, message_id=None)
     assert session is not None, f"{task_id} was not claimable"
     return session
+
+
+def failing_with_an_open_intent(runs: list[int], error: str) -> Callable[[SessionContext], str]:
+    """An agent that notes its attempt's number in ``runs``, is killed inside an effect (its
+    intent stays open) and then raises ``RuntimeError(error)``."""
+
+    def agent(ctx: SessionContext) -> str:
+        runs.append(ctx.attempt.number)
+
+        def effect() -> None:
+            raise SystemExit("killed mid-effect")  # not an Exception: the intent stays open
+
+        with contextlib.suppress(SystemExit):
+            ctx.operation("charge_card", {"amount": 5}, effect)
+        raise RuntimeError(error)
+
+    return agent
 
 
 # -- agents for worker processes --------------------------------------------------------------

@@ -19,6 +19,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
@@ -32,7 +33,14 @@ from surehand.digest import request_digest, sha256_hex
 from surehand.dispatcher.context import Services
 from surehand.dispatcher.submissions import write_task
 from surehand.fcop.render import render_task
-from surehand.model import DIGEST_SCHEMA_VERSION, Bucket, ReceiptState, TaskFields, task_path
+from surehand.model import (
+    DIGEST_SCHEMA_VERSION,
+    Bucket,
+    ReceiptState,
+    Task,
+    TaskFields,
+    task_path,
+)
 from surehand.requests import parse_task_request
 from surehand.store import Store, numbering, receipts, tasks
 from surehand.store import schema as tables
@@ -46,6 +54,18 @@ BASE_REQUEST: dict[str, Any] = {
     "subject": "Fix login",
     "body": "Users cannot log in after the password reset.",
 }
+
+
+class Recording:
+    """A publisher that records the TASK ids it was given (thread-safe)."""
+
+    def __init__(self) -> None:
+        self.ids: list[str] = []
+        self._lock = threading.Lock()
+
+    def __call__(self, task: Task) -> None:
+        with self._lock:
+            self.ids.append(task.task_id)
 
 
 def request(**overrides: Any) -> dict[str, Any]:

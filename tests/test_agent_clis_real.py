@@ -26,6 +26,7 @@ import threading
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -172,9 +173,10 @@ def declared_ticket(ledger: Path) -> list[StepFor]:
     ]
 
 
-def submitted(client: Surehand) -> str:
+def submitted(client: Surehand, **task: Any) -> str:
+    """Write one TASK from PM to DEV (``task``: other fields, e.g. ``budget_usd``); its id."""
     created = client.write_task(
-        sender="PM", recipient="DEV", subject="Rotate the API keys", body="Open a ticket."
+        sender="PM", recipient="DEV", subject="Rotate the API keys", body="Open a ticket.", **task
     )
     assert created.task_id is not None
     return created.task_id
@@ -193,6 +195,17 @@ def settled_by(
         return task.bucket is Bucket.REVIEW or (or_held and task.hold is not None)
 
     wait_until(settled, timeout=180, interval=0.5, what=f"{task_id} to be settled")
+
+
+def worked(
+    client: Surehand, store: Store, env: dict[str, str], log: Path, *, or_held: bool = False
+) -> str:
+    """Start a worker with ``env``, submit one TASK and wait until it is settled for review
+    (``or_held``: or held); the worker is stopped on return. The TASK's id."""
+    with running(start_worker(env, log)) as worker:
+        task_id = submitted(client)
+        settled_by(client, store, task_id, worker, or_held=or_held)
+        return task_id
 
 
 def held_by(client: Surehand, store: Store, task_id: str) -> None:

@@ -17,7 +17,6 @@ from pathlib import Path
 import pytest
 
 from surehand.cli.common import EXIT_INTERRUPTED
-from surehand.config import Settings
 from surehand.facade import Surehand
 from surehand.model import AttemptState, Bucket
 from surehand.store import Store
@@ -32,7 +31,7 @@ from tests.agent_procs import (
 from tests.procs import Proc, RedisServer, running, spawn, start_worker, wait_until
 from tests.session_helpers import attempts_of, read_task, reports_of
 from tests.test_up import env_for, events, run
-from tests.test_workers import broker, lease_url, worker_env  # noqa: F401  (fixture)
+from tests.test_workers import broker, lease_url, reconciler_handle, worker_env  # noqa: F401  (fixture)
 
 pytestmark = pytest.mark.slow
 
@@ -70,17 +69,8 @@ def agent(
 @pytest.fixture
 def reconciling_client(store: Store, broker: RedisServer) -> Iterator[Surehand]:
     """A handle on the workers' store, broker and leases that finds lost sessions at once."""
-    settings = Settings.model_validate(
-        {
-            "database_url": store.url,
-            "broker_url": broker.url,
-            "redis_url": lease_url(broker),
-            "lost_grace_seconds": 0.0,
-        }
-    )
-    handle = Surehand(settings=settings)
-    yield handle
-    handle.close()
+    with reconciler_handle(store, broker) as handle:
+        yield handle
 
 
 def started_agent(client: Surehand, tmp_path: Path, worker: Proc, mark: str) -> str:

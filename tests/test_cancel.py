@@ -6,7 +6,6 @@ store every 50 ms. Real workers and a real process tree: tests/test_cancel_worke
 
 from __future__ import annotations
 
-import contextlib
 import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -44,6 +43,7 @@ from surehand.store import Store
 from surehand.testing import ManualClock
 from tests.procs import wait_until
 from tests.recovery_helpers import Rig, open_rig
+from tests.session_helpers import failing_with_an_open_intent
 
 
 @pytest.fixture
@@ -396,15 +396,8 @@ def test_cancelling_a_task_held_for_another_reason_releases_nothing_and_it_never
 ) -> None:
     runs: list[int] = []
 
-    def agent(ctx: SessionContext) -> str:
-        runs.append(ctx.attempt.number)
-
-        def effect() -> None:
-            raise SystemExit("killed mid-effect")  # not an Exception: the intent stays open
-
-        with contextlib.suppress(SystemExit):
-            ctx.operation("charge_card", {"amount": 5}, effect)
-        raise RuntimeError("the agent gave up")  # an open intent: held, never retried
+    # An open intent: held, never retried.
+    agent = failing_with_an_open_intent(runs, "the agent gave up")
 
     rig.sh.agent("DEV")(agent)
     task_id = rig.new_task()

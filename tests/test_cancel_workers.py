@@ -11,19 +11,17 @@ is checked on the host, whatever namespace the agent runs in.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from surehand.config import Settings
 from surehand.facade import Surehand
 from surehand.model import Admission, AttemptCause, AttemptState, Bucket, ReportStatus
 from surehand.store import Store
 from tests.agent_procs import marked, require_proc, unique_seconds, wait_for_processes
 from tests.procs import SUREHAND, Proc, RedisServer, running, start_worker, wait_until
 from tests.session_helpers import attempts_of, read_task, reports_of
-from tests.test_workers import broker, lease_url, worker_env  # noqa: F401  (fixture)
+from tests.test_workers import broker, client, worker_env  # noqa: F401  (fixtures)
 
 pytestmark = pytest.mark.slow
 
@@ -40,16 +38,6 @@ touch "$AGENT_TEST_DIR/started"
 {" ".join(SUREHAND)} effect --name charge -- sh -c "trap '' TERM HUP; sleep $AGENT_MARK"
 echo charged
 """
-
-
-@pytest.fixture
-def client(store: Store, broker: RedisServer) -> Iterator[Surehand]:
-    settings = Settings.model_validate(
-        {"database_url": store.url, "broker_url": broker.url, "redis_url": lease_url(broker)}
-    )
-    handle = Surehand(settings=settings)
-    yield handle
-    handle.close()
 
 
 def agent_env(

@@ -17,8 +17,8 @@ from surehand.store import Store
 from tests.agent_procs import marked, require_proc, unique_seconds
 from tests.procs import RedisServer, running, start_worker, wait_until
 from tests.session_helpers import attempts_of, read_task, reports_of
-from tests.test_cancel_workers import TREE_AGENT, agent_env, client, wait_started
-from tests.test_workers import broker  # noqa: F401  (fixture)
+from tests.test_cancel_workers import TREE_AGENT, agent_env, wait_started
+from tests.test_workers import broker, client  # noqa: F401  (fixtures)
 
 __all__ = ["client"]  # fixture
 pytestmark = pytest.mark.slow

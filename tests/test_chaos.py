@@ -48,9 +48,9 @@ from surehand.model import (
 from surehand.store import Store, events
 from surehand.store import tasks as task_rows
 from tests.chaos_agents import EFFECTS_ENV, MARKERS_ENV, SLEEP_ENV, read_effects
-from tests.procs import Proc, RedisServer, spawn
+from tests.deployment import REPO, start_ready, wait_showing_logs
+from tests.procs import Proc, RedisServer
 
-REPO = Path(__file__).resolve().parent.parent
 TTL = 1.0
 HEARTBEAT = 0.3
 GRACE = 0.5
@@ -140,15 +140,9 @@ class Chaos:
     def worker(self, agent: str, *, crash_at: str | None = None, **extra: str) -> Proc:
         """Start ``surehand worker --roles DEV`` (one session at a time) and wait until ready."""
         name = f"w{len(self.procs) + 1}"
-        proc = spawn(
-            ["worker", "--roles", "DEV", "--concurrency", "1", "--hostname", f"{name}@chaos"],
-            self.env(agent, crash_at, extra),
-            self.tmp / f"{name}.log",
-        )
-        self.procs.append(proc)
-        self.wait(lambda: "ready." in proc.output() or proc.returncode is not None, "ready")
-        assert proc.returncode is None, proc.output()[-3000:]
-        return proc
+        args = ["worker", "--roles", "DEV", "--concurrency", "1", "--hostname", f"{name}@chaos"]
+        env = self.env(agent, crash_at, extra)
+        return start_ready(self.procs, args, env, self.tmp / f"{name}.log")
 
     def reconcile_in_background(self, *handles: Surehand) -> None:
         """Run the production reconcile loop of each handle in a thread until the test ends."""
@@ -174,13 +168,7 @@ class Chaos:
         return result.task_id
 
     def wait(self, predicate: Callable[[], bool], what: str, timeout: float = 30.0) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if predicate():
-                return
-            time.sleep(0.05)
-        logs = "\n".join(f"--- {p.log.name}\n{p.output()[-2500:]}" for p in self.procs)
-        pytest.fail(f"timed out after {timeout}s waiting for {what}\n{logs}")
+        wait_showing_logs(self.procs, predicate, what, timeout)
 
     def passes(self) -> int:
         return sum(passes.count for passes in self.counted)

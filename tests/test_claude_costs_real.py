@@ -30,6 +30,8 @@ from tests.test_agent_clis_real import (  # noqa: F401  (fixtures)
     claude_env,
     clis,
     settled_by,
+    submitted,
+    worked,
     workspace,
 )
 from tests.test_agent_groups import reconciling_client  # noqa: F401  (fixture)
@@ -58,26 +60,6 @@ class CostlyDouble(AnthropicDouble):
             yield name, data
 
 
-def run_claude(
-    store: Store,
-    broker: RedisServer,
-    client: Surehand,
-    tmp_path: Path,
-    clis: AgentClis,
-    **task: Any,
-) -> str:
-    """Submit one TASK to a worker running the claude preset; wait until review or a hold."""
-    with serving(CostlyDouble(Script([Final(REPORT)]))) as model:
-        env = claude_env(store, broker, tmp_path, clis, model)
-        with running(start_worker(env, tmp_path / "worker.log")) as worker:
-            created = client.write_task(
-                sender="PM", recipient="DEV", subject="Rotate the keys", body="Do it.", **task
-            )
-            assert created.task_id is not None
-            settled_by(client, store, created.task_id, worker, or_held=True)
-            return created.task_id
-
-
 def test_claude_code_reports_tokens_model_and_cost_which_the_attempt_records(
     store: Store,
     broker: RedisServer,
@@ -86,7 +68,9 @@ def test_claude_code_reports_tokens_model_and_cost_which_the_attempt_records(
     clis: AgentClis,
     workspace: Path,
 ) -> None:
-    task_id = run_claude(store, broker, reconciling_client, tmp_path, clis)
+    with serving(CostlyDouble(Script([Final(REPORT)]))) as model:
+        env = claude_env(store, broker, tmp_path, clis, model)
+        task_id = worked(reconciling_client, store, env, tmp_path / "worker.log", or_held=True)
 
     assert read_task(store, task_id).bucket is Bucket.REVIEW
     [attempt] = attempts_of(store, task_id)
@@ -125,11 +109,7 @@ def test_a_budget_smaller_than_one_answer_stops_the_attempt_and_holds_the_task(
     with serving(CostlyDouble(Script([Final(REPORT)]))) as model:
         env = claude_env(store, broker, tmp_path, clis, model)
         with running(start_worker(env, tmp_path / "worker.log")) as worker:
-            created = client.write_task(
-                sender="PM", recipient="DEV", subject="Rotate", body="Do it.", budget_usd=0.1
-            )
-            task_id = created.task_id
-            assert task_id is not None
+            task_id = submitted(client, budget_usd=0.1)
             settled_by(client, store, task_id, worker, or_held=True)
 
             task = read_task(store, task_id)

@@ -42,6 +42,21 @@ def the_clone(root: Path) -> Path:
     return clone
 
 
+def origin_of(workspace: Path, hook: str, script: str) -> Path:
+    """A bare ``origin.git`` beside ``workspace`` that logs every ref update and runs
+    ``script`` as its ``hook``; the workspace, its remote ``origin``, has one commit."""
+    origin = workspace.parent / "origin.git"
+    subprocess.run(["git", "init", "-q", "--bare", str(origin)], check=True)
+    git(origin, "config", "core.logAllRefUpdates", "always")
+    path = origin / "hooks" / hook
+    path.write_text(f"#!/bin/sh\n{script}")
+    path.chmod(0o755)
+    git(workspace, "remote", "add", "origin", origin.as_uri())
+    git(workspace, "add", "README")
+    git(workspace, "commit", "-qm", "first")
+    return origin
+
+
 def test_a_claude_push_killed_mid_command_after_it_landed_is_confirmed_by_the_probe(
     store: Store,
     broker: RedisServer,
@@ -50,15 +65,9 @@ def test_a_claude_push_killed_mid_command_after_it_landed_is_confirmed_by_the_pr
     clis: AgentClis,
     workspace: Path,
 ) -> None:
-    origin, landed = tmp_path / "origin.git", tmp_path / "landed"
-    subprocess.run(["git", "init", "-q", "--bare", str(origin)], check=True)
-    git(origin, "config", "core.logAllRefUpdates", "always")
-    hook = origin / "hooks" / "post-receive"  # the ref is updated; the push has not returned
-    hook.write_text(f"#!/bin/sh\ntouch {landed}\nsleep 20\n")
-    hook.chmod(0o755)
-    git(workspace, "remote", "add", "origin", origin.as_uri())
-    git(workspace, "add", "README")
-    git(workspace, "commit", "-qm", "first")
+    landed = tmp_path / "landed"
+    # The ref is updated; the push has not returned.
+    origin = origin_of(workspace, "post-receive", f"touch {landed}\nsleep 20\n")
 
     def push(_exchange: Exchange) -> Step:
         return bash(f"git -C {the_clone(tmp_path / 'sessions')} push origin HEAD")
@@ -101,17 +110,10 @@ def test_a_claude_push_killed_before_it_landed_is_run_again_by_a_successor_once(
     clis: AgentClis,
     workspace: Path,
 ) -> None:
-    origin, arrived = tmp_path / "origin.git", tmp_path / "arrived"
-    subprocess.run(["git", "init", "-q", "--bare", str(origin)], check=True)
-    git(origin, "config", "core.logAllRefUpdates", "always")
-    hook = origin / "hooks" / "pre-receive"  # the first push waits here, its ref not updated
-    hook.write_text(
-        f"#!/bin/sh\nif [ ! -e {arrived} ]; then touch {arrived}; sleep 20; exit 1; fi\n"
-    )
-    hook.chmod(0o755)
-    git(workspace, "remote", "add", "origin", origin.as_uri())
-    git(workspace, "add", "README")
-    git(workspace, "commit", "-qm", "first")
+    arrived = tmp_path / "arrived"
+    # The first push waits here, its ref not updated.
+    waits = f"if [ ! -e {arrived} ]; then touch {arrived}; sleep 20; exit 1; fi\n"
+    origin = origin_of(workspace, "pre-receive", waits)
 
     def push(_exchange: Exchange) -> Step:
         return bash(f"git -C {the_clone(tmp_path / 'sessions')} push origin HEAD")

@@ -19,22 +19,21 @@ from typing import Any
 
 import pytest
 
-from surehand.config import Settings
 from surehand.facade import Surehand
 from surehand.model import AttemptCause, Bucket
 from surehand.store import Store
 from tests.agent_clis import AgentClis
 from tests.model_doubles import AnthropicDouble, Final, Refusal, Script, serving
-from tests.procs import RedisServer, running, start_worker
+from tests.procs import RedisServer
 from tests.session_helpers import attempts_of, read_task
 from tests.test_agent_clis_real import (  # noqa: F401  (fixtures)
     REPORT,
     claude_env,
     clis,
-    settled_by,
+    worked,
     workspace,
 )
-from tests.test_workers import broker, lease_url  # noqa: F401  (fixture)
+from tests.test_workers import broker, reconciler_handle  # noqa: F401  (fixture)
 
 pytestmark = pytest.mark.slow
 
@@ -80,18 +79,8 @@ def session_of(body: dict[str, Any]) -> str:
 @pytest.fixture
 def deciding_client(store: Store, broker: RedisServer) -> Iterator[Surehand]:
     """The reconciler's process: it decides admissions, so it has the retry settings."""
-    settings = Settings.model_validate(
-        {
-            "database_url": store.url,
-            "broker_url": broker.url,
-            "redis_url": lease_url(broker),
-            "lost_grace_seconds": 0.0,
-            **RETRY,
-        }
-    )
-    handle = Surehand(settings=settings)
-    yield handle
-    handle.close()
+    with reconciler_handle(store, broker, **RETRY) as handle:
+        yield handle
 
 
 def test_claude_code_overloaded_twice_ends_in_review_after_two_automatic_retries(
@@ -106,13 +95,7 @@ def test_claude_code_overloaded_twice_ends_in_review_after_two_automatic_retries
     with serving(OverloadedDouble(Script([Final(REPORT)]), sessions=2)) as model:
         env = claude_env(store, broker, tmp_path, clis, model)
         env.update({f"SUREHAND_{k.upper()}": v for k, v in RETRY.items()})
-        with running(start_worker(env, tmp_path / "worker.log")) as worker:
-            created = client.write_task(
-                sender="PM", recipient="DEV", subject="Rotate the keys", body="Do it."
-            )
-            task_id = created.task_id
-            assert task_id is not None
-            settled_by(client, store, task_id, worker, or_held=True)
+        task_id = worked(client, store, env, tmp_path / "worker.log", or_held=True)
 
     assert isinstance(model, OverloadedDouble)
     assert len(model.refused) == 2  # two sessions refused, one request each: no inner retry

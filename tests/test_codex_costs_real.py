@@ -20,7 +20,7 @@ from surehand.model import Bucket
 from surehand.store import Store
 from tests.agent_clis import AgentClis
 from tests.model_doubles import Final, OpenAIResponsesDouble, Script, Step, serving
-from tests.procs import RedisServer, running, start_worker
+from tests.procs import RedisServer
 from tests.session_helpers import attempts_of, read_task
 from tests.test_agent_clis_real import (  # noqa: F401  (fixtures)
     MODEL_HOST,
@@ -28,7 +28,7 @@ from tests.test_agent_clis_real import (  # noqa: F401  (fixtures)
     clis,
     codex_env,
     sessions_off_tmp,
-    settled_by,
+    worked,
     workspace,
 )
 from tests.test_agent_groups import reconciling_client  # noqa: F401  (fixture)
@@ -67,13 +67,7 @@ def test_codex_reports_its_tokens_which_the_attempt_records_with_its_model(
 ) -> None:
     with serving(CostlyResponsesDouble(Script([Final(REPORT)])), MODEL_HOST) as model:
         env = codex_env(store, broker, tmp_path, clis, model, sessions_off_tmp)
-        with running(start_worker(env, tmp_path / "worker.log")) as worker:
-            created = reconciling_client.write_task(
-                sender="PM", recipient="DEV", subject="Rotate the keys", body="Do it."
-            )
-            task_id = created.task_id
-            assert task_id is not None
-            settled_by(reconciling_client, store, task_id, worker)
+        task_id = worked(reconciling_client, store, env, tmp_path / "worker.log")
 
     assert read_task(store, task_id).bucket is Bucket.REVIEW
     [attempt] = attempts_of(store, task_id)

@@ -135,14 +135,20 @@ def test_children_done_already_answer_ready_and_the_session_goes_on(harness: Har
     assert session.settle_returned("all done", review=True).bucket is Bucket.REVIEW
 
 
-def test_a_held_child_wakes_its_waiting_parent(harness: Harness) -> None:
-    sh = harness.surehand()
+def a_dev_that_breaks(sh: Surehand) -> None:
+    """DEV's agent fails with nothing observed: its TASK is held for its approver, not retried."""
 
     def broken(ctx: SessionContext) -> str:
         raise RuntimeError("the build server is down")
 
     broken.effects_observed = None  # type: ignore[attr-defined]  # held, not retried
     sh.registry.register("DEV", broken)
+
+
+def test_a_held_child_wakes_its_waiting_parent(harness: Harness) -> None:
+    sh = harness.surehand()
+
+    a_dev_that_breaks(sh)
     session = claimed(sh.services, pm_task(sh))
     dev = delegate(session, {"recipient": "DEV", "subject": "Build", "key": "dev"})
     qa = delegate(session, {"recipient": "QA", "subject": "Test", "key": "qa"})
@@ -191,11 +197,7 @@ def test_only_children_can_be_waited_for(harness: Harness) -> None:
 def test_a_child_held_already_answers_ready_instead_of_waiting(harness: Harness) -> None:
     sh = harness.surehand()
 
-    def broken(ctx: SessionContext) -> str:
-        raise RuntimeError("the build server is down")
-
-    broken.effects_observed = None  # type: ignore[attr-defined]  # held, not retried
-    sh.registry.register("DEV", broken)
+    a_dev_that_breaks(sh)
     session = claimed(sh.services, pm_task(sh))
     dev = delegate(session, {"recipient": "DEV", "subject": "Build", "key": "dev"})
     assert dev.task_id is not None

@@ -15,9 +15,7 @@ Settings are scaled down: lease TTL 1 s, heartbeat 0.3 s, grace 0.5 s, reconcile
 from __future__ import annotations
 
 import signal
-import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,76 +25,21 @@ from surehand.facade import Surehand
 from surehand.model import AttemptState, Bucket
 from surehand.store import Store, tasks
 from tests.delegation_agents import LEDGER_ENV, ledger
-from tests.procs import Proc, RedisServer, spawn
-
-REPO = Path(__file__).resolve().parent.parent
+from tests.deployment import Deployment, deployed
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 
 
-@dataclass
-class Deployment:
-    tmp: Path
-    store: Store
-    env: dict[str, str]
-    procs: list[Proc] = field(default_factory=list)
-
-    def start(self, args: list[str], ready: str, **extra: str) -> Proc:
-        name = f"{args[0]}{len(self.procs) + 1}"
-        proc = spawn(args, {**self.env, **extra}, self.tmp / f"{name}.log")
-        self.procs.append(proc)
-        self.wait(lambda: ready in proc.output() or proc.returncode is not None, f"{name} up")
-        assert proc.returncode is None, proc.output()[-3000:]
-        return proc
-
-    def worker(self, roles: str, **extra: str) -> Proc:
-        name = f"w{len(self.procs) + 1}@delegation"
-        args = ["worker", "--roles", roles, "--concurrency", "2", "--hostname", name]
-        return self.start(args, "ready.", **extra)
-
-    def beat(self) -> Proc:
-        return self.start(["beat", "--loglevel", "info"], "beat: Starting")
-
-    def wait(self, predicate: Callable[[], bool], what: str, timeout: float = 90.0) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if predicate():
-                return
-            time.sleep(0.05)
-        logs = "\n".join(f"--- {p.log.name}\n{p.output()[-2500:]}" for p in self.procs)
-        pytest.fail(f"timed out after {timeout}s waiting for {what}\n{logs}")
-
-    def close(self) -> None:
-        for proc in self.procs:
-            proc.kill()
-
-
 @pytest.fixture
 def deployment(store: Store, tmp_path: Path) -> Iterator[Deployment]:
-    (tmp_path / "redis").mkdir()
-    redis = RedisServer(tmp_path / "redis")
-    redis.start()
     agents = "tests.delegation_agents"
     env = {
-        "SUREHAND_DATABASE_URL": store.url,
-        "SUREHAND_REDIS_URL": redis.url,
-        "SUREHAND_BROKER_URL": redis.url,
         "SUREHAND_AGENTS": f"PM={agents}:pm,DEV={agents}:dev,QA={agents}:qa",
-        "SUREHAND_LEASE_TTL_SECONDS": "1.0",
-        "SUREHAND_HEARTBEAT_SECONDS": "0.3",
-        "SUREHAND_LOST_GRACE_SECONDS": "0.5",
-        "SUREHAND_RECONCILE_INTERVAL_SECONDS": "0.5",
-        "SUREHAND_HOME": str(tmp_path / "home"),
-        "SUREHAND_WORK_DIR": str(tmp_path / "work"),
-        "PYTHONPATH": str(REPO),
         LEDGER_ENV: str(tmp_path / "ledger.jsonl"),
     }
-    built = Deployment(tmp_path, store, env)
-    try:
+    with deployed(store, tmp_path, "delegation", env) as built:
+        built.timeout = 90.0
         yield built
-    finally:
-        built.close()
-        redis.stop()
 
 
 def test_a_pm_killed_after_delegating_is_succeeded_by_one_that_reuses_its_children(

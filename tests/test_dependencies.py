@@ -28,18 +28,7 @@ from surehand.store import Store, outbox, tasks
 from surehand.store import schema as tables
 from tests.procs import SUREHAND
 from tests.session_helpers import claimed, committed_task, events_of, read_task, task_request
-
-
-class Recording:
-    """A publisher that records the TASK ids it was given (thread-safe)."""
-
-    def __init__(self) -> None:
-        self.ids: list[str] = []
-        self._lock = threading.Lock()
-
-    def __call__(self, task: Task) -> None:
-        with self._lock:
-            self.ids.append(task.task_id)
+from tests.submission_helpers import Recording
 
 
 def publishing(services: Services) -> tuple[Services, Recording]:
@@ -58,12 +47,17 @@ def queued(services: Services) -> list[str]:
         return list(connection.execute(select(tables.outbox.c.task_id)).scalars())
 
 
+def dev_then_qa(services: Services) -> tuple[str, str]:
+    """A DEV TASK and a QA TASK that depends on it: their ids."""
+    dev = committed_task(services, recipient="DEV")
+    return dev, committed_task(services, recipient="QA", depends_on=[dev])
+
+
 def test_a_task_waiting_for_its_dependency_is_refused_by_the_claim_and_not_published(
     services: Services,
 ) -> None:
     services, recording = publishing(services)
-    dev = committed_task(services, recipient="DEV")
-    qa = committed_task(services, recipient="QA", depends_on=[dev])
+    dev, qa = dev_then_qa(services)
     assert recording.ids == [dev]  # the dependant's outbox row was drained, not published
 
     assert dispatch.sweep(services) == 0
@@ -77,8 +71,7 @@ def test_a_task_waiting_for_its_dependency_is_refused_by_the_claim_and_not_publi
 
 
 def test_the_doors_say_what_a_task_waits_for(services: Services) -> None:
-    dev = committed_task(services, recipient="DEV")
-    qa = committed_task(services, recipient="QA", depends_on=[dev])
+    dev, qa = dev_then_qa(services)
     note = dispatch.waiting_note(services, read_task(services.store, qa))
     assert note == f"waiting for {dev} (inbox)"
 
@@ -110,8 +103,7 @@ def test_an_approval_to_done_publishes_the_dependant_through_the_service_action(
     services: Services,
 ) -> None:
     services, recording = publishing(services)
-    dev = committed_task(services, recipient="DEV")
-    qa = committed_task(services, recipient="QA", depends_on=[dev])
+    dev, qa = dev_then_qa(services)
     claimed(services, dev).settle_returned("ready for review", review=True)
     assert read_task(services.store, dev).bucket is Bucket.REVIEW
     assert qa not in recording.ids
@@ -124,8 +116,7 @@ def test_a_crash_between_the_move_and_the_publish_strands_nothing(services: Serv
     """The move committed (with the outbox row) and the process died before publishing: the
     next drain publishes the dependant. Had the drain that claimed the row died too, the sweep
     finds the ready, unpublished dependant."""
-    dev = committed_task(services, recipient="DEV")
-    qa = committed_task(services, recipient="QA", depends_on=[dev])
+    dev, qa = dev_then_qa(services)
     with services.store.transaction() as connection:
         outbox.claim(connection, 100)  # the creations' rows were drained
     finish(services, dev)  # no publisher: as if the process died right after the commit
@@ -208,8 +199,7 @@ def test_an_archived_dependency_leaves_the_dependant_held_for_its_approver(
     services: Services,
 ) -> None:
     services, recording = publishing(services)
-    dev = committed_task(services, recipient="DEV")
-    qa = committed_task(services, recipient="QA", depends_on=[dev])
+    dev, qa = dev_then_qa(services)
     claimed(services, dev).settle_returned("ready", review=True)
     actions.transition(services, dev, Action.APPROVE, tenant="default", actor="PM")
     # Archived before QA was claimed: QA may never run on it.

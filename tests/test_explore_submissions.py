@@ -31,6 +31,23 @@ def test_write_task_keeps_one_task_per_submission_in_every_interleaving(
 # -- counterexamples the exploration found ------------------------------------------------------
 
 
+def died_holding_a_reservation(
+    world: SubmissionWorld, *, held_for: float, at_the_id: str
+) -> SubmissionMachine:
+    """A machine whose writer of acme's ``sub-a`` died holding its reservation for
+    ``held_for`` more seconds, the preallocated id ``at_the_id``."""
+    machine = SubmissionMachine(world)
+    machine.a_writer_died_midway(
+        tenant="acme",
+        sid="sub-a",
+        variant=0,
+        stage=ReceiptState.RESERVED,
+        held_for=held_for,
+        at_the_id=at_the_id,
+    )
+    return machine
+
+
 def test_a_retry_takes_over_a_reservation_whose_hold_ends_at_this_very_instant(
     world: SubmissionWorld,
 ) -> None:
@@ -38,15 +55,7 @@ def test_a_retry_takes_over_a_reservation_whose_hold_ends_at_this_very_instant(
     # at_the_id="absent") then submit(the same request). The reader counted the hold as over
     # (held_until > now is false) while the takeover counted it as live (held_until < now is
     # false too), so the call re-read the receipt forever while the clock stood still.
-    machine = SubmissionMachine(world)
-    machine.a_writer_died_midway(
-        tenant="acme",
-        sid="sub-a",
-        variant=0,
-        stage=ReceiptState.RESERVED,
-        held_for=0.0,
-        at_the_id="absent",
-    )
+    machine = died_holding_a_reservation(world, held_for=0.0, at_the_id="absent")
     identity = machine.known[("acme", "sub-a")].identity
     assert identity is not None
     task_id = identity[0]
@@ -61,15 +70,7 @@ def test_a_retry_takes_over_a_reservation_whose_hold_ends_at_this_very_instant(
 def test_a_retry_never_adopts_another_submissions_task_at_the_preallocated_id(
     world: SubmissionWorld,
 ) -> None:
-    machine = SubmissionMachine(world)
-    machine.a_writer_died_midway(
-        tenant="acme",
-        sid="sub-a",
-        variant=0,
-        stage=ReceiptState.RESERVED,
-        held_for=-30.0,
-        at_the_id="foreign",
-    )
+    machine = died_holding_a_reservation(world, held_for=-30.0, at_the_id="foreign")
     machine.a_submission_names_one_task()
 
     machine.submit(tenant="acme", sid="sub-a", variant=0, kill=None, response_lost=False)

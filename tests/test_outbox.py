@@ -30,19 +30,7 @@ from surehand.model import Disposition, Task
 from surehand.store import Store, outbox, tasks
 from surehand.testing import ManualClock
 from tests.procs import RedisServer, free_port, private_redis, running, spawn, wait_until
-from tests.submission_helpers import TENANT, request
-
-
-class Recording:
-    """A publisher that records the TASK ids it was given (thread-safe)."""
-
-    def __init__(self) -> None:
-        self.ids: list[str] = []
-        self._lock = threading.Lock()
-
-    def __call__(self, task: Task) -> None:
-        with self._lock:
-            self.ids.append(task.task_id)
+from tests.submission_helpers import TENANT, Recording, request
 
 
 def pending(store: Store) -> int:

@@ -7,7 +7,6 @@ run again -- and the remote's ref was updated exactly once either way."""
 
 from __future__ import annotations
 
-import signal
 from contextlib import ExitStack
 from pathlib import Path
 
@@ -15,9 +14,10 @@ import pytest
 
 from surehand.facade import Surehand
 from surehand.model import Admission, Bucket, EffectFact
+from tests.deployment import Deployment
 from tests.git_remotes import Remote, git, git_daemon, make_remote
 from tests.push_agents import REMOTE_ENV, WORK_ENV
-from tests.test_probes_processes import Deployment, decided, deployment
+from tests.test_probes_processes import decided, deployment, killed_then_succeeded
 
 __all__ = ["deployment"]  # fixture
 
@@ -72,14 +72,7 @@ def test_an_interrupted_push_is_decided_by_the_built_in_probe_and_happens_once(
         )  # fmt: skip
         sh = Surehand(database_url=deployment.store.url)  # no probe here; runs no admission
         doomed = deployment.worker(SUREHAND_CRASH_AT=crash_at)
-        deployment.beat()
-        task_id = sh.write_task(
-            sender="PM", recipient="DEV", subject="Push", body="Push the work."
-        ).task_id
-        assert task_id is not None
-        deployment.wait(lambda: doomed.returncode is not None, "the first worker to die")
-        assert doomed.returncode == -signal.SIGKILL, doomed.output()[-2000:]
-        deployment.worker()
+        task_id = killed_then_succeeded(deployment, sh, doomed, "Push", "Push the work.")
 
         case = decided(sh, task_id, deployment)
 

@@ -15,9 +15,7 @@ every 0.5 s.
 from __future__ import annotations
 
 import signal
-import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -25,10 +23,9 @@ import pytest
 from surehand.facade import Surehand
 from surehand.model import Admission, Bucket, EffectFact, InterruptionCase, OperationState
 from surehand.store import Store
+from tests.deployment import Deployment, deployed
 from tests.probes_agents import EFFECTS_ENV, PROBE_ENV, charged
-from tests.procs import Proc, RedisServer, spawn
-
-REPO = Path(__file__).resolve().parent.parent
+from tests.procs import Proc
 
 pytestmark = [
     pytest.mark.slow,
@@ -37,71 +34,14 @@ pytestmark = [
 ]
 
 
-@dataclass
-class Deployment:
-    """Workers and one beat on a private redis-server, against the test's Postgres store."""
-
-    tmp: Path
-    store: Store
-    redis: RedisServer
-    env: dict[str, str]
-    procs: list[Proc] = field(default_factory=list)
-
-    def start(self, args: list[str], ready: str, **extra: str) -> Proc:
-        name = f"{args[0]}{len(self.procs) + 1}"
-        proc = spawn(args, {**self.env, **extra}, self.tmp / f"{name}.log")
-        self.procs.append(proc)
-        self.wait(lambda: ready in proc.output() or proc.returncode is not None, f"{name} up")
-        assert proc.returncode is None, proc.output()[-3000:]
-        return proc
-
-    def worker(self, **extra: str) -> Proc:
-        name = f"w{len(self.procs) + 1}@probes"
-        args = ["worker", "--roles", "DEV", "--concurrency", "2", "--hostname", name]
-        return self.start(args, "ready.", **extra)
-
-    def beat(self) -> Proc:
-        return self.start(["beat", "--loglevel", "info"], "beat: Starting")
-
-    def wait(self, predicate: Callable[[], bool], what: str, timeout: float = 60.0) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if predicate():
-                return
-            time.sleep(0.05)
-        logs = "\n".join(f"--- {p.log.name}\n{p.output()[-2500:]}" for p in self.procs)
-        pytest.fail(f"timed out after {timeout}s waiting for {what}\n{logs}")
-
-    def close(self) -> None:
-        for proc in self.procs:
-            proc.kill()
-
-
 @pytest.fixture
 def deployment(store: Store, tmp_path: Path) -> Iterator[Deployment]:
-    (tmp_path / "redis").mkdir()
-    redis = RedisServer(tmp_path / "redis")
-    redis.start()
     env = {
-        "SUREHAND_DATABASE_URL": store.url,
-        "SUREHAND_REDIS_URL": redis.url,
-        "SUREHAND_BROKER_URL": redis.url,
         "SUREHAND_AGENTS": "DEV=tests.probes_agents:charge",
-        "SUREHAND_LEASE_TTL_SECONDS": "1.0",
-        "SUREHAND_HEARTBEAT_SECONDS": "0.3",
-        "SUREHAND_LOST_GRACE_SECONDS": "0.5",
-        "SUREHAND_RECONCILE_INTERVAL_SECONDS": "0.5",
-        "SUREHAND_HOME": str(tmp_path / "home"),
-        "SUREHAND_WORK_DIR": str(tmp_path / "work"),
-        "PYTHONPATH": str(REPO),
         EFFECTS_ENV: str(tmp_path / "ledger.jsonl"),
     }
-    built = Deployment(tmp_path, store, redis, env)
-    try:
+    with deployed(store, tmp_path, "probes", env) as built:
         yield built
-    finally:
-        built.close()
-        redis.stop()
 
 
 def decided(sh: Surehand, task_id: str, deployment: Deployment) -> InterruptionCase:
@@ -112,6 +52,20 @@ def decided(sh: Surehand, task_id: str, deployment: Deployment) -> InterruptionC
     deployment.wait(ready, f"the interruption case of {task_id} to be decided")
     [case] = sh.cases(task_id=task_id)
     return case
+
+
+def killed_then_succeeded(
+    deployment: Deployment, sh: Surehand, doomed: Proc, subject: str, body: str
+) -> str:
+    """Start beat, write a TASK for DEV, wait until ``doomed`` SIGKILLed itself at its crash
+    point and start a clean worker; the TASK's id."""
+    deployment.beat()
+    task_id = sh.write_task(sender="PM", recipient="DEV", subject=subject, body=body).task_id
+    assert task_id is not None
+    deployment.wait(lambda: doomed.returncode is not None, "the first worker to die")
+    assert doomed.returncode == -signal.SIGKILL, doomed.output()[-2000:]
+    deployment.worker()
+    return task_id
 
 
 REGISTRATIONS = {
@@ -146,14 +100,7 @@ def test_a_probe_registered_the_documented_way_decides_in_a_worker_and_beat_depl
     doomed = deployment.worker(SUREHAND_CRASH_AT=crash_at)
     [announced] = [line for line in doomed.output().splitlines() if "probes registered" in line]
     assert probe in announced
-    deployment.beat()
-    task_id = sh.write_task(
-        sender="PM", recipient="DEV", subject="Charge acme", body="Charge acme once."
-    ).task_id
-    assert task_id is not None
-    deployment.wait(lambda: doomed.returncode is not None, "the first worker to die")
-    assert doomed.returncode == -signal.SIGKILL, doomed.output()[-2000:]
-    deployment.worker()
+    task_id = killed_then_succeeded(deployment, sh, doomed, "Charge acme", "Charge acme once.")
 
     case = decided(sh, task_id, deployment)
 

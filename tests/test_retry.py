@@ -5,7 +5,6 @@ injected clock (the backoff is respected without sleeping)."""
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -32,6 +31,7 @@ from tests.session_helpers import (  # noqa: F401  (harness fixtures)
     attempts_of,
     committed_task,
     events_of,
+    failing_with_an_open_intent,
     harness,
     read_task,
 )
@@ -171,15 +171,7 @@ def test_an_agent_that_failed_with_an_open_intent_is_held_and_never_retried(
 ) -> None:
     runs: list[int] = []
 
-    def agent(ctx: SessionContext) -> str:
-        runs.append(ctx.attempt.number)
-
-        def effect() -> None:
-            raise SystemExit("killed mid-effect")  # not an Exception: the intent stays open
-
-        with contextlib.suppress(SystemExit):
-            ctx.operation("charge_card", {"amount": 5}, effect)
-        raise RuntimeError("529 overloaded")
+    agent = failing_with_an_open_intent(runs, "529 overloaded")
 
     sh = dev(harness, agent)
     task_id = committed_task(sh)

@@ -8,18 +8,17 @@ every error listed."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
-from surehand.config import Settings
 from surehand.facade import Surehand
-from surehand.model import AttemptCause, Bucket, EventKind
+from surehand.model import AttemptCause, Bucket, EventKind, Task
 from surehand.store import Store
 from tests.procs import RedisServer, running, start_worker, wait_until
 from tests.session_helpers import attempts_of, events_of, read_task
-from tests.test_workers import broker, lease_url, worker_env  # noqa: F401  (fixture)
+from tests.test_workers import broker, reconciler_handle, worker_env  # noqa: F401  (fixture)
 
 pytestmark = pytest.mark.slow
 
@@ -40,18 +39,8 @@ echo "rotated the keys on run $n"
 @pytest.fixture
 def deciding_client(store: Store, broker: RedisServer) -> Iterator[Surehand]:
     """The reconciler's process: it decides admissions, so it has the retry settings."""
-    settings = Settings.model_validate(
-        {
-            "database_url": store.url,
-            "broker_url": broker.url,
-            "redis_url": lease_url(broker),
-            "lost_grace_seconds": 0.0,
-            **BACKOFF,
-        }
-    )
-    handle = Surehand(settings=settings)
-    yield handle
-    handle.close()
+    with reconciler_handle(store, broker, **BACKOFF) as handle:
+        yield handle
 
 
 def flaky_worker_env(
@@ -80,17 +69,37 @@ def until(client: Surehand, store: Store, task_id: str, worker: object, done: ob
     wait_until(reached, timeout=120, interval=0.2, what=f"{task_id} to settle or be held")
 
 
-def test_an_agent_overloaded_twice_ends_in_review_after_two_automatic_retries(
-    store: Store, broker: RedisServer, deciding_client: Surehand, tmp_path: Path
-) -> None:
-    env = flaky_worker_env(store, broker, tmp_path, failures=2)
+def flaky_task(
+    store: Store,
+    broker: RedisServer,
+    client: Surehand,
+    tmp_path: Path,
+    failures: int,
+    done: Callable[[Task], bool],
+) -> str:
+    """Run one TASK on a worker whose agent fails ``failures`` times until ``done``; its id."""
+    env = flaky_worker_env(store, broker, tmp_path, failures)
     with running(start_worker(env, tmp_path / "worker.log")) as worker:
-        created = deciding_client.write_task(
+        created = client.write_task(
             sender="PM", recipient="DEV", subject="Rotate the keys", body="Rotate them."
         )
         task_id = created.task_id
         assert task_id is not None
-        until(deciding_client, store, task_id, worker, lambda t: t.bucket is Bucket.REVIEW)
+        until(client, store, task_id, worker, done)
+        return task_id
+
+
+def test_an_agent_overloaded_twice_ends_in_review_after_two_automatic_retries(
+    store: Store, broker: RedisServer, deciding_client: Surehand, tmp_path: Path
+) -> None:
+    task_id = flaky_task(
+        store,
+        broker,
+        deciding_client,
+        tmp_path,
+        failures=2,
+        done=lambda t: t.bucket is Bucket.REVIEW,
+    )
 
     found = attempts_of(store, task_id)
     assert [a.cause for a in found] == [
@@ -117,14 +126,9 @@ def test_an_agent_overloaded_twice_ends_in_review_after_two_automatic_retries(
 def test_an_agent_that_always_fails_is_held_after_max_attempts_with_every_error(
     store: Store, broker: RedisServer, deciding_client: Surehand, tmp_path: Path
 ) -> None:
-    env = flaky_worker_env(store, broker, tmp_path, failures=99)
-    with running(start_worker(env, tmp_path / "worker.log")) as worker:
-        created = deciding_client.write_task(
-            sender="PM", recipient="DEV", subject="Rotate the keys", body="Rotate them."
-        )
-        task_id = created.task_id
-        assert task_id is not None
-        until(deciding_client, store, task_id, worker, lambda t: t.hold is not None)
+    task_id = flaky_task(
+        store, broker, deciding_client, tmp_path, failures=99, done=lambda t: t.hold is not None
+    )
 
     task = read_task(store, task_id)
     assert task.hold is not None

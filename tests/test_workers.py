@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +46,26 @@ def broker(tmp_path: Path) -> Iterator[RedisServer]:
 
 def lease_url(broker: RedisServer) -> str:
     return f"redis://127.0.0.1:{broker.port}/1"
+
+
+@contextmanager
+def reconciler_handle(store: Store, broker: RedisServer, **settings: str) -> Iterator[Surehand]:
+    """A handle on the workers' store, broker and leases that finds lost sessions at once, with
+    the reconciler's own ``settings`` (its retry policy, say), closed when the block ends."""
+    validated = Settings.model_validate(
+        {
+            "database_url": store.url,
+            "broker_url": broker.url,
+            "redis_url": lease_url(broker),
+            "lost_grace_seconds": 0.0,
+            **settings,
+        }
+    )
+    handle = Surehand(settings=validated)
+    try:
+        yield handle
+    finally:
+        handle.close()
 
 
 def worker_env(store: Store, broker: RedisServer, tmp_path: Path, **extra: str) -> dict[str, str]:

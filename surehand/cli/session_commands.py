@@ -27,6 +27,7 @@ from surehand.errors import ConfigError, NoAgentForRole, OperationFailed
 if TYPE_CHECKING:  # the rest is imported by the commands that use it (CLI start-up time)
     from surehand.agents.command import CommandAgent
     from surehand.facade import Surehand
+    from surehand.model import InterruptionCase
     from surehand.requests import Effect
 
 RedisUrl = Annotated[
@@ -35,6 +36,7 @@ RedisUrl = Annotated[
 BrokerUrl = Annotated[
     str | None, typer.Option("--broker-url", envvar="SUREHAND_BROKER_URL", help="Celery broker.")
 ]
+Approver = Annotated[str, typer.Option(envvar="SUREHAND_ACTOR", help="PM or ADMIN.")]
 LogLevel = Annotated[
     str, typer.Option(envvar="SUREHAND_LOGLEVEL", help="Celery log level: debug|info|warning.")
 ]
@@ -262,11 +264,15 @@ def recover(
     if as_json:
         emit_json(outcome.to_dict())
         return
-    from surehand.cli.render import cases_table
-
     console.print(f"[bold]{outcome.admission.value}[/]: {outcome.reason}")
     if outcome.case is not None:
-        console.print(cases_table([outcome.case]))
+        _print_case(outcome.case)
+
+
+def _print_case(case: InterruptionCase) -> None:
+    from surehand.cli.render import cases_table
+
+    console.print(cases_table([case]))
 
 
 @app.command()
@@ -277,7 +283,7 @@ def review(
         str, typer.Option(envvar="SUREHAND_EFFECT", help="present or absent: what you verified.")
     ],
     note: Annotated[str, typer.Option(envvar="SUREHAND_NOTE", help="How you checked it.")],
-    actor: Annotated[str, typer.Option(envvar="SUREHAND_ACTOR", help="PM or ADMIN.")],
+    actor: Approver,
     database_url: DatabaseUrl = None,
     redis_url: RedisUrl = None,
     broker_url: BrokerUrl = None,
@@ -292,9 +298,7 @@ def review(
     if as_json:
         emit_json(case.to_dict())
     else:
-        from surehand.cli.render import cases_table
-
-        console.print(cases_table([case]))
+        _print_case(case)
 
 
 @app.command()
@@ -305,7 +309,7 @@ def budget(
         float, typer.Option(envvar="SUREHAND_BUDGET_USD", help="The new budget in USD.")
     ],
     note: Annotated[str, typer.Option(envvar="SUREHAND_NOTE", help="Why it is raised.")],
-    actor: Annotated[str, typer.Option(envvar="SUREHAND_ACTOR", help="PM or ADMIN.")],
+    actor: Approver,
     database_url: DatabaseUrl = None,
     redis_url: RedisUrl = None,
     broker_url: BrokerUrl = None,
@@ -320,9 +324,7 @@ def budget(
         return
     console.print(f"{task.task_id}: budget ${task.budget_usd:.2f}")
     if case is not None:
-        from surehand.cli.render import cases_table
-
-        console.print(cases_table([case]))
+        _print_case(case)
 
 
 @app.command()
