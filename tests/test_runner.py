@@ -311,12 +311,17 @@ def test_an_agent_that_ignores_cancellation_cannot_start_another_effect(
     started, go_on = threading.Event(), threading.Event()
     effects: list[str] = []
     contexts: list[SessionContext] = []
+    refusals: list[str] = []
 
     def agent(ctx: SessionContext) -> str:
         contexts.append(ctx)
         started.set()
         go_on.wait(60)  # never looks at ctx.cancelled
-        ctx.operation("email_customer", {"to": "a@b.c"}, lambda: effects.append("sent"))
+        try:
+            ctx.operation("email_customer", {"to": "a@b.c"}, lambda: effects.append("sent"))
+        except LeaseLost as refused:
+            refusals.append(str(refused))
+            raise
         return "sent the email"
 
     sh = with_agent(redis_harness.surehand(), agent)
@@ -331,6 +336,10 @@ def test_an_agent_that_ignores_cancellation_cannot_start_another_effect(
 
     assert outcome.outcome == "lease_lost"
     assert LeaseLost.__name__ in (outcome.error or "")
+    # The words a log search (compose/check's partition scenario) finds the refusal by.
+    assert refusals == [
+        f"operation 'email_customer' refused: the session of {task_id} lost its lease"
+    ]
     assert effects == []
     assert operations_of(sh.store, task_id) == []
     assert reports_of(sh.store, task_id) == []

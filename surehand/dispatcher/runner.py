@@ -119,9 +119,9 @@ class _Port:
         if self.session.cancelled.is_set():
             self.session.refuse_late(write)
             stopped = self.session.stop_cause
-            why = stopped[1] if stopped is not None else "lost its lease"
+            what = f"stopped ({stopped[1]})" if stopped is not None else "lost its lease"
             raise LeaseLost(
-                f"{write} refused: the session of {self.session.task_id} stopped ({why})",
+                f"{write} refused: the session of {self.session.task_id} {what}",
                 task_id=self.session.task_id,
                 attempt_id=self.session.attempt.attempt_id,
             )
