@@ -227,8 +227,10 @@ class Rig:
             if spec.get("outcome") is not None:
                 op = self.outcome(session, op, ok=spec["outcome"] == "ok")
             seeded.append(op)
-        if returned:
-            session.record_return({"answer": "charged acme", "receipt": "r-1"})
+        if returned:  # the agent returned and the session died before its REPORT
+            with session.fenced("record_return") as connection:
+                answer = {"answer": "charged acme", "receipt": "r-1"}
+                attempts.record_return(connection, session.attempt.attempt_id, answer)
         return seeded
 
     # -- driving --------------------------------------------------------------------------

@@ -39,7 +39,7 @@ def publishing(services: Services) -> tuple[Services, Recording]:
 def finish(services: Services, task_id: str) -> Task:
     """Run ``task_id`` to done the way a worker does: claim, settle (no review)."""
     session = claimed(services, task_id)
-    return session.settle_returned("done", review=False)
+    return session.settle("done", to_review=False)
 
 
 def queued(services: Services) -> list[str]:
@@ -104,7 +104,7 @@ def test_an_approval_to_done_publishes_the_dependant_through_the_service_action(
 ) -> None:
     services, recording = publishing(services)
     dev, qa = dev_then_qa(services)
-    claimed(services, dev).settle_returned("ready for review", review=True)
+    claimed(services, dev).settle("ready for review", to_review=True)
     assert read_task(services.store, dev).bucket is Bucket.REVIEW
     assert qa not in recording.ids
 
@@ -136,7 +136,7 @@ def test_two_dependencies_done_at_once_queue_the_dependant_exactly_once(
     ops = committed_task(services, recipient="OPS")
     qa = committed_task(services, recipient="QA", depends_on=[dev, ops])
     for task_id in (dev, ops):
-        claimed(services, task_id).settle_returned("ready", review=True)
+        claimed(services, task_id).settle("ready", to_review=True)
     with services.store.transaction() as connection:
         outbox.claim(connection, 100)  # the creations' rows were drained
     start = threading.Barrier(2)
@@ -200,7 +200,7 @@ def test_an_archived_dependency_leaves_the_dependant_held_for_its_approver(
 ) -> None:
     services, recording = publishing(services)
     dev, qa = dev_then_qa(services)
-    claimed(services, dev).settle_returned("ready", review=True)
+    claimed(services, dev).settle("ready", to_review=True)
     actions.transition(services, dev, Action.APPROVE, tenant="default", actor="PM")
     # Archived before QA was claimed: QA may never run on it.
     with services.store.transaction() as connection:
