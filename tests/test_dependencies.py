@@ -114,16 +114,16 @@ def test_an_approval_to_done_publishes_the_dependant_through_the_service_action(
 
 def test_a_crash_between_the_move_and_the_publish_strands_nothing(services: Services) -> None:
     """The move committed (with the outbox row) and the process died before publishing: the
-    next drain publishes the dependant. Had the drain that claimed the row died too, the sweep
+    next drain publishes the dependant. Had the drain that took the row died too, the sweep
     finds the ready, unpublished dependant."""
     dev, qa = dev_then_qa(services)
     with services.store.transaction() as connection:
-        outbox.claim(connection, 100)  # the creations' rows were drained
+        outbox.take(connection, 100)  # the creations' rows were drained
     finish(services, dev)  # no publisher: as if the process died right after the commit
     assert queued(services) == [qa]
 
     with services.store.transaction() as connection:
-        outbox.claim(connection, 100)  # a drain that claimed the row, then died
+        outbox.take(connection, 100)  # a drain that took the row, then died
     restarted, recording = publishing(services)
     assert dispatch.sweep(restarted) == 1
     assert recording.ids == [qa]
@@ -138,7 +138,7 @@ def test_two_dependencies_done_at_once_queue_the_dependant_exactly_once(
     for task_id in (dev, ops):
         claimed(services, task_id).settle("ready", to_review=True)
     with services.store.transaction() as connection:
-        outbox.claim(connection, 100)  # the creations' rows were drained
+        outbox.take(connection, 100)  # the creations' rows were drained
     start = threading.Barrier(2)
     errors: list[BaseException] = []
 
