@@ -86,6 +86,18 @@ def case_id_for(attempt: Attempt) -> str:
 
 
 @dataclass(frozen=True, slots=True)
+class Declaration:
+    """A side effect as an agent declares it before doing it: what its intent records."""
+
+    name: str
+    args: Mapping[str, Any]
+    idempotency_key: str | None
+    retry_policy: RetryPolicy
+    probe: str | None
+    probe_args: Mapping[str, Any] | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class Operation:
     """A side effect a session declared (intent) and, once done, settled (outcome)."""
 
