@@ -172,6 +172,18 @@ def open_for_attempt(connection: Connection, attempt_id: str) -> list[int]:
     return [opaque.shown(connection, row.id) for row in rows]
 
 
+def probes_of_open_intents(connection: Connection) -> list[tuple[str, str]]:
+    """(probe name, TASK id) of every open intent that names a probe, oldest first (what
+    ``surehand check`` asks the registry for)."""
+    query = (
+        select(operations.c.probe, operations.c.task_id)
+        .where(operations.c.state == OperationState.INTENT.value)
+        .where(operations.c.probe.is_not(None))
+        .order_by(operations.c.id)
+    )
+    return [(str(probe), str(task_id)) for probe, task_id in connection.execute(query)]
+
+
 def for_task(connection: Connection, task_id: str) -> list[Operation]:
     rows = connection.execute(
         select(operations).where(operations.c.task_id == task_id).order_by(operations.c.id)
