@@ -1,6 +1,6 @@
 """Measure what the disk quota watch costs and how far a flood passes a quota before it stops.
 
-    python bench/quota.py [--rounds N] [--quota-mib M] [--every SECONDS ...]
+    python bench/agents/quota.py [--rounds N] [--quota-mib M] [--every SECONDS ...]
 
 Two measures (``surehand/agents/quotas.py`` is what a worker runs):
 

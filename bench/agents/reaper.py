@@ -1,6 +1,6 @@
 """Benchmark how long a command agent's process group outlives its SIGKILLed worker.
 
-    python bench/reaper.py [--rounds N]
+    python bench/agents/reaper.py [--rounds N]
 
 Each round starts a stand-in "worker" (a Python process) that starts the trampoline
 (``surehand/agents/reaper.py``) the way the command agent does, running a program that leaves

@@ -1,6 +1,6 @@
 """Benchmark what confining a command agent's program costs per session.
 
-    python bench/sandbox.py [--rounds N]
+    python bench/agents/sandbox.py [--rounds N]
 
 Each round starts the same program (``true``, which exits at once) the way a session does --
 the session's network (its gateway sockets, where it has a network of its own), the

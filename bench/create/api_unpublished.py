@@ -1,4 +1,4 @@
-"""``surehand api`` whose outbox publisher publishes nothing: bench/http_api.py's
+"""``surehand api`` whose outbox publisher publishes nothing: bench/create/http_api.py's
 ``--unpublished`` variant. Not a way to run surehand (its TASKs are never published): it
 measures how fast a create could answer if the publish ran in no thread of the API process at
 all, the upper bound of moving the publisher to another process."""

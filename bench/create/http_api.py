@@ -1,6 +1,6 @@
 """Benchmark write_task through ``surehand api`` against a bare FastAPI insert on the same stack.
 
-    python bench/http_api.py [--quick] [--rounds N] [--requests N] [--clients 8,32]
+    python bench/create/http_api.py [--quick] [--rounds N] [--requests N] [--clients 8,32]
 
 Two real server processes on loopback, each uvicorn in one process the way ``surehand api``
 serves (``surehand.doors.serving``: access log off), on one Postgres database of the bench's own
@@ -11,10 +11,10 @@ do not share it; created empty; admin URL from ``SUREHAND_BENCH_DATABASE_URL``):
   private ``redis-server``), ``POST /v1/tasks`` with
   * ``create``: a new ``client_submission_id`` each request (201; the TASK is published);
   * ``reuse``: one of 64 ids created before the run (200, the first answer again);
-* ``bare`` (``bench/http_bare.py``): a FastAPI endpoint parsing the same body and doing one
+* ``bare`` (``bench/create/http_bare.py``): a FastAPI endpoint parsing the same body and doing one
   INSERT+COMMIT of the row write_task stores, on a raw psycopg connection (201);
 * with ``--unpublished``, ``unpublished``: creates as ``create``, on a third server
-  (``bench/api_unpublished.py``, a database of its own) whose outbox publisher publishes
+  (``bench/create/api_unpublished.py``, a database of its own) whose outbox publisher publishes
   nothing: how fast a create could answer with the publish in no thread of the API process
   (the upper bound of a publisher in another process);
 * with ``--process``, ``process``: creates as ``create`` on a server with
@@ -430,7 +430,7 @@ def parse_options() -> argparse.Namespace:
     parser.add_argument(
         "--unpublished",
         action="store_true",
-        help="also creates on an API whose publisher publishes nothing (bench/api_unpublished.py)",
+        help="also creates on an API whose publisher publishes nothing (api_unpublished.py)",
     )
     parser.add_argument(
         "--process",

@@ -1,6 +1,7 @@
-"""The bare peer of ``bench/http_api.py``: a FastAPI endpoint doing one INSERT+COMMIT, nothing else.
+"""The bare peer of ``bench/create/http_api.py``: a FastAPI endpoint doing one INSERT+COMMIT,
+nothing else.
 
-    BENCH_HTTP_DATABASE_URL=postgresql://... python bench/http_bare.py --port 8100
+    BENCH_HTTP_DATABASE_URL=postgresql://... python bench/create/http_bare.py --port 8100
 
 ``POST /v1/tasks`` parses the same JSON body as surehand's (a pydantic model with the request's
 fields), inserts the row write_task would store for it into ``bench_bare_tasks`` (the columns

@@ -1,12 +1,12 @@
 """Where an HTTP create's server CPU goes: every thread of ``surehand api`` under cProfile.
 
-    python bench/http_profile.py [--requests N] [--clients N] [--top N]
+    python bench/create/http_profile.py [--requests N] [--clients N] [--top N]
 
-Starts ``surehand api`` through ``bench/profiled_api.py`` (each thread profiled by its own CPU
-clock, ``time.thread_time``) on a private ``redis-server`` and a Postgres database of its own
-(``surehand_bench_http_profile``), warms it up, then sends ``--requests`` creates
+Starts ``surehand api`` through ``bench/create/profiled_api.py`` (each thread profiled by its
+own CPU clock, ``time.thread_time``) on a private ``redis-server`` and a Postgres database of its
+own (``surehand_bench_http_profile``), warms it up, then sends ``--requests`` creates
 (``POST /v1/tasks``, a new ``client_submission_id`` each) from ``--clients`` keep-alive clients
-(``bench/http_api.py``'s raw client) and waits until the outbox publisher has published them
+(``bench/create/http_api.py``'s raw client) and waits until the outbox publisher has published them
 all. Reports, per create: the CPU of each thread group (the event loop, the request threads,
 the outbox publisher), the cumulative CPU of named steps (write_task, the drain, the publish,
 Celery's send_task, the pipeline's round trip), and each group's functions by own CPU.

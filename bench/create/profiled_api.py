@@ -1,9 +1,9 @@
 """``surehand api`` with every thread under cProfile, timed by each thread's own CPU clock.
 
-    python bench/profiled_api.py OUT.json api [surehand api options...]
+    python bench/create/profiled_api.py OUT.json api [surehand api options...]
 
-Used by ``bench/http_profile.py``. Each thread (the event loop, the request threads, the outbox
-publisher) gets a ``cProfile.Profile`` timed by ``time.thread_time``, so its numbers are that
+Used by ``bench/create/http_profile.py``. Each thread (the event loop, the request threads, the
+outbox publisher) gets a ``cProfile.Profile`` timed by ``time.thread_time``, so its numbers are that
 thread's CPU, not wall time spent waiting on Postgres or Redis. On SIGUSR1 it writes, per
 thread name, the thread's total CPU and its functions' own and cumulative CPU to OUT.json,
 cumulative since the start (the driver subtracts a dump taken after its warm-up). Not a test.

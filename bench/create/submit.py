@@ -1,6 +1,6 @@
 """Benchmark write_task against a bare INSERT+COMMIT of the same row, on SQLite and Postgres.
 
-    python bench/submit.py [--quick] [--rounds N] [--ops N] [--convergence-rounds N]
+    python bench/create/submit.py [--quick] [--rounds N] [--ops N] [--convergence-rounds N]
 
 Side by side in one run, on a temporary SQLite file and on Postgres (the admin URL comes from
 ``SUREHAND_BENCH_DATABASE_URL``, default ``postgresql+psycopg://postgres@127.0.0.1:5432/test``;

@@ -1,8 +1,9 @@
-"""The worker-side code of ``bench/sessions.py``: a plain Celery app with a no-op task, and the
-no-op surehand agent. Workers import it with ``PYTHONPATH=bench``::
+"""The worker-side code of ``bench/sessions/sessions.py``: a plain Celery app with a no-op task,
+and the no-op surehand agent. Workers import it with ``PYTHONPATH`` the repository::
 
-    celery -A celery_noop worker --pool threads --concurrency 4 -Q bench.plain
-    SUREHAND_AGENTS=DEV=celery_noop:noop_agent surehand worker --roles DEV --concurrency 4
+    celery -A bench.peers.celery_noop worker --pool threads --concurrency 4 -Q bench.plain
+    SUREHAND_AGENTS=DEV=bench.peers.celery_noop:noop_agent surehand worker --roles DEV \
+        --concurrency 4
 
 ``BENCH_BROKER_URL`` names the broker. ``BENCH_PLAIN_CONFIG=surehand`` gives the plain app
 surehand's Celery settings (events on, prefetch 1, priority steps, its Redis transport)

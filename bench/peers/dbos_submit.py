@@ -1,4 +1,4 @@
-"""DBOS keyed workflows for ``bench/submit.py`` (imported only when DBOS is installed).
+"""DBOS keyed workflows for ``bench/create/submit.py`` (imported only when DBOS is installed).
 
 ``launch`` starts DBOS in this process on its system database (an empty Postgres database)
 and finishes ``replays`` workflows whose ids ``start`` can call again. ``submission`` is a

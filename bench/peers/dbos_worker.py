@@ -1,7 +1,7 @@
-"""The DBOS peer of ``bench/sessions.py``: a worker process serving one DBOS queue.
+"""The DBOS peer of ``bench/sessions/sessions.py``: a worker process serving one DBOS queue.
 
     BENCH_DBOS_DATABASE_URL=postgresql://... BENCH_DBOS_EXECUTOR=dbos-0 \
-        python bench/dbos_worker.py --worker-concurrency 4 --polling 0.01
+        python bench/peers/dbos_worker.py --worker-concurrency 4 --polling 0.01
 
 Each process launches DBOS on the system database ``BENCH_DBOS_DATABASE_URL`` (Postgres),
 registers the queue ``bench_sessions`` with ``--worker-concurrency`` workflows at once on this

@@ -50,7 +50,7 @@ Each child measures (wall clock ``time.time()``, the agent stamps in the same pr
 
 Results are printed as rich tables and saved to ``bench/results/scale-<UTC>.json`` with a
 top-level ``summary``; ``--parts`` runs some parts only (the others are named in
-``not_measured``). ``http``: ``http_create_vs_bare`` from a run of ``bench/http_api.py`` at 8
+``not_measured``). ``http``: ``http_create_vs_bare`` from a run of ``bench/create/http_api.py`` at 8
 clients (``--http-rounds``; ``bench/scale/http_ratio.py``), its own results file named.
 This is a benchmark, not a test: it asserts nothing about time.
 """
@@ -113,7 +113,7 @@ MISSING = {
     "max": "beyond 1,000 sessions in one worker: not run (--parts)",
     "latency": "Postgres start latency, idle and under a steady load: not run (--parts)",
     "recovery": "recovery under scale: not run (--parts)",
-    "http": "http_create_vs_bare (bench/http_api.py at 8 clients): not run (--parts)",
+    "http": "http_create_vs_bare (bench/create/http_api.py at 8 clients): not run (--parts)",
 }
 
 
@@ -148,7 +148,7 @@ def parse_options() -> argparse.Namespace:
     parser.add_argument(
         "--latency-load", type=float, default=20.0, help="no-op TASKs/s while probing loaded"
     )
-    parser.add_argument("--http-rounds", type=int, default=3, help="bench/http_api.py rounds")
+    parser.add_argument("--http-rounds", type=int, default=3, help="http_api.py rounds")
     parser.add_argument("--recovery", default="1000:100", help="SESSIONS:KILLED, comma list")
     parser.add_argument("--recovery-timing", default="short,default", help="short and/or default")
     options = parser.parse_args()

@@ -1,6 +1,6 @@
 """Parents that wait for their children without holding a worker, through one worker pool.
 
-    python bench/delegation.py [--parents 1000] [--children 10] [--concurrency 8]
+    python bench/sessions/delegation.py [--parents 1000] [--children 10] [--concurrency 8]
 
 A ``surehand worker`` (roles PM and DEV, ``--concurrency`` threads) on Postgres (its own
 database ``surehand_bench_delegation``) and a private ``redis-server``. Each PM TASK delegates

@@ -1,4 +1,4 @@
-"""The worker-side code of ``bench/delegation.py``; workers import it as
+"""The worker-side code of ``bench/sessions/delegation.py``; workers import it as
 ``bench.sessions.delegation_agents`` (``PYTHONPATH`` the repository).
 
 * ``pm``: on its first attempt delegates ``BENCH_DELEGATION_CHILDREN`` DEV children and waits

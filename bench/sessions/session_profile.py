@@ -1,6 +1,6 @@
 """Where a Postgres session's time goes beyond the floor: cProfile in-process on the runner.
 
-    python bench/session_profile.py [--sessions N] [--top N]
+    python bench/sessions/session_profile.py [--sessions N] [--top N]
 
 On a private ``redis-server`` and a Postgres database of its own (``surehand_bench_profile``),
 runs ``--sessions`` no-op sessions one after another in this process (``SessionRunner.run``,
@@ -40,7 +40,7 @@ from bench.common.procs import machine
 from bench.common.results import save, utc_stamp
 from bench.common.services import RedisServer
 from bench.peers.celery_noop import _LEASE_DROP, _LEASE_TAKE, FLOOR_TABLE_DDL, noop_agent
-from bench.sessions.sessions import prepare_backend
+from bench.sessions.sessions_variants import prepare_backend
 
 DEFAULT_ADMIN_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 DATABASE = "surehand_bench_profile"

@@ -1,6 +1,6 @@
 """Benchmark agent sessions against plain Celery tasks on the same broker and worker count.
 
-    python bench/sessions.py [--quick] [--rounds N] [--sessions N] [--plain N]
+    python bench/sessions/sessions.py [--quick] [--rounds N] [--sessions N] [--plain N]
                              [--workers N] [--concurrency N] [--no-postgres]
                              [--leases N] [--heartbeat-window S]
 
@@ -23,7 +23,7 @@ database 1), never on a shared Redis. Side by side in one run:
       (``db+postgresql+psycopg://``) on the bench's Postgres database; otherwise Celery's
       defaults. Counted by its SUCCESS rows in ``celery_taskmeta``;
     * ``dbos`` (with Postgres): the durable-execution alternative: ``--workers`` processes of
-      ``bench/dbos_worker.py``, each serving one DBOS queue with ``worker_concurrency`` =
+      ``bench/peers/dbos_worker.py``, each serving one DBOS queue with ``worker_concurrency`` =
       ``--concurrency`` (the same total concurrency) and ``--dbos-polling`` seconds between
       queue polls (DBOS's default is 1 s, which would cap a worker at ``--concurrency``
       workflows a second); the worker processes are stopped (SIGSTOP) between its batches, so
@@ -63,662 +63,54 @@ import os
 import platform
 import random
 import shutil
-import signal
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
-import uuid
-from collections import Counter
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import psycopg
-import redis
-from celery import Celery
-from rich.console import Console
-from rich.table import Table
 from sqlalchemy import func, select
-from sqlalchemy.engine import make_url
 
 if __name__ == "__main__":  # a script: bench.* and tests.* from the repository, not its folder
     sys.path[0] = str(Path(__file__).resolve().parents[2])
 
-from bench.common.databases import fresh_database, libpq
-from bench.common.procs import CLOCK_TICKS, cpu_seconds, exit_on_sigterm, stop_group
+from bench.common.procs import exit_on_sigterm
 from bench.common.results import save, utc_stamp
-from bench.common.services import RedisServer, spawn_argv, wait_for, wait_ready
-from bench.common.store_counts import counted
-from bench.peers.celery_noop import (
-    DURABLE_TASK,
-    FLOOR_TABLE_DDL,
-    FLOOR_TASK,
-    PLAIN_TASK,
-    noop_agent,
+from bench.common.services import RedisServer, wait_for
+from bench.sessions.sessions_costs import (
+    heartbeat_cost,
+    idle_rates,
+    profile_sessions,
+    run_batch,
+    summarise,
 )
-from surehand.config import Settings
-from surehand.dispatcher import runner as runner_module
-from surehand.dispatcher.sessions import Session
-from surehand.facade import Surehand
-from surehand.model import Bucket, Task
-from surehand.queue.celery_app import make_celery, publish_session
-from surehand.queue.heartbeat import Heartbeat
-from surehand.queue.leases import LeaseStore
-from surehand.store import Store
+from bench.sessions.sessions_tables import (
+    TARGETS,
+    commands_table,
+    console,
+    heartbeat_table,
+    phases_table,
+    print_verdicts,
+    rounds_table,
+    throughput_table,
+)
+from bench.sessions.sessions_variants import (
+    SessionBackend,
+    Variant,
+    celery_db_variant,
+    dbos_variant,
+    floor_variant,
+    plain_variant,
+    postgres_url,
+    prepare_backend,
+    session_variant,
+)
 from surehand.store import schema as tables
-from surehand.store.schema import metadata
 
 REPO = Path(__file__).resolve().parents[2]
-PEERS = REPO / "bench" / "peers"
 DEFAULT_ADMIN_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
-BENCH_DATABASE = "surehand_bench_sessions"
-DBOS_DATABASE = "surehand_bench_dbos"
-# Issue 13's targets: session/postgres against the floor and against what users would deploy.
-TARGETS = {
-    "session/postgres / floor": 0.85,
-    "session/postgres / celery+db": 5.0,
-    "session/postgres / dbos": 3.0,
-}
 BASES = ("plain", "plain+conf", "floor", "celery+db", "dbos")
-console = Console(width=None if sys.stdout.isatty() else 160)  # saved logs keep every column
-
-
-# -- processes --------------------------------------------------------------------------------
-
-
-@dataclass
-class Worker:
-    process: subprocess.Popen[bytes]
-    log: Path
-
-    def cpu_seconds(self) -> float:
-        return cpu_seconds(self.process.pid)
-
-    def stop(self) -> None:
-        stop_group(self.process)
-
-
-def start_worker(argv: list[str], env: dict[str, str], log: Path) -> Worker:
-    proc = spawn_argv(argv, {"PYTHONPATH": str(REPO), **env}, log, cwd=REPO)
-    wait_ready(proc, "ready.")
-    return Worker(proc.process, log)
-
-
-# -- variants ---------------------------------------------------------------------------------
-
-
-@dataclass
-class Variant:
-    """One thing to measure: how to publish ``n`` messages and how many have finished."""
-
-    name: str
-    publish: Callable[[int], None]
-    completed: Callable[[], int]
-    workers: list[Worker] = field(default_factory=list)
-    # Untimed work before a batch's clock starts (DBOS: enqueue the batch on a paused queue)
-    # and after it stopped (DBOS: back to idle polling).
-    prepare: Callable[[int], None] = lambda _n: None
-    finish: Callable[[], None] = lambda: None
-    batches: list[dict[str, Any]] = field(default_factory=list)
-
-    def cpu_seconds(self) -> float:
-        return sum(worker.cpu_seconds() for worker in self.workers)
-
-
-def plain_variant(
-    name: str,
-    redis_server: RedisServer,
-    tmp: Path,
-    options: argparse.Namespace,
-    conf: str,
-    *,
-    task: str = PLAIN_TASK,
-    extra_env: dict[str, str] | None = None,
-) -> Variant:
-    queue = f"bench.{name.replace('+', '_')}"
-    done = tmp / f"{queue}.done"
-    done.touch()
-    env = {"BENCH_BROKER_URL": redis_server.url(0), "BENCH_DONE_FILE": str(done)}
-    env.update(extra_env or {})
-    if conf == "surehand":
-        env["BENCH_PLAIN_CONFIG"] = "surehand"
-        app = make_celery(Settings.model_validate({"broker_url": redis_server.url(0)}))
-    else:
-        app = Celery("plain", broker=redis_server.url(0), set_as_current=False)
-    workers = [
-        start_worker(
-            [
-                *(sys.executable, "-m", "celery", "-A", "bench.peers.celery_noop", "worker"),
-                *("--pool", "threads", "--concurrency", str(options.concurrency), "-Q", queue),
-                *("--without-mingle", "--without-gossip", "--loglevel", "INFO"),
-                *("-n", f"{queue}-{i}@%h"),
-            ],
-            env,
-            tmp / f"{queue}-{i}.log",
-        )
-        for i in range(options.workers)
-    ]
-
-    def publish(n: int) -> None:
-        for _ in range(n):
-            app.send_task(task, queue=queue, routing_key=queue)
-
-    return Variant(name, publish, lambda: done.stat().st_size, workers)
-
-
-def floor_variant(
-    database_url: str, redis_server: RedisServer, tmp: Path, options: argparse.Namespace
-) -> Variant:
-    """The least a fenced session must do (see ``celery_noop.floor``), on surehand's Celery
-    settings, the bench's Postgres database and the leases' Redis database."""
-    with psycopg.connect(libpq(database_url), autocommit=True) as connection:
-        connection.execute(FLOOR_TABLE_DDL)
-        connection.execute("TRUNCATE bench_floor")
-    env = {
-        "BENCH_FLOOR_DATABASE_URL": libpq(database_url),
-        "BENCH_FLOOR_REDIS_URL": redis_server.url(1),
-    }
-    return plain_variant(
-        "floor", redis_server, tmp, options, "surehand", task=FLOOR_TASK, extra_env=env
-    )
-
-
-def celery_db_variant(
-    database_url: str, redis_server: RedisServer, tmp: Path, options: argparse.Namespace
-) -> Variant:
-    """Plain Celery made durable the usual way (see ``celery_noop``), results in Postgres."""
-    backend_url = "db+" + make_url(database_url).render_as_string(hide_password=False)
-    env = {"BENCH_PLAIN_CONFIG": "celery+db", "BENCH_RESULT_BACKEND": backend_url}
-    variant = plain_variant(
-        "celery+db", redis_server, tmp, options, "default", task=DURABLE_TASK, extra_env=env
-    )
-    connection = psycopg.connect(libpq(database_url), autocommit=True)
-
-    def completed() -> int:
-        try:
-            row = connection.execute(
-                "SELECT count(*) FROM celery_taskmeta WHERE status = 'SUCCESS'"
-            ).fetchone()
-        except psycopg.errors.UndefinedTable:  # the backend creates it on its first result
-            return 0
-        return int(row[0]) if row else 0
-
-    variant.completed = completed
-    return variant
-
-
-def dbos_variant(admin_url: str, tmp: Path, options: argparse.Namespace) -> Variant:
-    """A DBOS queue served by ``--workers`` processes of ``dbos_worker.py`` (see the docstring)."""
-    from dbos import DBOSClient
-
-    from bench.peers.dbos_worker import APP, QUEUE, WORKFLOW
-
-    system_database = libpq(fresh_database(admin_url, DBOS_DATABASE))
-    workers = []
-    for i in range(options.workers):  # one at a time: the first launch migrates the schema
-        workers.append(
-            start_worker(
-                [
-                    *(sys.executable, str(PEERS / "dbos_worker.py")),
-                    *("--worker-concurrency", str(options.concurrency)),
-                    *("--polling", str(options.dbos_polling)),
-                ],
-                {"BENCH_DBOS_DATABASE_URL": system_database, "BENCH_DBOS_EXECUTOR": f"dbos-{i}"},
-                tmp / f"dbos-{i}.log",
-            )
-        )
-    client = DBOSClient(system_database_url=system_database, application_name=APP)
-    queue = client.retrieve_queue(QUEUE)
-    assert queue is not None, "the DBOS workers registered no queue"
-    counter = psycopg.connect(system_database, autocommit=True)
-
-    def signal_workers(number: signal.Signals) -> None:
-        for worker in workers:
-            os.killpg(worker.process.pid, number)
-
-    def prepare(n: int) -> None:
-        queue.set_worker_concurrency(0)  # paused: every worker's budget is 0
-        signal_workers(signal.SIGCONT)
-        for _ in range(n):
-            client.enqueue(
-                {"queue_name": QUEUE, "workflow_name": WORKFLOW, "app_version": "bench"},
-                uuid.uuid4().hex,
-            )
-
-    def publish(_n: int) -> None:
-        queue.set_worker_concurrency(options.concurrency)
-
-    def finish() -> None:  # stopped while the other variants run: no polls to load them
-        signal_workers(signal.SIGSTOP)
-
-    def completed() -> int:
-        row = counter.execute(
-            "SELECT count(*) FROM dbos.workflow_status WHERE status = 'SUCCESS' AND name = %s",
-            (WORKFLOW,),
-        ).fetchone()
-        return int(row[0]) if row else 0
-
-    finish()
-    return Variant("dbos", publish, completed, workers, prepare=prepare, finish=finish)
-
-
-@dataclass
-class SessionBackend:
-    name: str
-    url: str
-    role: str
-    handle: Surehand
-    pending: list[Task] = field(default_factory=list)
-
-
-def session_variant(
-    backend: SessionBackend, redis_server: RedisServer, tmp: Path, options: argparse.Namespace
-) -> Variant:
-    env = {
-        "SUREHAND_DATABASE_URL": backend.url,
-        "SUREHAND_BROKER_URL": redis_server.url(0),
-        "SUREHAND_REDIS_URL": redis_server.url(1),
-        "SUREHAND_AGENTS": f"{backend.role}=bench.peers.celery_noop:noop_agent",
-        "SUREHAND_WORK_DIR": str(tmp / "sessions"),
-        "SUREHAND_LOGLEVEL": "info",
-    }
-    workers = [
-        start_worker(
-            [
-                *(sys.executable, "-m", "surehand", "worker", "--roles", backend.role),
-                *("--concurrency", str(options.concurrency), "--pool", "threads"),
-                *("--hostname", f"session-{backend.name}-{i}@%h"),
-            ],
-            env,
-            tmp / f"session-{backend.name}-{i}.log",
-        )
-        for i in range(options.workers)
-    ]
-    engine = backend.handle.store.engine
-    reviewed = (
-        select(func.count())
-        .select_from(tables.tasks)
-        .where(tables.tasks.c.bucket == Bucket.REVIEW.value)
-    )
-
-    app = make_celery(Settings.model_validate({"broker_url": redis_server.url(0)}))
-
-    def publish(n: int) -> None:
-        batch, backend.pending[:] = backend.pending[:n], backend.pending[n:]
-        for task in batch:  # exactly what Surehand.publish does for each committed TASK
-            publish_session(app, task.task_id, task.fields.recipient, task.fields.priority)
-
-    def completed() -> int:
-        with engine.connect() as connection:
-            return int(connection.execute(reviewed).scalar_one())
-
-    return Variant(f"session/{backend.name}", publish, completed, workers)
-
-
-def postgres_url(admin_url: str) -> str:
-    return fresh_database(admin_url, BENCH_DATABASE).render_as_string(hide_password=False)
-
-
-def prepare_backend(name: str, url: str, role: str, count: int, redis_url: str) -> SessionBackend:
-    """A migrated store with ``count`` committed TASKs for ``role`` in inbox, unpublished."""
-    store = Store(url, auto_upgrade=True)
-    store.upgrade()
-    with store.engine.begin() as connection:
-        for table in reversed(metadata.sorted_tables):
-            connection.execute(table.delete())
-    store.dispose()
-    settings = Settings.model_validate({"database_url": url, "redis_url": redis_url})
-    handle = Surehand(settings=settings)
-    with console.status(f"creating {count} TASKs on {name}"):
-        for n in range(count):
-            handle.write_task(
-                sender="PM",
-                recipient=role,
-                subject=f"no-op {n}",
-                body="Do nothing, then report.",
-                client_submission_id=f"bench-{uuid.uuid4().hex}",
-            )
-    backend = SessionBackend(name, url, role, handle)
-    while len(backend.pending) < count:  # the store lists at most 1,000 at a time
-        page = handle.list_tasks(
-            bucket=Bucket.INBOX,
-            limit=min(1000, count - len(backend.pending)),
-            offset=len(backend.pending),
-        )
-        if not page:
-            break
-        backend.pending += page
-    return backend
-
-
-# -- measuring --------------------------------------------------------------------------------
-
-
-def run_batch(
-    variant: Variant, n: int, redis_server: RedisServer, idle: dict[str, float]
-) -> dict[str, Any]:
-    target = variant.completed() + n
-    variant.prepare(n)
-    commands, redis_cpu, worker_cpu = (
-        redis_server.commandstats(),
-        redis_server.cpu_seconds(),
-        variant.cpu_seconds(),
-    )
-    machine, database = machine_cpu(), postgres_cpu_seconds()
-    started = time.perf_counter()
-    variant.publish(n)
-    wait_for(lambda: variant.completed() >= target, 600, f"{variant.name} to finish {n}")
-    seconds = time.perf_counter() - started
-    delta = redis_server.commandstats() - commands
-    adjusted = {
-        name: max(0.0, calls - idle.get(name, 0.0) * seconds) / n for name, calls in delta.items()
-    }
-    batch = {
-        "messages": n,
-        "seconds": seconds,
-        "per_second": n / seconds,
-        "redis_commands_per_message": sum(adjusted.values()),
-        "redis_commands": {k: round(v, 3) for k, v in sorted(adjusted.items()) if v >= 0.005},
-        "worker_cpu_ms_per_message": 1000 * (variant.cpu_seconds() - worker_cpu) / n,
-        "redis_cpu_ms_per_message": 1000 * (redis_server.cpu_seconds() - redis_cpu) / n,
-        "postgres_cpu_ms_per_message": 1000 * (postgres_cpu_seconds() - database) / n,
-        "machine_busy_percent": machine_busy_percent(machine, machine_cpu()),
-    }
-    variant.batches.append(batch)
-    variant.finish()
-    return batch
-
-
-def machine_cpu() -> tuple[int, int]:
-    """(all, idle) jiffies of the whole machine, from /proc/stat."""
-    values = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
-    return sum(values), values[3] + values[4]  # idle + iowait
-
-
-def machine_busy_percent(before: tuple[int, int], after: tuple[int, int]) -> float:
-    total, idle = after[0] - before[0], after[1] - before[1]
-    return 100.0 * (1 - idle / total) if total else 0.0
-
-
-def postgres_cpu_seconds() -> float:
-    """CPU time of every postgres process on this machine (the server shares its cores)."""
-    ticks = 0
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        name, fields = stat[stat.index("(") + 1 : stat.rindex(")")], stat.rsplit(")", 1)[1].split()
-        if name.startswith("postgres"):
-            ticks += int(fields[11]) + int(fields[12])
-    return ticks / CLOCK_TICKS
-
-
-def idle_rates(redis_server: RedisServer, seconds: float = 3.0) -> dict[str, float]:
-    """Redis commands per second with every worker idle (BRPOP timeouts, heartbeats)."""
-    before = redis_server.commandstats()
-    time.sleep(seconds)
-    delta = redis_server.commandstats() - before
-    return {name: calls / seconds for name, calls in delta.items()}
-
-
-def summarise(variant: Variant) -> dict[str, Any]:
-    batches = variant.batches
-    commands: Counter[str] = Counter()
-    for batch in batches:
-        commands.update({k: v / len(batches) for k, v in batch["redis_commands"].items()})
-    return {
-        "name": variant.name,
-        "batches": batches,
-        "per_second_median": statistics.median(b["per_second"] for b in batches),
-        "redis_commands_per_message": statistics.median(
-            b["redis_commands_per_message"] for b in batches
-        ),
-        "redis_commands": {k: round(v, 2) for k, v in commands.most_common()},
-        "worker_cpu_ms_per_message": statistics.median(
-            b["worker_cpu_ms_per_message"] for b in batches
-        ),
-        "redis_cpu_ms_per_message": statistics.median(
-            b["redis_cpu_ms_per_message"] for b in batches
-        ),
-        "postgres_cpu_ms_per_message": statistics.median(
-            b["postgres_cpu_ms_per_message"] for b in batches
-        ),
-        "machine_busy_percent": statistics.median(b["machine_busy_percent"] for b in batches),
-    }
-
-
-# -- phase profile (in-process) ---------------------------------------------------------------
-
-
-@contextmanager
-def timed_phases(phases: dict[str, list[float]]) -> Iterator[None]:
-    """Wrap the runner's steps so that each call's wall time lands in ``phases``."""
-    patched: list[tuple[Any, str, Any]] = []
-
-    def wrap(owner: Any, attribute: str, phase: str) -> None:
-        original = getattr(owner, attribute)
-
-        def timed(*args: Any, **kwargs: Any) -> Any:
-            started = time.perf_counter()
-            try:
-                return original(*args, **kwargs)
-            finally:
-                phases.setdefault(phase, []).append(time.perf_counter() - started)
-
-        patched.append((owner, attribute, original))
-        setattr(owner, attribute, timed)
-
-    wrap(runner_module, "claim", "claim (one store write)")
-    wrap(LeaseStore, "acquire_with_generation", "lease SET NX PX + generation (one EVALSHA)")
-    wrap(Heartbeat, "start", "heartbeat start (thread)")
-    wrap(Heartbeat, "stop", "heartbeat stop (join)")
-    # One transaction for an agent without operations; with operations the return commits
-    # first, on its own (both inside this phase).
-    wrap(Session, "settle_returned", "settle: return + REPORT + review + end (one write)")
-    wrap(LeaseStore, "release", "lease compare-and-delete")
-    wrap(runner_module.SessionRunner, "run", "whole session")
-    try:
-        yield
-    finally:
-        for owner, attribute, original in reversed(patched):
-            setattr(owner, attribute, original)
-
-
-def profile_sessions(
-    backend: SessionBackend, count: int, redis_server: RedisServer
-) -> dict[str, Any]:
-    """Sequential no-op sessions in this process: per-phase time, SQL and Redis per session."""
-    handle = backend.handle
-    handle.registry.register(backend.role, noop_agent)
-    batch, backend.pending[:] = backend.pending[:count], backend.pending[count:]
-    handle.runner  # noqa: B018  (build the runner and connect before measuring)
-    handle.leases.ping()
-    phases: dict[str, list[float]] = {}
-    commands = redis_server.commandstats()
-    with counted(handle.store) as sql, timed_phases(phases):
-        for task in batch:
-            outcome = handle.runner.run(task.task_id)
-            assert outcome.outcome == "settled", outcome
-    redis_delta = redis_server.commandstats() - commands
-    n = len(batch)
-    return {
-        "sessions": n,
-        "ms_per_session": {phase: 1000 * sum(times) / n for phase, times in sorted(phases.items())},
-        "sql_statements_per_session": {k: v / n for k, v in sql.statements.most_common()},
-        "durable_commits_per_session": {k: v / n for k, v in sql.durable.items()},
-        "redis_commands_per_session": {k: v / n for k, v in redis_delta.most_common()},
-    }
-
-
-# -- heartbeats -------------------------------------------------------------------------------
-
-
-def heartbeat_cost(redis_server: RedisServer, leases: int, window: float) -> dict[str, Any]:
-    """``leases`` live leases, each renewed by its own Heartbeat thread at the default interval."""
-    settings = Settings()
-    ttl_ms = int(settings.lease_ttl_seconds * 1000)
-    interval = settings.heartbeat_seconds
-    store = LeaseStore(
-        redis.Redis.from_url(redis_server.url(1), decode_responses=True),
-        namespace=f"bench-{uuid.uuid4().hex[:8]}",
-    )
-    beats: list[Heartbeat] = []
-    with console.status(f"starting {leases} heartbeats over one interval ({interval:g}s)"):
-        for n in range(leases):
-            task_id, attempt_id = f"TASK-20260101-{n:04d}", uuid.uuid4().hex
-            assert store.acquire(task_id, attempt_id, ttl_ms)
-            beat = Heartbeat(store, task_id, attempt_id, ttl_ms, interval=interval)
-            beat.start()
-            beats.append(beat)
-            time.sleep(interval / leases)  # sessions start at different times
-    with console.status(f"measuring {leases} heartbeats for {window:g}s"):
-        commands, redis_cpu = redis_server.commandstats(), redis_server.cpu_seconds()
-        renewals = sum(b.renewals for b in beats)
-        cpu, started = time.process_time(), time.perf_counter()
-        time.sleep(window)
-        elapsed = time.perf_counter() - started
-        cpu_used = time.process_time() - cpu
-        renewed = sum(b.renewals for b in beats) - renewals
-        delta = redis_server.commandstats() - commands
-        redis_used = redis_server.cpu_seconds() - redis_cpu
-    lost = sum(b.lost.is_set() for b in beats)
-    for beat in beats:
-        beat.stop(timeout=0.1)
-    held = sum(1 for n in range(leases) if store.holder(f"TASK-20260101-{n:04d}") is not None)
-    store.client.close()
-    return {
-        "leases": leases,
-        "ttl_seconds": settings.lease_ttl_seconds,
-        "interval_seconds": interval,
-        "window_seconds": elapsed,
-        "renewals_per_second": renewed / elapsed,
-        "expected_renewals_per_second": leases / interval,
-        "redis_commands_per_second": {k: v / elapsed for k, v in delta.most_common()},
-        "client_cpu_percent": 100 * cpu_used / elapsed,
-        "redis_cpu_percent": 100 * redis_used / elapsed,
-        "lost": lost,
-        "still_held_after_window": held,
-    }
-
-
-# -- output -----------------------------------------------------------------------------------
-
-
-def throughput_table(summaries: list[dict[str, Any]], ratios: dict[str, float]) -> Table:
-    table = Table(title="Throughput: same broker, same workers (median of rounds)")
-    for column in (
-        "variant",
-        "msgs/s",
-        "vs plain",
-        "vs plain+conf",
-        "vs floor",
-        "vs celery+db",
-        "vs dbos",
-        "Redis cmds/msg",
-        "worker CPU ms/msg",
-        "redis CPU ms/msg",
-        "postgres CPU ms/msg",
-        "machine busy %",
-    ):
-        table.add_column(column, justify="left" if column == "variant" else "right")
-    for s in summaries:
-        table.add_row(
-            s["name"],
-            f"{s['per_second_median']:.0f}",
-            _ratio(ratios.get(f"{s['name']} / plain")),
-            _ratio(ratios.get(f"{s['name']} / plain+conf")),
-            _ratio(ratios.get(f"{s['name']} / floor")),
-            _ratio(ratios.get(f"{s['name']} / celery+db")),
-            _ratio(ratios.get(f"{s['name']} / dbos")),
-            f"{s['redis_commands_per_message']:.1f}",
-            f"{s['worker_cpu_ms_per_message']:.2f}",
-            f"{s['redis_cpu_ms_per_message']:.3f}",
-            f"{s['postgres_cpu_ms_per_message']:.2f}",
-            f"{s['machine_busy_percent']:.0f}",
-        )
-    return table
-
-
-def _ratio(value: float | None) -> str:
-    return "" if value is None else f"{value:.2f}x"
-
-
-def commands_table(summaries: list[dict[str, Any]]) -> Table:
-    table = Table(title="Redis commands per message, idle-adjusted (mean of rounds)")
-    table.add_column("command")
-    names = [s["name"] for s in summaries]
-    for name in names:
-        table.add_column(name, justify="right")
-    commands = sorted(
-        {c for s in summaries for c in s["redis_commands"]},
-        key=lambda c: -max(s["redis_commands"].get(c, 0) for s in summaries),
-    )
-    for command in commands:
-        values = [s["redis_commands"].get(command, 0.0) for s in summaries]
-        if max(values) >= 0.05:
-            table.add_row(command, *(f"{v:.2f}" for v in values))
-    return table
-
-
-def phases_table(profiles: dict[str, dict[str, Any]]) -> Table:
-    table = Table(title="Where a no-op session's time goes (in-process, sequential)")
-    table.add_column("phase")
-    for name in profiles:
-        table.add_column(f"{name} ms", justify="right")
-    phases = sorted({p for prof in profiles.values() for p in prof["ms_per_session"]})
-    for phase in phases:
-        table.add_row(
-            phase, *(f"{p['ms_per_session'].get(phase, 0.0):.2f}" for p in profiles.values())
-        )
-    kinds = sorted({k for p in profiles.values() for k in p["durable_commits_per_session"]})
-    for kind in kinds:
-        table.add_row(
-            f"{kind} / session",
-            *(f"{p['durable_commits_per_session'].get(kind, 0.0):.1f}" for p in profiles.values()),
-        )
-    table.add_row(
-        "SQL statements / session",
-        *(f"{sum(p['sql_statements_per_session'].values()):.1f}" for p in profiles.values()),
-    )
-    table.add_row(
-        "Redis commands / session",
-        *(f"{sum(p['redis_commands_per_session'].values()):.1f}" for p in profiles.values()),
-    )
-    return table
-
-
-def heartbeat_table(result: dict[str, Any]) -> Table:
-    table = Table(title="Heartbeat cost")
-    for column in (
-        "leases",
-        "TTL / interval",
-        "renewals/s",
-        "expected/s",
-        "client CPU %",
-        "redis CPU %",
-        "lost",
-    ):
-        table.add_column(column, justify="right")
-    table.add_row(
-        str(result["leases"]),
-        f"{result['ttl_seconds']:g}s / {result['interval_seconds']:g}s",
-        f"{result['renewals_per_second']:.1f}",
-        f"{result['expected_renewals_per_second']:.1f}",
-        f"{result['client_cpu_percent']:.1f}",
-        f"{result['redis_cpu_percent']:.1f}",
-        str(result["lost"]),
-    )
-    return table
-
-
-# -- main -------------------------------------------------------------------------------------
 
 
 def parse_options() -> argparse.Namespace:
@@ -822,32 +214,6 @@ def ratios_by_round(per_round: list[dict[str, float]]) -> dict[str, list[float]]
                 if base in rates and base != name:
                     found.setdefault(f"{name} / {base}", []).append(rates[name] / rates[base])
     return found
-
-
-def rounds_table(by_round: dict[str, list[float]]) -> Table:
-    table = Table(title="Ratios in every round (each within one round)")
-    table.add_column("ratio")
-    rounds = max((len(v) for v in by_round.values()), default=0)
-    for number in range(rounds):
-        table.add_column(f"round {number + 1}", justify="right")
-    table.add_column("median", justify="right")
-    table.add_column("target", justify="right")
-    for key, values in by_round.items():
-        target = TARGETS.get(key)
-        table.add_row(
-            key,
-            *(f"{v:.2f}" for v in values),
-            f"{statistics.median(values):.2f}",
-            "" if target is None else f">= {target:g}",
-        )
-    return table
-
-
-def print_verdicts(ratios: dict[str, float]) -> None:
-    for key, target in TARGETS.items():
-        if key in ratios:
-            verdict = "meets" if ratios[key] >= target else "misses"
-            console.print(f"{key}: {ratios[key]:.2f}x ({verdict} the {target:g}x target)")
 
 
 def main() -> int:

@@ -1,7 +1,7 @@
 """Benchmark how long ``surehand --help``, ``surehand tasks`` and ``surehand effect`` take to
 start, before and after a change, side by side in one run.
 
-    python bench/cli_startup.py [--before REF] [--rounds N]
+    python bench/surfaces/cli_startup.py [--before REF] [--rounds N]
 
 ``--before`` (default :data:`BEFORE`, the commit before issue 30's start-up work) is checked out
 into a temporary git worktree; every command then runs twice per round, once importing surehand

@@ -1,6 +1,6 @@
 """Benchmark the review console's pages with 100,000 TASKs (issue 20; target: board <= 50 ms).
 
-    python bench/console_board.py [--tasks N] [--runs N] [--no-postgres]
+    python bench/surfaces/console_board.py [--tasks N] [--runs N] [--no-postgres]
 
 A store is seeded in bulk (SQLAlchemy Core ``INSERT``s, no service calls) with ``--tasks``
 TASKs of tenant ``acme`` -- 40 % in inbox, 5 % active, 10 % review, 35 % done, 10 % archive,
