@@ -30,6 +30,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from bench.common.procs import stop_group
 from bench.scale.deploy import deployment, launch
 from bench.scale.probes import AGENTS_MODULE
 from bench.scale.usage import LeaseSampler, by_name, descendants, tree_usage
@@ -76,8 +77,6 @@ def worker(here: Any, spec: Spec, name: str) -> Any:
 
 def held(spec: Spec, admin_url: str) -> dict[str, Any]:
     """Hold ``spec.sessions`` sleeping sessions in one worker; what they cost (see module)."""
-    from procs import stop_group
-
     with deployment(admin_url, AGENTS[spec.agent], database=SCALE_DATABASE) as here:
         name = f"held-{spec.agent}-{spec.pool}-{spec.sessions}"
         try:
