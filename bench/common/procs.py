@@ -4,15 +4,18 @@ and its children used (from ``/proc``), the machine. Starting one is ``tests.pro
 
 from __future__ import annotations
 
+import contextlib
 import os
 import platform
 import signal
 import subprocess
 import sys
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+REPO = Path(__file__).resolve().parents[2]
 
 
 def stop_group(process: subprocess.Popen[bytes], timeout: float = 15) -> None:
@@ -32,6 +35,21 @@ def exit_on_sigterm() -> None:
     """SIGTERM ends this bench like Ctrl-C would: its ``finally`` blocks stop what it started
     (a background job ignores SIGINT, so SIGTERM is how one is stopped)."""
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+
+
+def git(*args: str) -> str:
+    """``git ARGS`` in this repository: its output, stripped ("" if git failed)."""
+    done = subprocess.run(["git", "-C", str(REPO), *args], capture_output=True, text=True)
+    return done.stdout.strip() if done.returncode == 0 else ""
+
+
+def versions(*names: str) -> dict[str, str]:
+    """The installed version of each package of ``names`` (those not installed left out)."""
+    found = {}
+    for name in names:
+        with contextlib.suppress(PackageNotFoundError):
+            found[name] = version(name)
+    return found
 
 
 def machine(**extra: Any) -> dict[str, Any]:

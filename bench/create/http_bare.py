@@ -29,7 +29,12 @@ from pydantic import BaseModel
 if __name__ == "__main__":  # a script: bench.* and tests.* from the repository, not its folder
     sys.path[0] = str(Path(__file__).resolve().parents[2])
 
-from bench.create.submit import bare_columns, driver_insert_sql, driver_values, row_like_write_task
+from bench.create.submit_backends import (
+    bare_columns,
+    driver_insert_sql,
+    driver_values,
+    row_like_write_task,
+)
 from surehand.doors.serving import serve
 
 

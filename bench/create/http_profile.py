@@ -21,7 +21,6 @@ import asyncio
 import json
 import os
 import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -35,10 +34,11 @@ if __name__ == "__main__":  # a script: bench.* and tests.* from the repository,
     sys.path[0] = str(Path(__file__).resolve().parents[2])
 
 from bench.common.databases import fresh_database
-from bench.common.procs import exit_on_sigterm, machine
+from bench.common.procs import exit_on_sigterm, git, machine
 from bench.common.results import save, utc_stamp
 from bench.common.services import RedisServer, wait_for
-from bench.create.http_api import publish_backlog, run_batch, start_server
+from bench.create.http_api import publish_backlog
+from bench.create.http_load import run_batch, start_server
 from surehand.store import Store
 
 HERE = Path(__file__).resolve().parent
@@ -193,13 +193,7 @@ def report(profile: Dump, creates: float, top: int) -> dict[str, Any]:
 
 def tree() -> str:
     """The profiled tree and its commit (the server imports this tree's surehand)."""
-    head = subprocess.run(
-        ["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    return f"{REPO} at {head.stdout.strip() or 'unknown'}"
+    return f"{REPO} at {git('rev-parse', '--short', 'HEAD') or 'unknown'}"
 
 
 def main() -> int:

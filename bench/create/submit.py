@@ -39,305 +39,59 @@ This is a benchmark, not a test: it asserts nothing about time.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
 import platform
-import queue
 import random
 import statistics
 import sys
 import tempfile
 import threading
 import time
-import uuid
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import psycopg
 import sqlalchemy
-from psycopg.types.json import Json
 from rich.console import Console
-from rich.table import Table
-from sqlalchemy import JSON, Column, MetaData, create_engine, insert, text
-from sqlalchemy import Table as SqlTable
-from sqlalchemy.engine import make_url
+from sqlalchemy import text
 
 if __name__ == "__main__":  # a script: bench.* and tests.* from the repository, not its folder
     sys.path[0] = str(Path(__file__).resolve().parents[2])
 
 from bench.common.databases import fresh_database, libpq
+from bench.common.procs import versions
 from bench.common.results import save, utc_stamp
+from bench.common.stats import nearest_rank
 from bench.common.store_counts import ASYNC_COMMIT, counted
-from surehand.clock import SystemClock
-from surehand.config import Settings
-from surehand.digest import request_digest, sha256_hex
-from surehand.dispatcher.context import Services
+from bench.create.submit_backends import (
+    CLIENTS,
+    CONVERGE_CALLERS,
+    CREATE_TARGET,
+    DBOS_VARIANTS,
+    OPERATIONS,
+    RATIOS,
+    REQUEST,
+    REUSE_TARGET,
+    TENANT,
+    VARIANTS,
+    Backend,
+    Rates,
+    close_driver,
+    new_id,
+    open_backend,
+    open_driver,
+    postgres_url,
+    throughput,
+)
+from bench.create.submit_report import print_report, summarize
 from surehand.dispatcher.submissions import write_task
 from surehand.fcop.render import render_task
-from surehand.model import DIGEST_SCHEMA_VERSION, Bucket
 from surehand.requests import parse_task_request
-from surehand.store import Store
-from surehand.store.schema import metadata, tasks
 
 DEFAULT_ADMIN_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
-BENCH_DATABASE = "surehand_bench"
 DBOS_DATABASE = "surehand_bench_dbos_submit"
-TENANT = "bench"
-REQUEST: dict[str, Any] = {
-    "sender": "PM",
-    "recipient": "DEV",
-    "subject": "Fix the login redirect after a password reset",
-    "body": "Users who reset their password land on a blank page.\n" * 8,
-    "priority": "high",
-    "references": ["spec:auth", "incident:4411"],
-    "risk_level": "medium",
-}
-VARIANTS = ("bare", "create", "reuse")
-POSTGRES_VARIANTS = ("bare/driver",)
-DBOS_VARIANTS = ("dbos start", "dbos replay", "dbos enqueue")
-CREATE_TARGET = 0.5  # create >= 0.5x bare
-REUSE_TARGET = 1.0  # reuse >= 1x bare
-# (numerator, denominator, target or None): every ratio taken within a round when both ran.
-RATIOS: tuple[tuple[str, str, float | None], ...] = (
-    ("create", "bare", CREATE_TARGET),
-    ("reuse", "bare", REUSE_TARGET),
-    ("create", "bare/driver", 0.6),  # issue 13, 1 client on Postgres
-    ("reuse", "bare/driver", None),
-    ("create", "dbos start", 5.0),  # issue 13
-    ("create", "dbos enqueue", None),
-    ("reuse", "dbos replay", None),
-    ("bare", "bare/driver", None),
-)
-CONVERGE_CALLERS = 64
-
-
-# -- databases --------------------------------------------------------------------------------
-
-
-@dataclass
-class Backend:
-    name: str
-    store: Store
-    services: Services
-    bare: SqlTable
-    bare_row: dict[str, Any]
-    reuse_ids: list[str]
-    variants: tuple[str, ...] = VARIANTS
-    driver: queue.Queue[psycopg.Connection[Any]] | None = None
-    driver_sql: str = ""
-    dbos_replay_ids: list[str] | None = None
-
-
-def postgres_url(admin_url: str) -> str:
-    """Create the bench database if needed (as tests/conftest.py does per worker)."""
-    parsed = make_url(admin_url)
-    admin = create_engine(parsed, isolation_level="AUTOCOMMIT")
-    with admin.connect() as connection:
-        exists = connection.execute(
-            text("SELECT 1 FROM pg_database WHERE datname = :n"), {"n": BENCH_DATABASE}
-        ).first()
-        if not exists:
-            connection.execute(text(f'CREATE DATABASE "{BENCH_DATABASE}"'))
-    admin.dispose()
-    return parsed.set(database=BENCH_DATABASE).render_as_string(hide_password=False)
-
-
-BARE_TABLE = "bench_bare_tasks"
-
-
-def bare_columns() -> list[Column[Any]]:
-    """The columns (and primary key) of ``tasks``, for a scratch table."""
-    return [
-        Column(c.name, c.type, primary_key=c.primary_key, nullable=c.nullable)
-        for c in tasks.columns
-    ]
-
-
-def bare_table(store: Store) -> SqlTable:
-    """A scratch table with the columns (and primary key) of ``tasks``, created empty."""
-    table = SqlTable(BARE_TABLE, MetaData(), *bare_columns())
-    table.drop(store.engine, checkfirst=True)
-    table.create(store.engine)
-    return table
-
-
-def empty(store: Store) -> None:
-    with store.engine.begin() as connection:
-        for table in reversed(metadata.sorted_tables):
-            connection.execute(table.delete())
-
-
-def row_like_write_task() -> dict[str, Any]:
-    """The column values write_task stores for REQUEST (task_id filled in per insert)."""
-    fields = parse_task_request(REQUEST).to_fields()
-    now = datetime.now(UTC)
-    document = render_task("TASK-20260101-001", fields, created_at=now, submission_id="sub-x")
-    return {
-        "tenant": TENANT,
-        **fields.semantic_dict(),
-        "bucket": Bucket.INBOX.value,
-        "revision": 1,
-        "epoch": 0,
-        "rework_round": 0,
-        "client_submission_id": "bench-" + uuid.uuid4().hex,
-        "request_digest": request_digest(fields),
-        "digest_schema_version": DIGEST_SCHEMA_VERSION,
-        "idempotent": True,
-        "document": document,
-        "document_digest": sha256_hex(document),
-        "published": False,
-        "created_at": now,
-        "updated_at": now,
-    }
-
-
-def open_driver(backend: Backend, connections: int) -> None:
-    """Raw psycopg connections (not autocommit: INSERT, then COMMIT) for ``bare/driver``."""
-    backend.driver = queue.Queue()
-    for _ in range(connections):
-        backend.driver.put(psycopg.connect(libpq(backend.store.engine.url)))
-    backend.driver_sql = driver_insert_sql(list(backend.bare.columns))
-    backend.variants += POSTGRES_VARIANTS
-
-
-def driver_insert_sql(columns: list[Column[Any]]) -> str:
-    """The bare INSERT of one row into the scratch table, in psycopg's placeholders."""
-    names = ", ".join('"' + c.name + '"' for c in columns)
-    return f"INSERT INTO {BARE_TABLE} ({names}) VALUES ({', '.join(['%s'] * len(columns))})"
-
-
-def driver_values(columns: list[Column[Any]], row: dict[str, Any]) -> list[Any]:
-    """``row`` in column order, JSON columns wrapped for the driver."""
-    return [Json(row.get(c.name)) if isinstance(c.type, JSON) else row.get(c.name) for c in columns]
-
-
-def close_driver(backend: Backend) -> None:
-    while backend.driver is not None and not backend.driver.empty():
-        backend.driver.get().close()
-
-
-def open_backend(name: str, url: str, reuse_pool: int) -> Backend:
-    store = Store(url, auto_upgrade=True)
-    store.ensure_schema()
-    empty(store)
-    services = Services(
-        store=store,
-        settings=Settings(submission_wait_seconds=120.0, submission_hold_seconds=60.0),
-        clock=SystemClock(),
-    )
-    backend = Backend(name, store, services, bare_table(store), row_like_write_task(), [])
-    for _ in range(reuse_pool):
-        submission_id = new_id()
-        write_task(services, {**REQUEST, "client_submission_id": submission_id}, tenant=TENANT)
-        backend.reuse_ids.append(submission_id)
-    return backend
-
-
-def new_id() -> str:
-    return "b-" + uuid.uuid4().hex
-
-
-# -- one operation of each variant ------------------------------------------------------------
-
-
-def op_bare(backend: Backend, _index: int) -> None:
-    row = {**backend.bare_row, "task_id": "BARE-" + uuid.uuid4().hex[:24]}
-    with backend.store.transaction() as connection:
-        connection.execute(insert(backend.bare).values(**row))
-
-
-def op_bare_driver(backend: Backend, _index: int) -> None:
-    assert backend.driver is not None
-    connection = backend.driver.get()
-    try:
-        row = {**backend.bare_row, "task_id": "BARE-" + uuid.uuid4().hex[:24]}
-        params = driver_values(list(backend.bare.columns), row)
-        connection.execute(backend.driver_sql, params)
-        connection.commit()
-    finally:
-        backend.driver.put(connection)
-
-
-def op_create(backend: Backend, _index: int) -> None:
-    result = write_task(
-        backend.services, {**REQUEST, "client_submission_id": new_id()}, tenant=TENANT
-    )
-    assert result.action_taken, result
-
-
-def op_reuse(backend: Backend, index: int) -> None:
-    submission_id = backend.reuse_ids[index % len(backend.reuse_ids)]
-    result = write_task(
-        backend.services, {**REQUEST, "client_submission_id": submission_id}, tenant=TENANT
-    )
-    assert not result.action_taken, result
-
-
-def op_dbos_start(_backend: Backend, _index: int) -> None:
-    from bench.peers.dbos_submit import start
-
-    start(new_id(), REQUEST)
-
-
-def op_dbos_replay(backend: Backend, index: int) -> None:
-    from bench.peers.dbos_submit import start
-
-    assert backend.dbos_replay_ids
-    start(backend.dbos_replay_ids[index % len(backend.dbos_replay_ids)], REQUEST)
-
-
-def op_dbos_enqueue(_backend: Backend, _index: int) -> None:
-    from bench.peers.dbos_submit import enqueue
-
-    enqueue(new_id(), REQUEST)
-
-
-OPERATIONS: dict[str, Callable[[Backend, int], None]] = {
-    "bare": op_bare,
-    "create": op_create,
-    "reuse": op_reuse,
-    "bare/driver": op_bare_driver,
-    "dbos start": op_dbos_start,
-    "dbos replay": op_dbos_replay,
-    "dbos enqueue": op_dbos_enqueue,
-}
-
-
-def throughput(backend: Backend, variant: str, clients: int, ops: int) -> float:
-    """ops/s of ``ops`` operations spread over ``clients`` threads started together."""
-    operation = OPERATIONS[variant]
-    per_client = max(1, ops // clients)
-    if clients == 1:
-        started = time.perf_counter()
-        for i in range(per_client):
-            operation(backend, i)
-        return per_client / (time.perf_counter() - started)
-    barrier = threading.Barrier(clients + 1)
-    errors: list[BaseException] = []
-
-    def client(offset: int) -> None:
-        barrier.wait()
-        try:
-            for i in range(per_client):
-                operation(backend, offset * per_client + i)
-        except BaseException as error:  # report, don't hang the barrier
-            errors.append(error)
-
-    threads = [threading.Thread(target=client, args=(n,)) for n in range(clients)]
-    for thread in threads:
-        thread.start()
-    barrier.wait()
-    started = time.perf_counter()
-    for thread in threads:
-        thread.join()
-    elapsed = time.perf_counter() - started
-    if errors:
-        raise errors[0]
-    return per_client * clients / elapsed
 
 
 # -- 64-way convergence -----------------------------------------------------------------------
@@ -367,11 +121,6 @@ def converge_round(backend: Backend) -> tuple[list[float], Counter[str]]:
     for thread in threads:
         thread.join()
     return latencies, outcomes
-
-
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
 
 
 # -- profile ----------------------------------------------------------------------------------
@@ -453,10 +202,6 @@ def server_version(backend: Backend) -> str:
         return str(connection.execute(text("SELECT sqlite_version()")).scalar_one())
 
 
-Rates = dict[tuple[str, int, str], list[float]]
-CLIENTS = (1, 8)
-
-
 def measure_throughput(
     backends: list[Backend], rounds: int, ops: int, status: Any
 ) -> tuple[Rates, Rates]:
@@ -496,153 +241,13 @@ def measure_convergence(backend: Backend, rounds: int, status: Any) -> dict[str,
         anomalies += seen != Counter({"created": 1, "reused": CONVERGE_CALLERS - 1})
     return {
         "rounds": rounds,
-        "p50_ms": round(percentile(latencies, 0.50) * 1000, 2),
-        "p99_ms": round(percentile(latencies, 0.99) * 1000, 2),
+        "p50_ms": round(nearest_rank(latencies, 0.50) * 1000, 2),
+        "p99_ms": round(nearest_rank(latencies, 0.99) * 1000, 2),
         "max_ms": round(max(latencies) * 1000, 2),
         "slowest_caller_p50_ms": round(statistics.median(slowest) * 1000, 2),
         "outcomes": dict(outcomes),
         "rounds_not_1_created_63_reused": anomalies,
     }
-
-
-def summarize(backends: list[Backend], rates: Rates, ratios: Rates) -> list[dict[str, Any]]:
-    rows = []
-    for backend in backends:
-        for clients in CLIENTS:
-            key = (backend.name, clients)
-            rate = {v: statistics.median(rates[(*key, v)]) for v in backend.variants}
-            create_ratio = statistics.median(ratios[(*key, "create / bare")])
-            reuse_ratio = statistics.median(ratios[(*key, "reuse / bare")])
-            reuse_create = [
-                r / c for r, c in zip(rates[(*key, "reuse")], rates[(*key, "create")], strict=True)
-            ]
-            rows.append(
-                {
-                    "database": backend.name,
-                    "clients": clients,
-                    "bare_ops_s": round(rate["bare"], 1),
-                    "create_ops_s": round(rate["create"], 1),
-                    "reuse_ops_s": round(rate["reuse"], 1),
-                    "create_over_bare": round(create_ratio, 3),
-                    "reuse_over_bare": round(reuse_ratio, 3),
-                    "reuse_over_create": round(statistics.median(reuse_create), 3),
-                    "create_target_met": create_ratio >= CREATE_TARGET,
-                    "reuse_target_met": reuse_ratio >= REUSE_TARGET,
-                    "create_over_bare_by_round": [
-                        round(r, 3) for r in ratios[(*key, "create / bare")]
-                    ],
-                    "reuse_over_bare_by_round": [
-                        round(r, 3) for r in ratios[(*key, "reuse / bare")]
-                    ],
-                    "ops_s": {v: round(r, 1) for v, r in rate.items()},
-                    "ops_s_by_round": {
-                        v: [round(r, 1) for r in rates[(*key, v)]] for v in backend.variants
-                    },
-                    "ratios": {
-                        name: {
-                            "median": round(statistics.median(ratios[(*key, name)]), 3),
-                            "by_round": [round(r, 3) for r in ratios[(*key, name)]],
-                            "target": target,
-                        }
-                        for top, bottom, target in RATIOS
-                        if (*key, name := f"{top} / {bottom}") in ratios
-                    },
-                }
-            )
-    return rows
-
-
-def print_ratio_tables(console: Console, document: dict[str, Any]) -> None:
-    every = Table(title="Every ratio, every round (each taken within one round)")
-    for column in ("database", "clients", "ratio", "by round", "median", "target"):
-        every.add_column(column, justify="left" if column in ("ratio", "by round") else "right")
-    for row in document["throughput"]:
-        for name, ratio in row["ratios"].items():
-            target = ratio["target"]
-            every.add_row(
-                row["database"],
-                str(row["clients"]),
-                name,
-                " ".join(f"{r:.2f}" for r in ratio["by_round"]),
-                f"{ratio['median']:.2f}",
-                ""
-                if target is None
-                else f">= {target:g}" + (" met" if ratio["median"] >= target else " MISSED"),
-            )
-    console.print(every)
-    rates = Table(title="ops/s, median of rounds")
-    for column in ("database", "clients", "variant", "ops/s", "by round"):
-        rates.add_column(column, justify="left" if column in ("variant", "by round") else "right")
-    for row in document["throughput"]:
-        for variant, rate in row["ops_s"].items():
-            rates.add_row(
-                row["database"],
-                str(row["clients"]),
-                variant,
-                f"{rate:.0f}",
-                " ".join(f"{r:.0f}" for r in row["ops_s_by_round"][variant]),
-            )
-    console.print(rates)
-
-
-def print_report(console: Console, title: str, document: dict[str, Any]) -> None:
-    table = Table(title=title)
-    columns = ("database", "clients", "bare ops/s", "create ops/s", "reuse ops/s")
-    ratio_columns = ("create/bare", "reuse/bare", "reuse/create")
-    targets = (f"create>={CREATE_TARGET}x", f"reuse>={REUSE_TARGET}x")
-    for column in (*columns, *ratio_columns, *targets):
-        table.add_column(column, justify="right")
-    for row in document["throughput"]:
-        table.add_row(
-            row["database"],
-            str(row["clients"]),
-            *(f"{row[k]:.0f}" for k in ("bare_ops_s", "create_ops_s", "reuse_ops_s")),
-            *(
-                f"{row[k]:.2f}"
-                for k in ("create_over_bare", "reuse_over_bare", "reuse_over_create")
-            ),
-            *("yes" if row[k] else "NO" for k in ("create_target_met", "reuse_target_met")),
-        )
-    console.print(table)
-
-    print_ratio_tables(console, document)
-
-    converge = Table(title=f"{CONVERGE_CALLERS} callers, one id, released by a barrier")
-    for column in ("database", "rounds", "p50 ms", "p99 ms", "max ms", "slowest p50 ms", "bad"):
-        converge.add_column(column, justify="right")
-    for name, stats in document["convergence_64"].items():
-        converge.add_row(
-            name,
-            str(stats["rounds"]),
-            *(f"{stats[k]:.1f}" for k in ("p50_ms", "p99_ms", "max_ms", "slowest_caller_p50_ms")),
-            str(stats["rounds_not_1_created_63_reused"]),
-        )
-    console.print(converge)
-
-    profiled = Table(title="per operation (single client, on every engine of the store)")
-    for column in (
-        *("database", "variant", "statements", "commits", "async-engine stmts", "rollbacks"),
-        "checkouts",
-    ):
-        profiled.add_column(column, justify="right")
-    for name, report in document["profile_per_op"].items():
-        for variant, seen in report.items():
-            profiled.add_row(
-                name,
-                variant,
-                *(
-                    f"{seen.get(k, 0):.2f}"
-                    for k in ("statements", "commits", "async-engine stmts", "rollbacks")
-                ),
-                f"{seen.get('checkouts', 0):.2f}",
-            )
-    console.print(profiled)
-    for name, costs in document["unit_costs"].items():
-        console.print(
-            f"{name}: empty transaction {costs['empty_transaction_ms']:.2f} ms, "
-            f"+ one trivial statement {costs['one_trivial_statement_ms']:.2f} ms, "
-            f"TASK document render (YAML) {costs['render_task_document_ms']:.2f} ms"
-        )
 
 
 def main() -> int:
@@ -688,7 +293,7 @@ def main() -> int:
     info = machine()
     info["servers"] = {backend.name: server_version(backend) for backend in backends}
     info["load_average_at_end"] = list(os.getloadavg())
-    info["packages"] = _versions("psycopg", "dbos", "celery")
+    info["packages"] = versions("psycopg", "dbos", "celery")
     stamp = utc_stamp()
     document = {
         "benchmark": "submit",
@@ -733,16 +338,6 @@ def _has_dbos() -> bool:
     except ImportError:
         return False
     return True
-
-
-def _versions(*names: str) -> dict[str, str]:
-    from importlib.metadata import PackageNotFoundError, version
-
-    found = {}
-    for name in names:
-        with contextlib.suppress(PackageNotFoundError):
-            found[name] = version(name)
-    return found
 
 
 if __name__ == "__main__":

@@ -11,16 +11,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from bench.common.stats import nearest_rank
+
 REPO = Path(__file__).resolve().parents[2]
 AGENTS_MODULE = "bench.scale.agents"  # the workers' agents, with PYTHONPATH the repository
 
 
 def percentile(values: list[float], q: float) -> float | None:
     """The ``q`` quantile (0..1) of ``values`` by nearest rank; None if empty."""
-    if not values:
-        return None
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+    return nearest_rank(values, q) if values else None
 
 
 def latency(values: list[float]) -> dict[str, Any]:

@@ -24,6 +24,7 @@ from sqlalchemy import create_engine, delete, insert, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.pool import NullPool
 
+from bench.common.seeding import seeded_task
 from bench.common.services import RedisServer
 from surehand.config import Settings
 from surehand.dispatcher import diagnostics
@@ -47,33 +48,21 @@ console = Console(width=max(120, shutil.get_terminal_size((120, 40)).columns))
 
 
 def task_row(task_id: str, bucket: Bucket, epoch: int) -> dict[str, Any]:
-    return {
-        "task_id": task_id,
-        "tenant": "bench",
-        "sender": "PM",
-        "recipient": "DEV",
-        "subject": f"Bench {task_id}",
-        "body": "Seeded for the reconciler benchmark.",
-        "priority": "P2",
-        "thread_key": "",
-        "parent": "",
-        "references": [],
-        "depends_on": [],
-        "risk_level": "medium",
-        "bucket": bucket.value,
-        "revision": 1 + 2 * epoch,
-        "epoch": epoch,
-        "rework_round": 0,
-        "request_digest": "0" * 64,
-        "digest_schema_version": "write-task-v1",
-        "idempotent": True,
-        "client_submission_id": f"sub-{task_id}",
-        "document": "---\n---\n",
-        "document_digest": "0" * 64,
-        "published": True,
-        "created_at": T0,
-        "updated_at": T0,
-    }
+    return seeded_task(
+        task_id=task_id,
+        tenant="bench",
+        recipient="DEV",
+        subject=f"Bench {task_id}",
+        body="Seeded for the reconciler benchmark.",
+        priority="P2",
+        bucket=bucket.value,
+        revision=1 + 2 * epoch,
+        epoch=epoch,
+        client_submission_id=f"sub-{task_id}",
+        document="---\n---\n",
+        created_at=T0,
+        updated_at=T0,
+    )
 
 
 def attempt_row(task_id: str, attempt_id: str, state: AttemptState) -> dict[str, Any]:

@@ -44,6 +44,7 @@ from rich.table import Table
 if __name__ == "__main__":  # a script: bench.* and tests.* from the repository, not its folder
     sys.path[0] = str(Path(__file__).resolve().parents[2])
 
+from bench.common.procs import git
 from bench.common.results import save, utc_stamp
 
 REPO = Path(__file__).resolve().parents[2]
@@ -179,13 +180,7 @@ def main() -> None:
 
 
 def _head() -> str:
-    done = subprocess.run(
-        ["git", "-C", str(REPO), "describe", "--always", "--dirty"],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    return done.stdout.strip()
+    return git("describe", "--always", "--dirty")
 
 
 if __name__ == "__main__":

@@ -57,6 +57,7 @@ if __name__ == "__main__":  # a script: bench.* and tests.* from the repository,
 
 from bench.common.databases import fresh_database
 from bench.common.results import save
+from bench.common.seeding import seeded_task
 from surehand import Surehand
 from surehand.api import create_app
 from surehand.config import Settings
@@ -84,38 +85,26 @@ def task_row(n: int, tenant: str) -> dict[str, Any]:
     at = T0 + timedelta(seconds=n * 7)
     task_id = f"TASK-{at:%Y%m%d}-{1 if tenant == 'acme' else 2}{n:07d}"
     bucket = bucket_of(n)
-    return {
-        "task_id": task_id,
-        "tenant": tenant,
-        "sender": "PM",
-        "recipient": ("DEV", "QA", "OPS")[n % 3],
-        "subject": f"Chore {n:06d} for the {('web', 'api', 'billing')[n % 3]} team",
-        "body": f"Work item {n}: check the logs, fix what is broken, report what you did. " * 3,
-        "priority": f"P{n % 4}",
-        "thread_key": "",
-        "parent": "",
-        "references": [],
-        "depends_on": [],
-        "risk_level": "medium",
-        "bucket": bucket.value,
-        "revision": 1,
-        "epoch": 0 if bucket is Bucket.INBOX else 1,
-        "rework_round": 0,
-        "hold_case_id": None,
-        "hold_reason": None,
-        "client_submission_id": f"sub-{tenant}-{n}",
-        "request_digest": "0" * 64,
-        "digest_schema_version": "write-task-v1",
-        "idempotent": True,
-        "document": "",
-        "document_digest": "0" * 64,
-        "published": True,
-        "published_at": at,
-        "created_at": at,
-        "updated_at": at,
-        "dispatch_error": None,
-        "dispatch_error_at": None,
-    }
+    return seeded_task(
+        task_id=task_id,
+        tenant=tenant,
+        recipient=("DEV", "QA", "OPS")[n % 3],
+        subject=f"Chore {n:06d} for the {('web', 'api', 'billing')[n % 3]} team",
+        body=f"Work item {n}: check the logs, fix what is broken, report what you did. " * 3,
+        priority=f"P{n % 4}",
+        bucket=bucket.value,
+        revision=1,
+        epoch=0 if bucket is Bucket.INBOX else 1,
+        hold_case_id=None,
+        hold_reason=None,
+        client_submission_id=f"sub-{tenant}-{n}",
+        document="",
+        published_at=at,
+        created_at=at,
+        updated_at=at,
+        dispatch_error=None,
+        dispatch_error_at=None,
+    )
 
 
 def seed(store: Store, count: int) -> None:
