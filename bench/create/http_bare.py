@@ -29,12 +29,7 @@ from pydantic import BaseModel
 if __name__ == "__main__":  # a script: bench.* and tests.* from the repository, not its folder
     sys.path[0] = str(Path(__file__).resolve().parents[2])
 
-from bench.create.submit_backends import (
-    bare_columns,
-    driver_insert_sql,
-    driver_values,
-    row_like_write_task,
-)
+from bench.create import submit_backends as backends
 from surehand.doors.serving import serve
 
 
@@ -52,9 +47,9 @@ class BareRequest(BaseModel):
 def create_app(database_url: str) -> FastAPI:
     app = FastAPI()
     pool: queue.Queue[psycopg.Connection[Any]] = queue.Queue()
-    columns = bare_columns()
-    sql = driver_insert_sql(columns)
-    row = row_like_write_task()
+    columns = backends.bare_columns()
+    sql = backends.driver_insert_sql(columns)
+    row = backends.row_like_write_task()
 
     @app.post("/v1/tasks", status_code=201)
     def create_task(request: BareRequest) -> dict[str, str]:
@@ -66,7 +61,7 @@ def create_app(database_url: str) -> FastAPI:
         except queue.Empty:  # the pool grows to the requests in flight, like SQLAlchemy's
             connection = psycopg.connect(database_url)
         try:
-            connection.execute(sql, driver_values(columns, values))
+            connection.execute(sql, backends.driver_values(columns, values))
             connection.commit()
         finally:
             pool.put(connection)

@@ -65,26 +65,8 @@ from bench.common.procs import versions
 from bench.common.results import save, utc_stamp
 from bench.common.stats import nearest_rank
 from bench.common.store_counts import ASYNC_COMMIT, counted
-from bench.create.submit_backends import (
-    CLIENTS,
-    CONVERGE_CALLERS,
-    CREATE_TARGET,
-    DBOS_VARIANTS,
-    OPERATIONS,
-    RATIOS,
-    REQUEST,
-    REUSE_TARGET,
-    TENANT,
-    VARIANTS,
-    Backend,
-    Rates,
-    close_driver,
-    new_id,
-    open_backend,
-    open_driver,
-    postgres_url,
-    throughput,
-)
+from bench.create import submit_backends as variants
+from bench.create.submit_backends import Backend, Rates
 from bench.create.submit_report import print_report, summarize
 from surehand.dispatcher.submissions import write_task
 from surehand.fcop.render import render_task
@@ -99,9 +81,9 @@ DBOS_DATABASE = "surehand_bench_dbos_submit"
 
 def converge_round(backend: Backend) -> tuple[list[float], Counter[str]]:
     """64 threads, one new id, released together; each one's latency to its answer."""
-    submission_id = new_id()
-    data = {**REQUEST, "client_submission_id": submission_id}
-    barrier = threading.Barrier(CONVERGE_CALLERS)
+    submission_id = variants.new_id()
+    data = {**variants.REQUEST, "client_submission_id": submission_id}
+    barrier = threading.Barrier(variants.CONVERGE_CALLERS)
     latencies: list[float] = []
     outcomes: Counter[str] = Counter()
     lock = threading.Lock()
@@ -109,13 +91,13 @@ def converge_round(backend: Backend) -> tuple[list[float], Counter[str]]:
     def caller() -> None:
         barrier.wait()
         started = time.perf_counter()
-        result = write_task(backend.services, data, tenant=TENANT)
+        result = write_task(backend.services, data, tenant=variants.TENANT)
         elapsed = time.perf_counter() - started
         with lock:
             latencies.append(elapsed)
             outcomes[result.disposition.value] += 1
 
-    threads = [threading.Thread(target=caller) for _ in range(CONVERGE_CALLERS)]
+    threads = [threading.Thread(target=caller) for _ in range(variants.CONVERGE_CALLERS)]
     for thread in threads:
         thread.start()
     for thread in threads:
@@ -129,10 +111,10 @@ def converge_round(backend: Backend) -> tuple[list[float], Counter[str]]:
 def profile(backend: Backend, ops: int) -> dict[str, dict[str, float]]:
     """Per-operation counts for each variant (single client)."""
     report: dict[str, dict[str, float]] = {}
-    for variant in VARIANTS:  # the store's own variants (the others do not use it)
+    for variant in variants.VARIANTS:  # the store's own variants (the others do not use it)
         with counted(backend.store) as seen:
             for i in range(ops):
-                OPERATIONS[variant](backend, i)
+                variants.OPERATIONS[variant](backend, i)
         totals = {
             "statements": seen.statements.total(),
             "commits": seen.durable.total() - seen.durable[ASYNC_COMMIT],
@@ -146,7 +128,7 @@ def profile(backend: Backend, ops: int) -> dict[str, dict[str, float]]:
 
 def unit_costs(backend: Backend, ops: int) -> dict[str, float]:
     """Milliseconds for the pieces a create is made of, to see what dominates."""
-    fields = parse_task_request(REQUEST).to_fields()
+    fields = parse_task_request(variants.REQUEST).to_fields()
 
     def timed(action: Callable[[], None]) -> float:
         started = time.perf_counter()
@@ -212,14 +194,14 @@ def measure_throughput(
     rng = random.Random(1)
     for number in range(rounds):
         for backend in backends:
-            for clients in CLIENTS:
+            for clients in variants.CLIENTS:
                 order = list(backend.variants)
                 rng.shuffle(order)
                 status.update(f"round {number + 1}/{rounds}: {backend.name}, {clients} clients")
-                measured = {v: throughput(backend, v, clients, ops) for v in order}
+                measured = {v: variants.throughput(backend, v, clients, ops) for v in order}
                 for variant, rate in measured.items():
                     rates.setdefault((backend.name, clients, variant), []).append(rate)
-                for top, bottom, _target in RATIOS:
+                for top, bottom, _target in variants.RATIOS:
                     if top in measured and bottom in measured:
                         ratios.setdefault((backend.name, clients, f"{top} / {bottom}"), []).append(
                             measured[top] / measured[bottom]
@@ -238,7 +220,7 @@ def measure_convergence(backend: Backend, rounds: int, status: Any) -> dict[str,
         latencies += lat
         slowest.append(max(lat))
         outcomes += seen
-        anomalies += seen != Counter({"created": 1, "reused": CONVERGE_CALLERS - 1})
+        anomalies += seen != Counter({"created": 1, "reused": variants.CONVERGE_CALLERS - 1})
     return {
         "rounds": rounds,
         "p50_ms": round(nearest_rank(latencies, 0.50) * 1000, 2),
@@ -265,21 +247,21 @@ def main() -> int:
     console = Console(width=150)
 
     scratch = tempfile.TemporaryDirectory(prefix="surehand-bench-")
-    backends = [open_backend("sqlite", f"sqlite:///{scratch.name}/bench.sqlite3", 64)]
+    backends = [variants.open_backend("sqlite", f"sqlite:///{scratch.name}/bench.sqlite3", 64)]
     if not args.no_postgres:
         admin = os.environ.get("SUREHAND_BENCH_DATABASE_URL", DEFAULT_ADMIN_URL)
-        postgres = open_backend("postgres", postgres_url(admin), 64)
+        postgres = variants.open_backend("postgres", variants.postgres_url(admin), 64)
         backends.append(postgres)
-        open_driver(postgres, max(CLIENTS))
+        variants.open_driver(postgres, max(variants.CLIENTS))
         if not args.no_dbos and _has_dbos():
             from bench.peers.dbos_submit import launch
 
             system_database = libpq(fresh_database(admin, DBOS_DATABASE))
-            postgres.dbos_replay_ids = launch(system_database, REQUEST, 64)
-            postgres.variants += DBOS_VARIANTS
+            postgres.dbos_replay_ids = launch(system_database, variants.REQUEST, 64)
+            postgres.variants += variants.DBOS_VARIANTS
     for backend in backends:  # warm up every path (connections, statement caches)
         for variant in backend.variants:
-            throughput(backend, variant, 1, 10)
+            variants.throughput(backend, variant, 1, 10)
 
     started = time.perf_counter()
     with console.status("measuring") as status:
@@ -304,8 +286,11 @@ def main() -> int:
             "ops_per_variant_per_round": ops,
             "convergence_rounds": converge_rounds,
             "quick": args.quick,
-            "targets": {"create_over_bare": CREATE_TARGET, "reuse_over_bare": REUSE_TARGET},
-            "ratio_targets": {f"{a} / {b}": t for a, b, t in RATIOS if t is not None},
+            "targets": {
+                "create_over_bare": variants.CREATE_TARGET,
+                "reuse_over_bare": variants.REUSE_TARGET,
+            },
+            "ratio_targets": {f"{a} / {b}": t for a, b, t in variants.RATIOS if t is not None},
             "variants": {b.name: list(b.variants) for b in backends},
         },
         "machine": info,
@@ -320,7 +305,7 @@ def main() -> int:
     save("submit", document, stamp)
     console.print(f"({elapsed:.0f} s measured)")
     for backend in backends:
-        close_driver(backend)
+        variants.close_driver(backend)
         if backend.name == "postgres":
             backend.bare.drop(backend.store.engine, checkfirst=True)
         backend.store.dispose()

@@ -75,15 +75,8 @@ if __name__ == "__main__":  # a script: bench.* and tests.* from the repository,
 from bench.common.procs import machine
 from bench.common.results import save, utc_stamp
 from bench.common.services import RedisServer
-from bench.sessions.reconcile_detection import (
-    DEFAULTS,
-    SCALED,
-    SLACK,
-    analytic,
-    measure_detection,
-    measure_real_kills,
-    model_bound,
-)
+from bench.sessions import reconcile_detection as detect
+from bench.sessions.reconcile_detection import DEFAULTS, SCALED, SLACK, model_bound
 from bench.sessions.reconcile_passes import LIVE_SHARE, PassResult, console, run_pass_benchmarks
 
 PG_ADMIN_DEFAULT = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
@@ -206,19 +199,19 @@ def main() -> int:
                 results, profiles = run_pass_benchmarks(
                     backends, configs, passes, server, tmp, admin_url
                 )
-                measured["heartbeat stopped in-process"] = measure_detection(
+                measured["heartbeat stopped in-process"] = detect.measure_detection(
                     options.sessions // scale or 20, options.spread / scale, server, tmp
                 )
             if options.kills:
-                measured["SIGKILL of surehand worker, beat"] = measure_real_kills(
+                measured["SIGKILL of surehand worker, beat"] = detect.measure_real_kills(
                     options.kills, server, tmp, admin_url, postgres=not options.no_postgres
                 )
         finally:
             server.stop()
     model = {
-        SCALED_NAME: analytic(SCALED, grid=False),
-        DEFAULTS_NAME: analytic(DEFAULTS, grid=False),
-        "defaults, on the Celery beat grid": analytic(DEFAULTS, grid=True),
+        SCALED_NAME: detect.analytic(SCALED, grid=False),
+        DEFAULTS_NAME: detect.analytic(DEFAULTS, grid=False),
+        "defaults, on the Celery beat grid": detect.analytic(DEFAULTS, grid=True),
     }
     for name, profile in profiles.items():
         console.rule(f"profile of one pass: {name}")

@@ -78,34 +78,11 @@ if __name__ == "__main__":  # a script: bench.* and tests.* from the repository,
 from bench.common.procs import exit_on_sigterm
 from bench.common.results import save, utc_stamp
 from bench.common.services import RedisServer, wait_for
-from bench.sessions.sessions_costs import (
-    heartbeat_cost,
-    idle_rates,
-    profile_sessions,
-    run_batch,
-    summarise,
-)
-from bench.sessions.sessions_tables import (
-    TARGETS,
-    commands_table,
-    console,
-    heartbeat_table,
-    phases_table,
-    print_verdicts,
-    rounds_table,
-    throughput_table,
-)
-from bench.sessions.sessions_variants import (
-    SessionBackend,
-    Variant,
-    celery_db_variant,
-    dbos_variant,
-    floor_variant,
-    plain_variant,
-    postgres_url,
-    prepare_backend,
-    session_variant,
-)
+from bench.sessions import sessions_costs as costs
+from bench.sessions import sessions_tables as report
+from bench.sessions import sessions_variants as kinds
+from bench.sessions.sessions_tables import TARGETS, console
+from bench.sessions.sessions_variants import SessionBackend, Variant
 from surehand.store import schema as tables
 
 REPO = Path(__file__).resolve().parents[2]
@@ -148,7 +125,7 @@ def measure_rounds(
     variants: list[Variant], redis_server: RedisServer, options: argparse.Namespace
 ) -> tuple[dict[str, float], list[dict[str, float]]]:
     """Warm every variant up, then run interleaved rounds; returns idle rates and rates."""
-    idle = idle_rates(redis_server)
+    idle = costs.idle_rates(redis_server)
     for variant in variants:  # connections, imports and caches; not measured
         target = variant.completed() + WARMUP
         variant.prepare(WARMUP)
@@ -161,7 +138,7 @@ def measure_rounds(
         for variant in random.sample(variants, len(variants)):
             n = options.plain if variant.name.startswith("plain") else options.sessions
             with console.status(f"round {number + 1}/{options.rounds}: {variant.name} x {n}"):
-                rates[variant.name] = run_batch(variant, n, redis_server, idle)["per_second"]
+                rates[variant.name] = costs.run_batch(variant, n, redis_server, idle)["per_second"]
         per_round.append(rates)
         console.log(f"round {number + 1}: " + ", ".join(f"{k} {v:.0f}/s" for k, v in rates.items()))
     return idle, per_round
@@ -191,16 +168,16 @@ def start_variants(
 ) -> None:
     """Start every variant's workers, appending each variant as soon as it runs (so that the
     caller's cleanup stops whatever started)."""
-    variants.append(plain_variant("plain", redis_server, tmp, options, "default"))
-    variants.append(plain_variant("plain+conf", redis_server, tmp, options, "surehand"))
-    variants.extend(session_variant(b, redis_server, tmp, options) for b in backends)
+    variants.append(kinds.plain_variant("plain", redis_server, tmp, options, "default"))
+    variants.append(kinds.plain_variant("plain+conf", redis_server, tmp, options, "surehand"))
+    variants.extend(kinds.session_variant(b, redis_server, tmp, options) for b in backends)
     for backend in backends:
         if backend.name == "postgres":
-            variants.append(floor_variant(backend.url, redis_server, tmp, options))
+            variants.append(kinds.floor_variant(backend.url, redis_server, tmp, options))
             if not options.no_peers:
-                variants.append(celery_db_variant(backend.url, redis_server, tmp, options))
+                variants.append(kinds.celery_db_variant(backend.url, redis_server, tmp, options))
                 admin = os.environ.get("SUREHAND_BENCH_DATABASE_URL", DEFAULT_ADMIN_URL)
-                variants.append(dbos_variant(admin, tmp, options))
+                variants.append(kinds.dbos_variant(admin, tmp, options))
 
 
 def ratios_by_round(per_round: list[dict[str, float]]) -> dict[str, list[float]]:
@@ -227,10 +204,10 @@ def main() -> int:
         stores = [("sqlite", f"sqlite:///{tmp / 'bench.sqlite3'}", "DEV")]
         if not options.no_postgres:
             admin = os.environ.get("SUREHAND_BENCH_DATABASE_URL", DEFAULT_ADMIN_URL)
-            stores.append(("postgres", postgres_url(admin), "OPS"))
+            stores.append(("postgres", kinds.postgres_url(admin), "OPS"))
         count = WARMUP + options.rounds * options.sessions + options.profile
         for name, url, role in stores:
-            backends.append(prepare_backend(name, url, role, count, redis_server.url(1)))
+            backends.append(kinds.prepare_backend(name, url, role, count, redis_server.url(1)))
         with console.status("starting workers"):
             start_variants(variants, backends, redis_server, tmp, options)
         idle, per_round = measure_rounds(variants, redis_server, options)
@@ -240,8 +217,10 @@ def main() -> int:
         profiles = {}
         for backend in backends:
             with console.status(f"profiling {options.profile} sessions on {backend.name}"):
-                profiles[backend.name] = profile_sessions(backend, options.profile, redis_server)
-        heartbeat = heartbeat_cost(redis_server, options.leases, options.heartbeat_window)
+                profiles[backend.name] = costs.profile_sessions(
+                    backend, options.profile, redis_server
+                )
+        heartbeat = costs.heartbeat_cost(redis_server, options.leases, options.heartbeat_window)
         one_attempt = {b.name: _check_one_attempt_each(b) for b in backends}
     finally:
         for variant in variants:
@@ -251,15 +230,15 @@ def main() -> int:
             backend.handle.close()
         redis_server.stop()
 
-    summaries = [summarise(v) for v in variants]
+    summaries = [costs.summarise(v) for v in variants]
     ratios = ratios_of(summaries, per_round)
     by_round = ratios_by_round(per_round)
-    console.print(throughput_table(summaries, ratios))
-    console.print(rounds_table(by_round))
-    console.print(commands_table(summaries))
-    console.print(phases_table(profiles))
-    console.print(heartbeat_table(heartbeat))
-    print_verdicts(ratios)
+    console.print(report.throughput_table(summaries, ratios))
+    console.print(report.rounds_table(by_round))
+    console.print(report.commands_table(summaries))
+    console.print(report.phases_table(profiles))
+    console.print(report.heartbeat_table(heartbeat))
+    report.print_verdicts(ratios)
     stamp = utc_stamp()
     result = {
         "bench": "sessions",
