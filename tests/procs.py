@@ -1,4 +1,5 @@
 """Real processes for integration tests: a private redis-server, ``surehand`` workers, waits.
+The benchmarks start their private services with these too (``bench/common/services.py``).
 
 Each integration test that needs a broker gets its own ``redis-server`` on a free loopback port,
 so tests never share queues (or disturb the shared Redis), and a test may stop and restart it.
@@ -34,16 +35,22 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def poll(predicate: Callable[[], bool], *, timeout: float, interval: float = 0.05) -> bool:
+    """Poll ``predicate`` until it holds (True) or ``timeout`` seconds have passed (False)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(interval)
+    return False
+
+
 def wait_until(
     predicate: Callable[[], bool], *, timeout: float, interval: float = 0.05, what: str = ""
 ) -> None:
     """Poll ``predicate`` until it holds; fail the test after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(interval)
-    pytest.fail(f"timed out after {timeout}s waiting for {what or predicate}")
+    if not poll(predicate, timeout=timeout, interval=interval):
+        pytest.fail(f"timed out after {timeout}s waiting for {what or predicate}")
 
 
 @dataclass
@@ -133,21 +140,28 @@ class Proc:
         return self.process.poll()
 
 
-def spawn(
-    args: list[str], env: Mapping[str, str], log: Path, surehand: Sequence[str] = SUREHAND
+def spawn_argv(
+    argv: Sequence[str], env: Mapping[str, str], log: Path, cwd: Path | None = None
 ) -> Proc:
-    """Start ``python -m surehand ARGS`` (or ``surehand``: another installation's command)
-    in its own process group with ``env`` added."""
-    full_env = {**os.environ, **env, "PYTHONUNBUFFERED": "1"}
+    """Start ``argv`` in its own process group with ``env`` added, its output in ``log``."""
     with log.open("wb") as handle:  # the child writes to its own copy of the descriptor
         process = subprocess.Popen(
-            [*surehand, *args],
-            env=full_env,
+            list(argv),
+            env={**os.environ, **env},
+            cwd=cwd,
             stdout=handle,
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
     return Proc(process, log)
+
+
+def spawn(
+    args: list[str], env: Mapping[str, str], log: Path, surehand: Sequence[str] = SUREHAND
+) -> Proc:
+    """Start ``python -m surehand ARGS`` (or ``surehand``: another installation's command)
+    in its own process group with ``env`` added."""
+    return spawn_argv([*surehand, *args], {**env, "PYTHONUNBUFFERED": "1"}, log)
 
 
 def start_worker(

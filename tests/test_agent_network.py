@@ -485,7 +485,7 @@ def test_a_stop_looks_again_within_a_millisecond_then_backs_off(
 ) -> None:
     """A sandbox's portal, killed with its namespace, can still be listed in the session's
     cgroup as the group's end is looked at: the stop then waited a whole 50 ms poll for it
-    (bench/sandbox.py's p90 for the network modes)."""
+    (bench/agents/sandbox.py's p90 for the network modes)."""
     pauses: list[float] = []
     monkeypatch.setattr("surehand.agents.groups.time.sleep", pauses.append)
     answers = iter([False] * 8 + [True])

@@ -194,7 +194,7 @@ program.kill()
 def test_the_watch_reaps_an_adopted_orphan_without_reading_every_process_on_the_host() -> None:
     # Every command session's trampoline runs this watch ten times a second. Walking /proc
     # made each one read every process on the host each time: with 1,000 command sessions
-    # (3,000+ processes) the trampolines alone saturated the machine (bench/scale.py).
+    # (3,000+ processes) the trampolines alone saturated the machine (bench/scale/run.py).
     require_proc()
     done = run_with_reaper_module(WATCH_ONCE)
     # The orphan is reaped, PROGRAM is left for its own wait, and /proc was not walked.

@@ -11,7 +11,7 @@ without one, runs any successor. Settings are scaled down:
 
 Every kill test asserts the kill was detected (the attempt ended ``SESSION_LOST``, once), by a
 bounded wait that names what it waited for; how long detection takes is measured, not asserted
-here, by ``bench/reconcile.py`` (detection latency, kill -> ``SESSION_LOST``). A "nothing
+here, by ``bench/sessions/reconcile.py`` (detection latency, kill -> ``SESSION_LOST``). A "nothing
 happened" check waits for a number of reconciler passes, counted, not for a stretch of time.
 """
 

@@ -364,7 +364,7 @@ def test_a_worker_keeps_its_database_pools_whatever_its_concurrency(
 @pytest.mark.parametrize("pool", ["gevent", "eventlet"])
 def test_a_worker_refuses_a_pool_its_sessions_cannot_run_in(pool: str) -> None:
     # Under --pool gevent the worker took every message and ran no session: gevent needs its
-    # monkey-patching before the store, Redis and Celery are imported (bench/scale.py).
+    # monkey-patching before the store, Redis and Celery are imported (bench/scale/held.py).
     result = CliRunner().invoke(app, ["worker", "--roles", "DEV", "--pool", pool])
     assert result.exit_code != 0
     assert f"--pool '{pool}' cannot run sessions here; use threads" in " ".join(

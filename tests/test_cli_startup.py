@@ -3,7 +3,7 @@ reading or writing the store never imports Celery, kombu, redis, fakeredis, alem
 stack; ``--help`` and ``surehand effect`` import neither the settings, nor the store, nor the
 facade; reading imports no Prometheus client and no command agent machinery.
 
-A behavioural guard, not a timing assertion: ``bench/cli_startup.py`` measures the time.
+A behavioural guard, not a timing assertion: ``bench/surfaces/cli_startup.py`` measures the time.
 """
 
 from __future__ import annotations

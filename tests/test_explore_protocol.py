@@ -38,7 +38,7 @@ def test_the_session_protocol_keeps_its_invariants_in_every_interleaving(world: 
     run_state_machine_as_test(lambda: ProtocolMachine(world), settings=budget())  # type: ignore[arg-type]  # a factory works (hypothesis documents it)
 
 
-# -- counterexamples the exploration printed (for the mutants of bench/explore_mutations.py) ----
+# -- counterexamples the exploration printed (mutants of bench/tools/explore_mutations.py) ----
 
 
 def replay(world: World, *steps: tuple[str, dict[str, Any]]) -> None:

@@ -322,7 +322,7 @@ def test_a_retried_acquire_after_a_redis_restart_takes_its_own_lease(
 def test_callers_beyond_the_pool_wait_for_a_connection_instead_of_failing(tmp_path: Path) -> None:
     # A worker holding thousands of sessions renews that many leases on one client: at 3,000
     # sessions redis-py's default pool refused renewals beyond its 100 connections
-    # (MaxConnectionsError) and sessions lost their leases (bench/scale.py).
+    # (MaxConnectionsError) and sessions lost their leases (bench/scale/run.py).
     callers = POOL_CONNECTIONS + 20
     with private_redis(tmp_path) as server:
         client = connect_redis(server.url)

@@ -4,7 +4,7 @@
 accepted connection only when the socket's protocol is IPPROTO_TCP, and a socket made with
 ``socket.socket(family, SOCK_STREAM)`` says 0: every keep-alive response (headers and body are
 two writes) then waited for the client's delayed ACK, about 40 ms a request
-(``bench/http_api.py`` measured 44 ms per sequential request against 1.8 ms).
+(``bench/create/http_api.py`` measured 44 ms per sequential request against 1.8 ms).
 """
 
 from __future__ import annotations

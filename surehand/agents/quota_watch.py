@@ -11,7 +11,7 @@ since the last round than the session with the least headroom may still add, a s
 be over: a round runs at once (no sooner than the last round's length after it, so a disk
 that others keep filling holds the watch under half of a core while they do). A
 flood is so found about a tick, plus one round's walk, after it passes its quota, however long
-the interval between regular rounds has grown; ``bench/quota.py`` measures how far it gets.
+the interval between regular rounds has grown; ``bench/agents/quota.py`` measures how far it gets.
 """
 
 from __future__ import annotations

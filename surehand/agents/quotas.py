@@ -20,7 +20,7 @@ attempt's error says what was measured.
 
 What it cannot promise: it watches, the kernel does not enforce. A program writes as fast as
 the disk takes it until the watch sees it (a tick, and a round's walk), so a session can pass
-its quota by that much before it is stopped and its directory removed (``bench/quota.py``
+its quota by that much before it is stopped and its directory removed (``bench/agents/quota.py``
 measures it; each file is also capped by ``SUREHAND_AGENT_FILE_SIZE_MIB``). Keep
 ``SUREHAND_WORK_DIR_MIN_FREE_MIB`` above the worker's concurrency times the quota, and the
 work directory off the store's file system (compose/DEPLOYMENT.md).
