@@ -92,7 +92,6 @@ from sqlalchemy.pool import NullPool
 
 from surehand.agents.context import SessionContext
 from surehand.config import Settings
-from surehand.dispatcher import diagnostics
 from surehand.dispatcher.claims import claim
 from surehand.dispatcher.reconciler import reconcile_loop
 from surehand.facade import Surehand
@@ -176,8 +175,6 @@ def receipt_row(task_id: str) -> dict[str, Any]:
         "task_id": task_id,
         "task_path": f"fcop/_lifecycle/done/{task_id}-PM-to-DEV.md",
         "state": "committed",
-        "holder": None,
-        "held_until": None,
         "document_digest": "0" * 64,
         "result": {"disposition": "created"},
         "created_at": T0,
@@ -273,7 +270,6 @@ class PassResult:
     p90_ms: float
     min_ms: float
     per_1k_running_ms: float
-    stalled_count_ms: float  # the stalled-receipt count, run at most every 30 s
 
 
 def bench_settings(url: str, redis_url: str, **overrides: Any) -> Settings:
@@ -295,9 +291,6 @@ def measure_passes(
             reports.append(reconciler.run_once())
             times.append((time.perf_counter() - started) * 1000)
         profile = _profile(reconciler.run_once) if running >= 10_000 else ""
-        started = time.perf_counter()
-        diagnostics.count_stalled(sh.services)
-        stalled_ms = (time.perf_counter() - started) * 1000
     finally:
         sh.close()
     last = reports[-1]
@@ -316,7 +309,6 @@ def measure_passes(
             p90_ms=round(times[int(0.9 * (len(times) - 1))], 2),
             min_ms=round(times[0], 2),
             per_1k_running_ms=round(median / running * 1000, 3),
-            stalled_count_ms=round(stalled_ms, 2),
         ),
         profile,
     )
@@ -758,7 +750,6 @@ def pass_table(results: Sequence[PassResult]) -> Table:
         "min ms",
         "ms/1k run",
         "x 100 run",
-        "stalled count ms",
     ):
         table.add_column(column, justify="right")
     base = {
@@ -779,7 +770,6 @@ def pass_table(results: Sequence[PassResult]) -> Table:
             f"{r.min_ms:.1f}",
             f"{r.per_1k_running_ms:.2f}",
             f"{ratio:.1f}" if ratio else "-",
-            f"{r.stalled_count_ms:.1f}",
         )
     return table
 
