@@ -65,8 +65,7 @@ class Served:
 
 
 def serve(store: Store, **settings: object) -> Iterator[Served]:
-    values: dict[str, object] = {"submission_wait_seconds": 5.0, **settings}
-    config = Settings(database_url=store.url).model_copy(update=values)
+    config = Settings(database_url=store.url).model_copy(update=settings)
     sh = Surehand(settings=config)
     server = BackgroundServer(create_app(sh), "127.0.0.1", 0).start()
     try:
