@@ -54,7 +54,7 @@ STEPS = {
     "publisher: task-sent event": "dispatcher.py:119(publish)",
     "publisher: kombu maybe_declare": "common.py:110(maybe_declare)",
     "publisher: Redis pipeline round trip": "(_execute_pipeline)",
-    "publisher: outbox claim": "(claim)",
+    "publisher: outbox take": "(take)",
     "publisher: batches (_publish_batch)": "(_publish_batch)",
     "publisher: set_published_many": "(set_published_many)",
 }

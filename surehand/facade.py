@@ -12,15 +12,22 @@ from typing import TYPE_CHECKING, Any, Literal
 from surehand.agents.registry import AgentHandler, AgentRegistry, Probe, declare_probe
 from surehand.clock import Clock
 from surehand.config import Settings
-from surehand.dispatcher import actions, dependency_holds, diagnostics, pauses, reports, task_tree
+from surehand.dispatcher import (
+    actions,
+    dependency_holds,
+    diagnostics,
+    pauses,
+    queries,
+    reports,
+    task_tree,
+)
 from surehand.dispatcher.cancel import CancelOutcome
 from surehand.dispatcher.cancel import cancel as cancel_task
 from surehand.dispatcher.context import Publisher, Services
-from surehand.errors import CaseNotFound, ConfigError, TaskNotFound, ValidationFailed
+from surehand.errors import ConfigError
 from surehand.model import (
     Action,
     Attempt,
-    AttemptState,
     Bucket,
     CaseState,
     InterruptionCase,
@@ -32,6 +39,8 @@ from surehand.model import (
     WriteReportResult,
     WriteTaskResult,
 )
+from surehand.model.listing import Count, Page
+from surehand.model.pauses import Pause
 from surehand.principals import Principal, acting_for, local_principal
 from surehand.requests import (
     CaseQuery,
@@ -45,12 +54,7 @@ from surehand.requests import (
     task_id_arg,
 )
 from surehand.runtime import Runtime
-from surehand.store import Store, events, listing, tasks
-from surehand.store import attempts as attempt_rows
-from surehand.store import cases as case_rows
-from surehand.store import operations as operation_rows
-from surehand.store import reports as report_rows
-from surehand.store.pauses import Pause
+from surehand.store import Store
 
 if TYPE_CHECKING:
     # Imported where they are used: a process that only reads or writes the store (the CLI's
@@ -290,14 +294,7 @@ class Surehand:
     # -- reads ----------------------------------------------------------------------------------
 
     def get_task(self, task_id: str) -> Task:
-        task_id = task_id_arg(task_id)
-        with self.store.snapshot() as connection:
-            task = tasks.get(connection, task_id, tenant=self.tenant)
-        if task is None:
-            raise TaskNotFound(
-                f"no {task_id} in tenant {self.tenant!r}; `surehand tasks` lists them"
-            )
-        return task
+        return queries.get_task(self.services, self.tenant, task_id_arg(task_id))
 
     def list_tasks(
         self,
@@ -309,53 +306,29 @@ class Surehand:
     ) -> list[Task]:
         """TASKs of this tenant, newest first (``limit`` 1-1000, ``offset`` 0-2**31-1)."""
         query = parse(TaskQuery, bucket=bucket, recipient=recipient, limit=limit, offset=offset)
-        with self.store.snapshot() as connection:
-            return tasks.list_tasks(
-                connection,
-                tenant=self.tenant,
-                bucket=query.bucket,
-                recipient=query.recipient,
-                limit=query.limit,
-                offset=query.offset,
-            )
+        return queries.list_tasks(self.services, self.tenant, query)
 
-    def find_tasks(self, **search: Any) -> listing.Page:
+    def find_tasks(self, **search: Any) -> Page:
         """A page of this tenant's TASKs, newest first, filtered and searched in the store
         (see :class:`surehand.requests.TaskSearch`); its cursors page on without gaps. A text
         search reads at most SUREHAND_SEARCH_SCAN_ROWS TASKs (``Page.scanned`` says when it
         stopped there; the older-cursor goes on from where it stopped)."""
-        query = parse(TaskSearch, **search)
-        wanted = _task_filter(self.tenant, query)
-        after, before = _cursor(query.after, "after"), _cursor(query.before, "before")
-        with self.store.snapshot() as connection:
-            return listing.page(
-                connection,
-                wanted,
-                after=after,
-                before=before,
-                limit=query.limit,
-                scan=self.settings.search_scan_rows,
-            )
+        return queries.find_tasks(self.services, self.tenant, parse(TaskSearch, **search))
 
-    def count_tasks(self, **search: Any) -> dict[Bucket, listing.Count]:
+    def count_tasks(self, **search: Any) -> dict[Bucket, Count]:
         """This tenant's TASKs per bucket matching the filters (a text search counts the
         matches among each bucket's newest SUREHAND_SEARCH_SCAN_ROWS and says when there are
         more)."""
-        wanted = _task_filter(self.tenant, parse(TaskSearch, **search))
-        with self.store.snapshot() as connection:
-            return listing.counts(connection, wanted, scan=self.settings.search_scan_rows)
+        return queries.count_tasks(self.services, self.tenant, parse(TaskSearch, **search))
 
     def held(self, limit: int = 200) -> list[tuple[InterruptionCase, Task]]:
         """Open cases held for review and their TASKs, P0 first, then the longest waiting."""
         query = parse(CaseQuery, limit=min(limit, 1000))
-        with self.store.snapshot() as connection:
-            return case_rows.held(connection, tenant=self.tenant, limit=query.limit)
+        return queries.held(self.services, self.tenant, query)
 
     def history(self, task_id: str) -> list[TaskEvent]:
         """The TASK's append-only history, oldest first."""
-        task_id = self.get_task(task_id).task_id
-        with self.store.snapshot() as connection:
-            return events.history(connection, task_id)
+        return queries.history(self.services, self.tenant, task_id_arg(task_id))
 
     def children_tree(self, task_id: str) -> list[task_tree.Node]:
         """The TASK's descendants (children, theirs, ...) with buckets and holds."""
@@ -370,9 +343,7 @@ class Surehand:
         return dependency_holds.release(self.services, task_id, actor=role, tenant=self.tenant)
 
     def reports(self, task_id: str) -> list[Report]:
-        task_id = self.get_task(task_id).task_id
-        with self.store.snapshot() as connection:
-            return report_rows.for_task(connection, task_id)
+        return queries.reports_of(self.services, self.tenant, task_id_arg(task_id))
 
     # -- sessions and recovery -----------------------------------------------------------------
 
@@ -470,46 +441,22 @@ class Surehand:
     ) -> list[InterruptionCase]:
         """Interruption cases of this tenant's TASKs, newest first (``limit`` 1-1000)."""
         query = parse(CaseQuery, state=state, task_id=task_id, limit=limit)
-        with self.store.snapshot() as connection:
-            return case_rows.listing(
-                connection,
-                state=query.state,
-                tenant=self.tenant,
-                task_id=query.task_id,
-                limit=query.limit,
-            )
+        return queries.cases_of(self.services, self.tenant, query)
 
     def case(self, case_id: str) -> InterruptionCase:
-        case_id = case_id_arg(case_id)
-        with self.store.snapshot() as connection:
-            found = case_rows.get(connection, case_id)
-            task = tasks.get(connection, found.task_id, tenant=self.tenant) if found else None
-        if found is None or task is None:
-            raise CaseNotFound(f"no interruption case {case_id}; `surehand cases` lists them")
-        return found
+        return queries.case(self.services, self.tenant, case_id_arg(case_id))
 
     def attempts(self, task_id: str) -> list[Attempt]:
-        task_id = self.get_task(task_id).task_id
-        with self.store.snapshot() as connection:
-            return attempt_rows.for_task(connection, task_id)
+        return queries.attempts_of(self.services, self.tenant, task_id_arg(task_id))
 
     def sessions(self, limit: int = 200) -> tuple[list[Attempt], list[Attempt]]:
         """This tenant's running attempts and its lost ones (``SESSION_LOST``), the most
         recently started first (``limit`` 1-1000 of each)."""
         query = parse(CaseQuery, limit=limit)
-        with self.store.snapshot() as connection:
-            running, lost = (
-                attempt_rows.of_tenant(
-                    connection, tenant=self.tenant, state=state, limit=query.limit
-                )
-                for state in (AttemptState.RUNNING, AttemptState.SESSION_LOST)
-            )
-        return running, lost
+        return queries.sessions(self.services, self.tenant, query.limit)
 
     def operations(self, task_id: str) -> list[Operation]:
-        task_id = self.get_task(task_id).task_id
-        with self.store.snapshot() as connection:
-            return operation_rows.for_task(connection, task_id)
+        return queries.operations_of(self.services, self.tenant, task_id_arg(task_id))
 
     def upgrade(self) -> str:
         """Apply pending migrations (``surehand db upgrade``)."""
@@ -531,16 +478,3 @@ class Surehand:
         traceback: TracebackType | None,
     ) -> None:
         self.close()
-
-
-def _task_filter(tenant: str, query: TaskSearch) -> listing.TaskFilter:
-    return listing.TaskFilter(tenant, query.bucket, query.recipient, query.priority, query.text)
-
-
-def _cursor(value: str | None, name: str) -> listing.Cursor | None:
-    if value is None:
-        return None
-    try:
-        return listing.Cursor.decode(value)
-    except ValueError:
-        raise ValidationFailed(name, "is not a page cursor of this list; start again") from None

@@ -12,6 +12,7 @@ kombu or redis), under a lock, so two callers in two threads never build two.
 
 from __future__ import annotations
 
+import functools
 import threading
 import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -100,7 +101,7 @@ class Runtime:
 
         with self._lock:
             registry = AgentRegistry()
-            register_builtin_agents(registry, self.settings, session_door())
+            register_builtin_agents(registry, self.settings, self.session_door())
             for name, probe in builtin_probes(self.settings).items():
                 registry.register_probe(name, probe, builtin=True)
             if self.settings.agents:
@@ -110,6 +111,14 @@ class Runtime:
             for name, probe in self._probes.items():
                 registry.register_probe(name, probe)
             return registry
+
+    def session_door(self) -> SessionDoorFactory | None:
+        """The session MCP server for this runtime's command agents, on its store and
+        settings; None when the ``mcp`` extra is missing. One server per process and store
+        serves every runtime on it (the first one's store) and closes nothing of theirs."""
+        # A view without the publishers, which refer back to this runtime: the server is
+        # process-wide and must not keep a dropped runtime alive.
+        return session_door(functools.partial(Services, store=self.store, settings=self.settings))
 
     @cached_property
     def leases(self) -> LeaseStore:
@@ -281,13 +290,18 @@ class _OutboxSlot:
         return publisher is not None and publisher.wake()
 
 
-def session_door() -> SessionDoorFactory | None:
-    """The session MCP server for command agents; None when the ``mcp`` extra is missing."""
+def session_door(services: Callable[[], Services] | None = None) -> SessionDoorFactory | None:
+    """The session MCP server of this process for command agents; None when the ``mcp`` extra
+    is missing. ``services``: the store and settings it serves on (a runtime's); None: those
+    of a runtime on the settings an agent asks with, built when one first asks (an agent made
+    without a runtime: ``surehand check``'s)."""
     try:
         from surehand.mcp.session_server import SessionMcp
     except ImportError:
         return None
-    return SessionMcp.shared
+    if services is None:
+        return lambda settings: SessionMcp.shared(Runtime(settings).services)
+    return lambda _settings: SessionMcp.shared(services())
 
 
 def _close_all(closers: list[Callable[[], None]]) -> None:

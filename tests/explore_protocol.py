@@ -431,7 +431,7 @@ class ProtocolMachine(RuleBasedStateMachine):
 
         def settle() -> None:
             try:
-                actor.session.settle_returned({"answer": "charged and mailed"}, review=True)
+                actor.session.settle({"answer": "charged and mailed"}, to_review=True)
             except EffectLeftOpen as left_open:
                 actor.session.fail(left_open)
 

@@ -33,6 +33,7 @@ from surehand.errors import LeaseUnavailable
 from surehand.facade import Surehand
 from surehand.model import (
     Attempt,
+    Declaration,
     EventKind,
     InterruptionCase,
     Operation,
@@ -171,17 +172,10 @@ class Rig:
         with session.fenced(f"operation_intent:{name}") as connection:
             operation_id = operations.insert_intent(
                 connection,
-                task_id=session.task_id,
-                attempt_id=session.attempt.attempt_id,
-                epoch=session.attempt.number,
-                name=name,
+                Declaration(name, args, key, RetryPolicy(policy), probe, probe_args),
+                session.attempt,
                 fingerprint=operation_fingerprint(name, args),
-                args=args,
-                idempotency_key=key,
-                retry_policy=RetryPolicy(policy),
-                probe=probe,
                 now=self.clock.now(),
-                probe_args=probe_args,
             )
         return self.operation(operation_id)
 
@@ -227,8 +221,10 @@ class Rig:
             if spec.get("outcome") is not None:
                 op = self.outcome(session, op, ok=spec["outcome"] == "ok")
             seeded.append(op)
-        if returned:
-            session.record_return({"answer": "charged acme", "receipt": "r-1"})
+        if returned:  # the agent returned and the session died before its REPORT
+            with session.fenced("record_return") as connection:
+                answer = {"answer": "charged acme", "receipt": "r-1"}
+                attempts.record_return(connection, session.attempt.attempt_id, answer)
         return seeded
 
     # -- driving --------------------------------------------------------------------------

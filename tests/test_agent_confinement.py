@@ -150,10 +150,10 @@ def test_only_the_tail_of_a_large_output_is_read(tmp_path: Path) -> None:
 def test_an_error_of_the_sessions_own_code_ends_the_attempt_interrupted_never_running(
     rig: Rig, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    def broken_settle(self: Session, result: object, *, review: bool) -> object:
+    def broken_settle(self: Session, result: object, *, to_review: bool) -> object:
         raise RuntimeError("a bug in surehand")
 
-    monkeypatch.setattr(Session, "settle_returned", broken_settle)
+    monkeypatch.setattr(Session, "settle", broken_settle)
     rig.sh.agent("DEV")(lambda ctx: "done")
     task_id = rig.new_task()
 
@@ -187,10 +187,10 @@ def test_an_agent_result_that_is_no_valid_report_fails_typed_and_is_held(rig: Ri
 def test_a_task_interrupted_three_times_in_a_row_is_held_instead_of_run_again(
     rig: Rig, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    def broken_settle(self: Session, result: object, *, review: bool) -> object:
+    def broken_settle(self: Session, result: object, *, to_review: bool) -> object:
         raise RuntimeError("a bug that strikes every time")
 
-    monkeypatch.setattr(Session, "settle_returned", broken_settle)
+    monkeypatch.setattr(Session, "settle", broken_settle)
     rig.sh.agent("DEV")(lambda ctx: "done")
     task_id = rig.new_task()
     decisions = []

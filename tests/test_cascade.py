@@ -360,7 +360,7 @@ def test_a_cancelled_dependency_that_settles_done_before_its_stop_releases_its_d
     assert rig.sh.cancel(dev, reason="too slow").outcome == "stopping"
     assert rig.task(qa).hold is not None
 
-    session.settle_returned("built just in time", review=False)  # before its stop watch
+    session.settle("built just in time", to_review=False)  # before its stop watch
 
     assert rig.task(dev).bucket is Bucket.DONE
     released = rig.task(qa)
@@ -379,7 +379,7 @@ def test_two_dead_dependencies_keep_the_dependant_held_until_both_are_decided(ri
     assert session is not None
     rig.sh.cancel(dev, reason="too slow")
     rig.sh.cancel(ops, reason="not needed")
-    session.settle_returned("built", review=False)
+    session.settle("built", to_review=False)
 
     still = rig.task(qa).hold
     assert still is not None

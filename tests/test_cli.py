@@ -190,7 +190,7 @@ def test_effect_runs_inside_a_session_only_through_its_session_server(cli: Cli) 
     task_id = str(sh.write_task(sender="PM", recipient="DEV", subject="x").task_id)
     session = claim(sh.services, task_id, worker="test", message_id=None)
     assert session is not None
-    mcp = SessionMcp.shared(sh.settings)
+    mcp = SessionMcp.shared(sh.services)
     ctx = SessionContext(
         task=session.task,
         attempt=session.attempt,

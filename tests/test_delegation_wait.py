@@ -132,7 +132,7 @@ def test_children_done_already_answer_ready_and_the_session_goes_on(harness: Har
 
     assert answer["status"] == "ready"
     assert read_task(sh.store, session.task_id).bucket is Bucket.ACTIVE
-    assert session.settle_returned("all done", review=True).bucket is Bucket.REVIEW
+    assert session.settle("all done", to_review=True).bucket is Bucket.REVIEW
 
 
 def a_dev_that_breaks(sh: Surehand) -> None:

@@ -39,7 +39,7 @@ def publishing(services: Services) -> tuple[Services, Recording]:
 def finish(services: Services, task_id: str) -> Task:
     """Run ``task_id`` to done the way a worker does: claim, settle (no review)."""
     session = claimed(services, task_id)
-    return session.settle_returned("done", review=False)
+    return session.settle("done", to_review=False)
 
 
 def queued(services: Services) -> list[str]:
@@ -104,7 +104,7 @@ def test_an_approval_to_done_publishes_the_dependant_through_the_service_action(
 ) -> None:
     services, recording = publishing(services)
     dev, qa = dev_then_qa(services)
-    claimed(services, dev).settle_returned("ready for review", review=True)
+    claimed(services, dev).settle("ready for review", to_review=True)
     assert read_task(services.store, dev).bucket is Bucket.REVIEW
     assert qa not in recording.ids
 
@@ -114,16 +114,16 @@ def test_an_approval_to_done_publishes_the_dependant_through_the_service_action(
 
 def test_a_crash_between_the_move_and_the_publish_strands_nothing(services: Services) -> None:
     """The move committed (with the outbox row) and the process died before publishing: the
-    next drain publishes the dependant. Had the drain that claimed the row died too, the sweep
+    next drain publishes the dependant. Had the drain that took the row died too, the sweep
     finds the ready, unpublished dependant."""
     dev, qa = dev_then_qa(services)
     with services.store.transaction() as connection:
-        outbox.claim(connection, 100)  # the creations' rows were drained
+        outbox.take(connection, 100)  # the creations' rows were drained
     finish(services, dev)  # no publisher: as if the process died right after the commit
     assert queued(services) == [qa]
 
     with services.store.transaction() as connection:
-        outbox.claim(connection, 100)  # a drain that claimed the row, then died
+        outbox.take(connection, 100)  # a drain that took the row, then died
     restarted, recording = publishing(services)
     assert dispatch.sweep(restarted) == 1
     assert recording.ids == [qa]
@@ -136,9 +136,9 @@ def test_two_dependencies_done_at_once_queue_the_dependant_exactly_once(
     ops = committed_task(services, recipient="OPS")
     qa = committed_task(services, recipient="QA", depends_on=[dev, ops])
     for task_id in (dev, ops):
-        claimed(services, task_id).settle_returned("ready", review=True)
+        claimed(services, task_id).settle("ready", to_review=True)
     with services.store.transaction() as connection:
-        outbox.claim(connection, 100)  # the creations' rows were drained
+        outbox.take(connection, 100)  # the creations' rows were drained
     start = threading.Barrier(2)
     errors: list[BaseException] = []
 
@@ -200,7 +200,7 @@ def test_an_archived_dependency_leaves_the_dependant_held_for_its_approver(
 ) -> None:
     services, recording = publishing(services)
     dev, qa = dev_then_qa(services)
-    claimed(services, dev).settle_returned("ready", review=True)
+    claimed(services, dev).settle("ready", to_review=True)
     actions.transition(services, dev, Action.APPROVE, tenant="default", actor="PM")
     # Archived before QA was claimed: QA may never run on it.
     with services.store.transaction() as connection:

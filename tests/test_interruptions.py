@@ -41,7 +41,7 @@ from tests.recovery_helpers import GRACE_SECONDS, Rig, rig
 __all__ = ["rig"]  # fixture
 
 FENCED = Session.fenced
-SETTLE_ONCE = Session.settle_once
+SETTLE_TRY = Session._settle_try
 
 
 class Faults:
@@ -80,15 +80,15 @@ def faults(monkeypatch: pytest.MonkeyPatch) -> Faults:
             yield connection
         _fail(mode, write, "after")  # committed; the reply is lost
 
-    def settle_once(self: Session, result: Any, *, review: bool) -> Any:
-        mode = injected.next("settle_returned")
-        _fail(mode, "settle_returned", "before")
-        settled = SETTLE_ONCE(self, result, review=review)
-        _fail(mode, "settle_returned", "after")
+    def settle_try(self: Session, result: Any, to_review: bool) -> Any:
+        mode = injected.next("settle_try")
+        _fail(mode, "settle_try", "before")
+        settled = SETTLE_TRY(self, result, to_review)
+        _fail(mode, "settle_try", "after")
         return settled
 
     monkeypatch.setattr(Session, "fenced", fenced)
-    monkeypatch.setattr(Session, "settle_once", settle_once)
+    monkeypatch.setattr(Session, "_settle_try", settle_try)
     monkeypatch.setattr(sessions_module, "STORE_RETRY_DELAYS", (0.0, 0.0))  # three tries
     return injected
 
@@ -147,8 +147,8 @@ def interrupted_at(rig: Rig, faults: Faults, write: str, *, key: bool = False) -
         ("operation_outcome", "after"),
         ("settle", "before"),  # the settle after the return committed on its own
         ("settle", "after"),
-        ("settle_returned", "before"),  # the whole settle: return, REPORT, move, end
-        ("settle_returned", "after"),
+        ("settle_try", "before"),  # a whole try of the settle: return, REPORT, move, end
+        ("settle_try", "after"),
     ],
 )
 def test_a_write_the_store_did_not_confirm_is_repeated_and_the_session_settles_once(
@@ -259,7 +259,7 @@ def test_a_keyed_effect_whose_outcome_was_lost_is_repeated_once_under_its_key(
 def test_a_settle_that_cannot_be_recorded_keeps_the_result_and_reconciles_the_report(
     rig: Rig, faults: Faults
 ) -> None:
-    task_id = interrupted_at(rig, faults, "settle_returned")
+    task_id = interrupted_at(rig, faults, "settle_try")
 
     rig.reconcile()
 
@@ -496,7 +496,7 @@ def test_a_task_whose_report_was_reconciled_from_records_can_be_sent_back_for_re
 ) -> None:
     """The reconciled REPORT settled the interrupted attempt: a reject is rework, and the TASK
     runs again instead of sitting in active with neither a successor nor a case to admit one."""
-    task_id = interrupted_at(rig, faults, "settle_returned")
+    task_id = interrupted_at(rig, faults, "settle_try")
     rig.reconcile()
     assert rig.task(task_id).bucket is Bucket.REVIEW
     rig.sh.transition(task_id, Action.REJECT, actor="PM", reason="add the receipt number")

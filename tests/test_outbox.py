@@ -88,12 +88,12 @@ def test_a_task_whose_creator_died_before_publishing_is_dispatched_once(
     assert pending(services.store) == 0
 
 
-def test_a_publisher_that_died_after_its_claim_is_covered_by_the_sweep(
+def test_a_publisher_that_died_after_taking_its_rows_is_covered_by_the_sweep(
     services: Services,
 ) -> None:
-    task_id = create(services, "outbox-claimed")
-    with services.store.transaction() as connection:  # claimed, then the publisher died
-        assert outbox.claim(connection, 10) == [task_id]
+    task_id = create(services, "outbox-taken")
+    with services.store.transaction() as connection:  # taken, then the publisher died
+        assert outbox.take(connection, 10) == [task_id]
     recording = Recording()
     assert dispatch.sweep(replace(services, publisher=recording)) == 1
     assert recording.ids == [task_id]

@@ -31,7 +31,7 @@ def inside(cli: Cli) -> Iterator[tuple[dict[str, str], str]]:
     task_id = str(sh.write_task(sender="PM", recipient="DEV", subject="x").task_id)
     session = claim(sh.services, task_id, worker="test", message_id=None)
     assert session is not None
-    door = SessionMcp.shared(sh.settings)
+    door = SessionMcp.shared(sh.services)
     ctx = SessionContext(
         task=session.task, attempt=session.attempt, port=cast(SessionPort, None),
         cancelled=threading.Event(),

@@ -543,9 +543,8 @@ def snapshot(rig: Rig, task_id: str) -> tuple[InterruptionCase, Task, int]:
 
 
 WRITES: dict[str, Callable[[Session], object]] = {
-    "record_return": lambda s: s.record_return("late result"),
+    "record_return": lambda s: s.settle("late result", to_review=True),  # a settle's first write
     "report": lambda s: s.report("late REPORT", ReportStatus.DONE, None),
-    "settle": lambda s: s.settle("late result", review=True),
     "fail": lambda s: s.fail(RuntimeError("late failure")),
     "operation_intent:charge": lambda s: run_operation(
         s,
@@ -586,10 +585,9 @@ def test_the_successor_keeps_writing_after_the_old_owner_was_fenced(rig: Rig) ->
     successor = rig.claim(task_id)
 
     with pytest.raises(StaleOwner):
-        session.settle("late", review=True)
+        session.settle("late", to_review=True)
 
-    successor.record_return("fresh result")
-    assert successor.settle("fresh result", review=True).bucket is Bucket.REVIEW
+    assert successor.settle("fresh result", to_review=True).bucket is Bucket.REVIEW
     [report] = rig.reports(task_id)
     assert report.attempt_id == successor.attempt.attempt_id
     assert rig.case_of(task_id).successor_attempt_id == successor.attempt.attempt_id

@@ -1,10 +1,11 @@
 """The session hot path: the one-statement claim, the return folded into settle when the
 attempt has no operations, and the claim's retry on an unreachable store.
 
-Each fast path must leave exactly the rows the general path leaves (lifecycle.apply, a
-separate record_return commit), and must keep every guarantee: the claim is one
-compare-and-set, every write is fenced by epoch, and the agent's return commits before the
-REPORT whenever admission would read it (the attempt has operations).
+Each fast path must leave exactly the rows the general path leaves (lifecycle.apply; for the
+settle, ``settling.write_in``, which builds its rows from the same ``Settlement``), and must
+keep every guarantee: the claim is one compare-and-set, every write is fenced by epoch, and
+the agent's return commits before the REPORT whenever admission would read it (the attempt has
+operations).
 """
 
 # ruff: noqa: F811  (test functions take the fixtures imported below)
@@ -22,8 +23,7 @@ import pytest
 from sqlalchemy import event, text, update
 
 from surehand.dispatcher import claims as claims_module
-from surehand.dispatcher import lifecycle
-from surehand.dispatcher import sessions as sessions_module
+from surehand.dispatcher import lifecycle, settling
 from surehand.dispatcher.claims import claim
 from surehand.dispatcher.context import Services
 from surehand.dispatcher.operations import run_operation
@@ -183,7 +183,7 @@ def test_without_operations_the_return_and_settle_commit_together(
     session = claimed(services, task_id)
 
     with writes(services, monkeypatch) as counted:
-        moved = session.settle_returned({"answer": 42}, review=True)
+        moved = session.settle({"answer": 42}, to_review=True)
 
     assert counted == [1]
     assert moved == read_task(services.store, task_id)
@@ -200,15 +200,25 @@ def test_without_operations_the_return_and_settle_commit_together(
     assert kinds[-3:] == [EventKind.REPORT, EventKind.TRANSITION, EventKind.ATTEMPT_FINISHED]
 
 
-def test_the_folded_settle_writes_what_record_return_and_settle_write(
-    services: Services,
+def test_the_one_write_settle_writes_what_the_general_path_writes(
+    services: Services, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     fast_id, slow_id = committed_task(services), committed_task(services)
     fast, slow = claimed(services, fast_id), claimed(services, slow_id)
 
-    fast.settle_returned("done", review=False)
-    slow.record_return("done")
-    slow.settle("done", review=False)
+    one_write, applied = session_writes.settle_first_report, []
+
+    def watched(connection: Any, settled: session_writes.FirstReport) -> Task | None:
+        moved = one_write(connection, settled)
+        applied.append(moved is not None)
+        return moved
+
+    monkeypatch.setattr(session_writes, "settle_first_report", watched)
+    fast.settle("done", to_review=False)
+    assert applied == [True]  # the fast one took the one write
+    # A guard that does not hold: the one write writes nothing and the general path settles.
+    monkeypatch.setattr(session_writes, "settle_first_report", lambda *_args: None)
+    slow.settle("done", to_review=False)
 
     def shape(task_id: str) -> tuple[Any, ...]:
         task = read_task(services.store, task_id)
@@ -237,7 +247,7 @@ def _break_report(monkeypatch: pytest.MonkeyPatch) -> None:
     def broken(*args: Any, **kwargs: Any) -> Any:
         raise RuntimeError("crashed before the REPORT")
 
-    monkeypatch.setattr(sessions_module, "write_report_in", broken)
+    monkeypatch.setattr(settling, "write_report_in", broken)
 
 
 def test_with_operations_the_return_commits_before_the_report(
@@ -251,7 +261,7 @@ def test_with_operations_the_return_commits_before_the_report(
     _break_report(monkeypatch)
 
     with pytest.raises(RuntimeError, match="crashed before the REPORT"):
-        session.settle_returned("deployed", review=True)
+        session.settle("deployed", to_review=True)
 
     [attempt] = attempts_of(services.store, task_id)
     assert (attempt.state, attempt.agent_returned, attempt.result) == (
@@ -274,7 +284,7 @@ def test_operations_recorded_by_another_process_also_commit_the_return_first(
     _break_report(monkeypatch)
 
     with pytest.raises(RuntimeError, match="crashed before the REPORT"):
-        session.settle_returned("notified", review=True)
+        session.settle("notified", to_review=True)
 
     [attempt] = attempts_of(services.store, task_id)
     assert attempt.agent_returned is True
@@ -298,7 +308,7 @@ def test_without_operations_a_crash_inside_the_settle_leaves_nothing(
     monkeypatch.setattr(session_writes, "_INSERT_EVENT", Broken())  # the settle's last write
 
     with pytest.raises(RuntimeError, match="crashed before the events"):
-        session.settle_returned("done", review=True)
+        session.settle("done", to_review=True)
 
     monkeypatch.undo()
     [attempt] = attempts_of(services.store, task_id)
@@ -341,7 +351,7 @@ def test_a_move_committed_while_the_settle_waits_leaves_the_attempt_running(
 
 def _settle_into(session: Session, outcome: list[BaseException | Task]) -> None:
     try:
-        outcome.append(session.settle_returned("late", review=True))
+        outcome.append(session.settle("late", to_review=True))
     except BaseException as error:  # handed to the test thread
         outcome.append(error)
 
@@ -367,7 +377,7 @@ def test_a_series_with_a_report_settles_as_its_next_revision(services: Services)
     session = claimed(services, task_id)
     session.report("half way there", ReportStatus.DONE, None)
 
-    moved = session.settle_returned("all done", review=True)
+    moved = session.settle("all done", to_review=True)
 
     assert moved.bucket is Bucket.REVIEW
     first, second = reports_of(services.store, task_id)
@@ -382,7 +392,7 @@ def test_a_held_task_is_not_settled(services: Services) -> None:
     _hold(services, task_id)
 
     with pytest.raises(TaskHeld):
-        session.settle_returned("done", review=True)
+        session.settle("done", to_review=True)
 
     [attempt] = attempts_of(services.store, task_id)
     assert (attempt.state, attempt.agent_returned) == (AttemptState.RUNNING, False)
@@ -413,7 +423,7 @@ def test_a_fenced_out_return_is_refused_and_recorded(services: Services) -> None
         )
 
     with pytest.raises(StaleOwner):
-        session.settle_returned("late", review=True)
+        session.settle("late", to_review=True)
 
     [attempt] = attempts_of(services.store, task_id)
     assert (attempt.state, attempt.agent_returned) == (AttemptState.SESSION_LOST, False)

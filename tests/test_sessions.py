@@ -92,7 +92,7 @@ def test_a_second_claim_of_a_running_task_is_refused_and_recorded(services: Serv
 
 def test_a_task_that_moved_on_to_review_is_not_claimed_again(services: Services) -> None:
     task_id = committed_task(services)
-    claimed(services, task_id).settle("finished", review=True)
+    claimed(services, task_id).settle("finished", to_review=True)
 
     assert claim(services, task_id, worker="late", message_id="late-msg") is None
     assert refusals(services, task_id) == ["IllegalTransition"]
@@ -243,20 +243,24 @@ def test_a_paused_owner_is_fenced_on_its_operation_report_and_settle(
     with pytest.raises(StaleOwner):
         old.report("late progress", ReportStatus.IN_PROGRESS, None)
     with pytest.raises(StaleOwner):
-        old.settle("the paused owner's result", review=True)
+        old.settle("the paused owner's result", to_review=True)
 
     assert effects == []
     assert sent == "sent by the successor"
     assert rows_of(sh.store, task_id) == before
     fenced = events_of(sh.store, task_id, EventKind.STALE_OWNER_FENCED)
-    assert [e.data["write"] for e in fenced] == ["operation_intent:send_mail", "report", "settle"]
+    assert [e.data["write"] for e in fenced] == [
+        "operation_intent:send_mail",
+        "report",
+        "record_return",  # a settle's first write: the return
+    ]
     assert {(e.attempt_id, e.epoch, e.by) for e in fenced} == {
         (old.attempt.attempt_id, 1, "paused-owner")
     }
     assert {e.data["current_epoch"] for e in fenced} == {2}
     assert sh.leases.holder(task_id) == successor.attempt.attempt_id
     # The successor owns the TASK throughout and settles normally.
-    assert successor.settle("the successor's result", review=True).bucket is Bucket.REVIEW
+    assert successor.settle("the successor's result", to_review=True).bucket is Bucket.REVIEW
     assert [r.body for r in reports_of(sh.store, task_id)][-1] == "the successor's result"
 
 
@@ -275,8 +279,7 @@ def _operation(session: Session) -> object:
 STALE_WRITES: dict[str, Callable[[Session], object]] = {
     "operation_intent:noop": _operation,
     "report": lambda s: s.report("late", ReportStatus.DONE, None),
-    "record_return": lambda s: s.record_return("late"),
-    "settle": lambda s: s.settle("late", review=False),
+    "record_return": lambda s: s.settle("late", to_review=False),  # a settle's first write
     "fail": lambda s: s.fail(RuntimeError("late")),
     "rollback": lambda s: s.rollback("late"),
 }

@@ -46,4 +46,6 @@ class SessionDoor(Protocol):
 
 
 SessionDoorFactory = Callable[[Settings], SessionDoor]
-"""Gives the session server of this process for a store's settings (shared per process)."""
+"""Gives the session server of this process to an agent built with these settings (one per
+process and store; a runtime's factory serves on the runtime's store, see
+``surehand.runtime.session_door``)."""

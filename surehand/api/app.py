@@ -11,7 +11,6 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, RedirectResponse, Response
-from sqlalchemy import text
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from surehand import __version__, metrics
@@ -19,12 +18,12 @@ from surehand.api import openapi, problems
 from surehand.api.deps import AdminDep, check_metrics_reader
 from surehand.api.docs import add_docs
 from surehand.api.routes import router
+from surehand.dispatcher import health
 from surehand.doors.auth import Authenticator
 from surehand.doors.hosts import HostAllowlist, HostRule
 from surehand.doors.limits import BodyLimit
 from surehand.errors import SurehandError
 from surehand.facade import Surehand
-from surehand.store import migrate
 from surehand.ui import create_console
 
 log = logging.getLogger(__name__)
@@ -151,9 +150,7 @@ def _readiness(sh: Surehand, *, public: bool) -> JSONResponse | None:
     can name all three); the error is logged here, and ``/v1/admin/health`` tells an ADMIN.
     """
     try:
-        with sh.store.snapshot() as connection:
-            connection.execute(text("SELECT 1"))
-        current = migrate.is_current(sh.store.engine)
+        current = health.is_ready(sh.services)
     except SurehandError as error:
         if public:
             log.warning("health check: the database does not answer: %s", error.message)

@@ -58,20 +58,20 @@ def db_upgrade(database_url: DatabaseUrl = None, as_json: JsonFlag = False) -> N
 
 def current_when_reachable(sh: Surehand, what: str) -> str | None:
     """The database's migration, retrying while the server refuses or is unreachable."""
-    from surehand.store import migrate
+    from surehand.dispatcher import health
 
-    return while_starting(sh, what, lambda: migrate.current_revision(sh.store.engine))
+    return while_starting(sh, what, lambda: health.schema_revision(sh.services))
 
 
 @db_app.command("current")
 @handle_errors
 def db_current(database_url: DatabaseUrl = None, as_json: JsonFlag = False) -> None:
     """Show the database's migration and the newest one this version ships."""
-    from surehand.store import migrate
+    from surehand.dispatcher import health
 
     sh = open_existing(database_url)
-    current = migrate.current_revision(sh.store.engine)
-    head = migrate.head_revision()
+    current = health.schema_revision(sh.services)
+    head = health.newest_revision()
     if as_json:
         emit_json({"current": current, "head": head, "up_to_date": current == head})
     else:

@@ -82,17 +82,19 @@ def check_database(settings: Settings) -> list[Check]:
         return [missing]
     # libpq reads this: an unreachable Postgres host fails in seconds instead of minutes.
     os.environ.setdefault("PGCONNECT_TIMEOUT", str(CONNECT_TIMEOUT_S))
-    from surehand.store import Store, migrate
+    from surehand.dispatcher import health
+    from surehand.dispatcher.context import Services
+    from surehand.store import Store
 
     store = Store.from_settings(settings)
     where = store.describe()
     try:
-        current = migrate.current_revision(store.engine)
+        current = health.schema_revision(Services(store=store, settings=settings))
     except SurehandError as error:
         return [Check("database", "fail", f"{where}: {error.message}", _database_fix(error))]
     finally:
         store.dispose()
-    head = migrate.head_revision()
+    head = health.newest_revision()
     found = [Check("database", "ok", f"{where} ({store.dialect}) answers")]
     if current == head:
         found.append(Check("migrations", "ok", f"at {head}, the newest"))
@@ -370,29 +372,19 @@ def check_probes(settings: Settings, *, read_intents: bool = True) -> list[Check
 
 def _probes_named_by_open_intents(settings: Settings) -> dict[str, list[str]]:
     """Probe name -> TASK ids of the open intents naming it (empty if the store cannot say)."""
-    from sqlalchemy import select
     from sqlalchemy.exc import SQLAlchemyError
 
-    from surehand.model import OperationState
-    from surehand.store import Store, schema
+    from surehand.dispatcher import health
+    from surehand.dispatcher.context import Services
+    from surehand.store import Store
 
     store = Store(settings.resolved_database_url(), pool_size=1)
-    query = (
-        select(schema.operations.c.probe, schema.operations.c.task_id)
-        .where(schema.operations.c.state == OperationState.INTENT.value)
-        .where(schema.operations.c.probe.is_not(None))
-        .order_by(schema.operations.c.id)
-    )
-    named: dict[str, list[str]] = {}
     try:
-        with store.snapshot() as connection:
-            for probe, task_id in connection.execute(query):
-                named.setdefault(str(probe), []).append(str(task_id))
+        return health.probes_of_open_intents(Services(store=store, settings=settings))
     except (SurehandError, SQLAlchemyError):
         return {}  # the database checks above say why
     finally:
         store.dispose()
-    return named
 
 
 def _missing_probes(missing: dict[str, list[str]], settings: Settings) -> Check:

@@ -14,12 +14,11 @@ from typing import Literal, NamedTuple
 from sqlalchemy.exc import SQLAlchemyError
 
 from surehand.config import Settings
-from surehand.dispatcher import dispatch
+from surehand.dispatcher import dispatch, health
 from surehand.errors import SurehandError
 from surehand.facade import Surehand
 from surehand.model import Task
 from surehand.queue.celery_app import MEMORY_BROKER, make_celery, queue_for_role
-from surehand.store import tasks
 
 INSPECT_TIMEOUT_S = 1.0
 SAMPLE = 3
@@ -40,8 +39,7 @@ def check_dispatch(settings: Settings) -> list[Finding]:
     sh = Surehand(settings=settings)
     try:
         marked = dispatch.undispatchable(sh.services, limit=SAMPLE)
-        with sh.store.snapshot() as connection:
-            count = tasks.count_undispatchable(connection)
+        count = health.count_undispatchable(sh.services)
         unclaimed = dispatch.unclaimed_roles(sh.services)
     except (SurehandError, SQLAlchemyError):
         return []

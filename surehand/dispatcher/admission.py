@@ -2,6 +2,12 @@
 attempt may do. Every path that can start a successor (reconciler, ``Surehand.recover``, the
 CLI, HTTP and MCP doors) calls :func:`admit`; a session start only consumes its decision.
 
+The decisions (:class:`~surehand.model.Admission`), from the effect facts: ``not_admitted``
+(the owner is alive: no successor), ``reexecute`` (run the TASK again as a new attempt),
+``reconcile_only`` (every effect settled and the agent returned: write its REPORT from records,
+run nothing) and ``hold_for_review`` (an effect's outcome is unknown: hold the TASK until an
+approver's review states it).
+
 Order: keep a live owner (``not_admitted``); turn open intents with probes into facts; evaluate
 the effect facts (``effects.evaluate``); record the decision with a compare-and-set on the case
 and apply it in the same transaction: a successor admission to be claimed, a REPORT written

@@ -4,7 +4,7 @@
 published after the commit by :func:`drain_outbox`: in the background
 (:class:`~surehand.dispatcher.outbox_publisher.OutboxPublisher`, woken by the commit, in
 ``surehand api`` and ``surehand up``) or, in a process without one, by the creating call
-itself. Each outbox row is claimed by one drain; a drain that dies after its claim leaves its
+itself. Each outbox row is taken by one drain; a drain that dies after taking rows leaves their
 TASKs unpublished in ``inbox``, and :func:`sweep` publishes them.
 
 **Containment.** A TASK that cannot be dispatched must never stop the dispatch of the others,
@@ -34,7 +34,7 @@ from surehand.store import dependencies, events, outbox, tasks
 
 log = logging.getLogger(__name__)
 
-OUTBOX_BATCH = 100  # outbox rows one drain claims per transaction
+OUTBOX_BATCH = 100  # outbox rows one drain takes per transaction
 MAX_ERROR = 1000  # characters of a publisher's error kept in dispatch_error
 # The error is shown to the TASK's tenant (tasks, show, the API): never the credentials of a URL
 # an exception message may quote ("redis://:secret@host" -> "redis://***@host").
@@ -205,18 +205,18 @@ def drain_outbox(services: Services, limit: int = OUTBOX_BATCH) -> int:
     """Publish the TASKs queued in the outbox, ``limit`` at a time, until it is empty (or the
     broker refuses). Returns how many were published. Store errors propagate.
 
-    Each batch is claimed (its rows deleted) in one transaction, published, then recorded
-    published in one statement. Concurrent drains claim disjoint rows."""
+    Each batch is taken (its rows deleted) in one transaction, published, then recorded
+    published in one statement. Concurrent drains take disjoint rows."""
     if services.publisher is None:
         return 0
     published = 0
     while True:
         with services.store.transaction() as connection:
-            claimed = outbox.claim(connection, limit)
-            waiting = tasks.waiting_to_publish(connection, claimed)
+            taken = outbox.take(connection, limit)
+            waiting = tasks.waiting_to_publish(connection, taken)
         done, refused = _publish_batch(services, waiting)
         published += done
-        if refused or len(claimed) < limit:
+        if refused or len(taken) < limit:
             return published
 
 

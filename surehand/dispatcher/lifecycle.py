@@ -1,5 +1,10 @@
 """Lifecycle moves between the five buckets, with authority checks and an append-only history.
 
+A TASK's *bucket* is its lifecycle position: ``inbox`` (waiting to be claimed), ``active`` (a
+session works on it, or it is held), ``review`` (returned, waiting for its approver), ``done``
+and ``archive``. A *move* (an :class:`~surehand.model.Action`) takes it along one edge of
+:data:`EDGES`.
+
 Each move is one compare-and-set on the TASK row (bucket and revision as read) plus exactly
 one TRANSITION event, in the caller's transaction. The store's bucket is the only "now" state
 (FCoP Rule A); events are audit, never replayed to compute it (Rule G).
@@ -260,15 +265,15 @@ def move_event(
     )
 
 
-def settle_event(
-    task_id: str, action: Action, *, now: datetime, attempt_id: str, epoch: int, report_id: str
-) -> dict[str, Any]:
-    """The TRANSITION event of a session's submit/finish citing the REPORT it wrote."""
-    source, target = EDGES[action]
-    assert action in REPORT_REQUIRED
+def settle_event(task_id: str, move: Move) -> dict[str, Any]:
+    """The TRANSITION event :func:`apply` appends for a session's submit/finish ``move`` of
+    its active TASK, citing the REPORT the same write wrote (for the one-statement settle,
+    which makes the move in SQL: ``dispatcher/settling.py``)."""
+    source, target = EDGES[move.action]
+    assert move.action in REPORT_REQUIRED
+    assert move.report_id is not None
     assert source is Bucket.ACTIVE
-    data = _event_data(action, {}, report_id)
-    move = Move(action, by=SYSTEM, now=now, fence=Fence(attempt_id, task_id, epoch))
+    data = _event_data(move.action, {}, move.report_id)
     return move_event(task_id, move, (source, target), data)
 
 

@@ -32,7 +32,7 @@ from surehand.dispatcher.effects import keyed
 from surehand.dispatcher.reports import jsonable
 from surehand.dispatcher.sessions import Session
 from surehand.errors import OperationFailed
-from surehand.model import Operation, OperationState, RetryPolicy
+from surehand.model import Declaration, Operation, OperationState, RetryPolicy
 from surehand.operation_requests import parse_operation, parse_outcome
 from surehand.store import operations
 
@@ -107,15 +107,8 @@ def settle_operation(
 
 
 @dataclass(frozen=True)
-class Declared:
+class Declared(Declaration):
     """An operation as the agent declared it (made with :meth:`of`, which validates it)."""
-
-    name: str
-    args: Mapping[str, Any]
-    idempotency_key: str | None
-    retry_policy: RetryPolicy
-    probe: str | None
-    probe_args: Mapping[str, Any] | None = None
 
     @classmethod
     def of(
@@ -179,18 +172,11 @@ def _declare(
             return prior.operation_id
         return operations.insert_intent(
             connection,
-            task_id=session.task_id,
-            attempt_id=session.attempt.attempt_id,
-            epoch=session.attempt.number,
-            name=declared.name,
+            declared,
+            session.attempt,
             fingerprint=fingerprint,
-            args=declared.args,
-            idempotency_key=declared.idempotency_key,
-            retry_policy=declared.retry_policy,
-            probe=declared.probe,
             now=session.services.clock.now(),
             declared_within=within,
-            probe_args=declared.probe_args,
         )
 
 

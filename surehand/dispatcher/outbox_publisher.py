@@ -11,8 +11,8 @@ the next wake or interval; the dispatcher sweep remains the safety net for a pro
 Drains start at most every ``spacing_seconds`` (10 ms): a wake that comes sooner after the last
 drain began waits for the rest of it, so that the creates committed meanwhile are published in
 one batch. Without it, a publisher faster than the creates (one Redis pipeline per batch)
-drains nearly every create alone, and each drain's fixed store work (its claim, its read of the
-TASKs, its ``published`` write: three statements) is paid per create instead of per batch. An
+drains nearly every create alone, and each drain's fixed store work (taking its rows, its read of
+the TASKs, its ``published`` write: three statements) is paid per create instead of per batch. An
 idle publisher (its last drain longer ago than that) drains at once, so a create's start
 latency on a quiet server is unchanged.
 """

@@ -16,10 +16,10 @@ from surehand.dispatcher.context import Services
 from surehand.dispatcher.dispatch import sweep
 from surehand.errors import DuplicateKey, NotAuthorized
 from surehand.model import ADMIN, PM
+from surehand.model.pauses import Pause
 from surehand.principals import Principal, acting_for
 from surehand.requests import PauseRequest, parse, validate_tenant
 from surehand.store import pauses, tasks
-from surehand.store.pauses import Pause
 
 PAUSERS = frozenset({ADMIN, PM})
 

@@ -6,6 +6,11 @@ server-side classifier reads durable state to tell an interruption from normal r
 keeps its own lifecycle paths. ``review`` records an approver's statement of the effect and runs
 admission again on it. All of them end in :meth:`Admitter.admit`.
 
+*Review* here is an approver's ruling on a case (the effect is ``present`` or ``absent``), which
+releases its hold; it is not the ``review`` bucket, where a returned TASK waits for approve or
+reject (:mod:`surehand.dispatcher.lifecycle`), nor a session's choice to settle there
+(``Session.settle(to_review=...)``).
+
 Who may ask: a recover request belongs to the TASK's approvers (the runtime recovers through
 the reconciler, which calls :meth:`Recovery.lose`), a review to its approvers alone. A caller
 who may not ask is refused with NotAuthorized and nothing is written; an approver's request that

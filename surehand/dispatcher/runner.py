@@ -362,7 +362,7 @@ class SessionRunner:
             # is unknown, so the return is not settled.
             return self._interrupt(session, session.interruption)
         self._record_details(session)
-        return self._settle(session, result, review=spec.review)
+        return self._settle(session, result, to_review=spec.review)
 
     def _waiting(self, session: Session) -> SessionOutcome:
         """The agent waits for its children: its attempt ended in the store (wait_for), the
@@ -389,9 +389,9 @@ class SessionRunner:
         except (StaleOwner, StoreUnavailable) as error:
             log.warning("the details of %s were not recorded: %s", session.task_id, error)
 
-    def _settle(self, session: Session, result: Any, *, review: bool) -> SessionOutcome:
+    def _settle(self, session: Session, result: Any, *, to_review: bool) -> SessionOutcome:
         try:
-            task = session.settle_returned(result, review=review)  # crash point after_return
+            task = session.settle(result, to_review=to_review)  # crash point after_return
         except StaleOwner as error:
             return self._outcome(session, "stale", error)
         except SessionInterrupted as interrupted:

@@ -1,4 +1,7 @@
-"""Session writes, every one fenced by epoch: claim, record return, settle, fail, interrupt.
+"""A *session* is the execution of one attempt by a worker; it holds the TASK's lease while it
+runs, and every write it makes is fenced by its epoch: operations, REPORTs, settle, fail,
+interrupt, rollback, wait. (The claim that starts a session: ``dispatcher/claims.py``; what a
+settle writes: ``dispatcher/settling.py``.)
 
 A write is applied only while its attempt is the TASK's current running attempt. A write that
 matches nothing is rolled back, leaves a ``stale_owner_fenced`` event naming the stale attempt
@@ -21,28 +24,17 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any, TypeVar
 
 from sqlalchemy import Connection
 
 from surehand import metrics
 from surehand.agents.context import Cancellation
-from surehand.clock import utc_day
 from surehand.crashpoints import CrashPoint, crash_point
-from surehand.dispatcher import lifecycle
+from surehand.dispatcher import lifecycle, settling
 from surehand.dispatcher.context import Services
-from surehand.dispatcher.reports import (
-    body_hash,
-    jsonable,
-    new_report,
-    report_body,
-    report_event,
-    report_id,
-    write_report_in,
-)
+from surehand.dispatcher.reports import jsonable, report_body, write_report_in
 from surehand.errors import (
-    DuplicateKey,
     EffectLeftOpen,
     SessionInterrupted,
     StaleOwner,
@@ -63,8 +55,7 @@ from surehand.model import (
     case_id_for,
 )
 from surehand.requests import ReportRequest, parse_report_request
-from surehand.store import attempts, cases, counters, events, operations, session_writes, tasks
-from surehand.store import reports as report_rows
+from surehand.store import attempts, cases, events, operations, tasks
 
 log = logging.getLogger(__name__)
 _T = TypeVar("_T")
@@ -203,29 +194,26 @@ class Session:
 
     # -- settling -----------------------------------------------------------------------------
 
-    def record_return(self, result: Any) -> None:
-        """The agent returned: record it (with its result) before anything else settles.
-        (Repeated after an unconfirmed commit, it writes the same values again.)"""
-        self.retrying("record_return", lambda _repeat: self._record_return(result))
+    def settle(self, result: Any, *, to_review: bool) -> Task:
+        """The agent returned ``result``: record the return, write it as the REPORT, move the
+        TASK to ``review`` (``to_review``) or straight to ``done``, and end the attempt as
+        succeeded. The one way a session settles (what it writes: :mod:`.settling`).
 
-    def _record_return(self, result: Any) -> None:
-        with self.fenced("record_return") as connection:
-            attempts.record_return(connection, self.attempt.attempt_id, jsonable(result))
+        The return is fenced and recorded first. If the attempt recorded operations, the
+        return commits on its own before the REPORT is written: admission then reads "all
+        settled and the agent returned" and writes the REPORT from records instead of running
+        the agent again (RA-7). Without operations, admission answers ``reexecute`` whether or
+        not the return was recorded, so the return, the REPORT, the move and the end of the
+        attempt commit together -- as one statement on Postgres when the common case holds.
 
-    def settle(self, result: Any, *, review: bool) -> Task:
-        """Write the REPORT, move the TASK to review (or done), and end the attempt."""
-        with self.fenced("settle") as connection:
-            return self._settle_in(connection, result, review)
-
-    def settle_returned(self, result: Any, *, review: bool) -> Task:
-        """:meth:`settle_once`, repeated while the store cannot confirm it (see
-        :meth:`retrying`). A repeat first looks whether the earlier try committed (this
-        attempt succeeded): then it returns the TASK as settled and writes nothing."""
+        Repeated while the store cannot confirm it (see :meth:`retrying`): a repeat first
+        looks whether the earlier try committed (this attempt succeeded), and then returns the
+        TASK as settled and writes nothing.
+        """
         return self.retrying(
             "settle",
             lambda repeat: (
-                (self._settled_before() if repeat else None)
-                or self.settle_once(result, review=review)
+                (self._settled_before() if repeat else None) or self._settle_try(result, to_review)
             ),
         )
 
@@ -236,36 +224,48 @@ class Session:
                 return None
             return self.current_task(connection)
 
-    def settle_once(self, result: Any, *, review: bool) -> Task:
-        """Record the agent's return, then settle (:meth:`record_return` + :meth:`settle`).
+    def _settle_try(self, result: Any, to_review: bool) -> Task:
+        """One try of :meth:`settle`: the one-write settle, else the general path."""
+        settlement = settling.Settlement(
+            attempt=self.attempt,
+            request=self._report_request(report_body(result), ReportStatus.DONE, None),
+            returned=jsonable(result),
+            action=Action.SUBMIT if to_review else Action.FINISH,
+            end=settling.AttemptEnd(AttemptState.SUCCEEDED, self.services.clock.now()),
+        )
+        settled = settling.write_at_once(self.services, self.task, settlement)
+        if settled is None:
+            settled = self._return_then_settle(settlement)
+        if settled is None:  # the return committed alone: the attempt has operations
+            crash_point(CrashPoint.SESSION_AFTER_RETURN)
+            self._refuse_open_intents()
+            with self.fenced("settle") as connection:
+                settled = self._settle_in(connection, settlement)
+        return settled
 
-        The return is fenced and recorded by the first statement. If the attempt recorded
-        operations, the return commits on its own before the REPORT is written: admission
-        then reads "all settled and the agent returned" and writes the REPORT from records
-        instead of running the agent again (RA-7). Without operations, admission answers
-        ``reexecute`` whether or not the return was recorded, so the return, the REPORT, the
-        move and the end of the attempt commit together, in one transaction.
-        """
-        returned = jsonable(result)
-        settled = self._settle_at_once(result, returned, review)
-        if settled is not None:
-            return settled
+    def _return_then_settle(self, settlement: settling.Settlement) -> Task | None:
+        """Fence and record the return; without operations, settle in the same transaction
+        and return the TASK. With operations, commit the return alone and return None."""
         try:
             with self.services.store.transaction() as connection:
                 has_operations = attempts.fence_and_record_return(
-                    connection, self.attempt.fence, returned
+                    connection, self.attempt.fence, settlement.returned
                 )
                 if has_operations is None:
                     raise StaleOwner(self._stale_message("record_return"))
                 if not has_operations:
-                    return self._settle_in(connection, result, review)
+                    return self._settle_in(connection, settlement)
         except StaleOwner:
             self._record_stale("record_return")
             raise
-        crash_point(CrashPoint.SESSION_AFTER_RETURN)
-        self._refuse_open_intents()
-        with self.fenced("settle") as connection:
-            return self._settle_in(connection, result, review)
+        return None
+
+    def _settle_in(self, connection: Connection, settlement: settling.Settlement) -> Task:
+        moved = settling.write_in(connection, self.services, settlement)
+        # The general path's move to done may have queued dependants (lifecycle.apply); the
+        # one-write settle is refused for a TASK that has any.
+        self.may_release = moved.bucket is Bucket.DONE
+        return moved
 
     def _refuse_open_intents(self) -> None:
         """A return is no clean end while an effect the agent began has no outcome: raise
@@ -285,96 +285,6 @@ class Session:
                 "effect_end): whether it happened is unknown, so the TASK is held for review",
                 operation_ids=[op.operation_id for op in left],
             )
-
-    def _settle_at_once(self, result: Any, returned: Any, review: bool) -> Task | None:
-        """The common settle -- no operations, the series' first REPORT, still the owner --
-        as one write (one statement on Postgres). None when any of that does not hold: then
-        nothing was written and the general path below decides (and explains)."""
-        now = self.services.clock.now()
-        day = utc_day(now)
-        ahead = self.services.store.allocate_ahead("REPORT", day)
-        try:
-            with self.services.store.one_write() as connection:
-                number = ahead or counters.allocate(connection, "REPORT", day)
-                moved = session_writes.settle_first_report(
-                    connection, self._first_report(result, returned, review, now, day, number)
-                )
-                if moved is None:
-                    raise _NotAtOnce  # rolls back the number SQLite allocated above
-        except (_NotAtOnce, DuplicateKey):
-            return None
-        return moved
-
-    def _first_report(
-        self,
-        result: Any,
-        returned: Any,
-        review: bool,
-        now: datetime,
-        day: str,
-        number: tuple[int, int],
-    ) -> session_writes.FirstReport:
-        task, attempt = self.task, self.attempt
-        request = self._report_request(report_body(result), ReportStatus.DONE, None)
-        report = new_report(
-            task,
-            request,
-            report_id=report_id(day, number[1]),
-            recipient=task.fields.sender,  # the route write_report checks: back to the sender
-            digest=body_hash(request.body),
-            attempt_id=attempt.attempt_id,
-            now=now,
-            previous=None,
-        )
-        action = Action.SUBMIT if review else Action.FINISH
-        return session_writes.FirstReport(
-            task=task,
-            epoch=attempt.number,
-            attempt_id=attempt.attempt_id,
-            result=returned,
-            target=lifecycle.EDGES[action][1],
-            now=now,
-            report=report_rows.row(report, task.tenant, number[0]),
-            events=(
-                report_event(report),
-                lifecycle.settle_event(
-                    task.task_id,
-                    action,
-                    now=now,
-                    attempt_id=attempt.attempt_id,
-                    epoch=attempt.number,
-                    report_id=report.report_id,
-                ),
-                self._finished_event(now, AttemptState.SUCCEEDED, None),
-            ),
-        )
-
-    def _settle_in(self, connection: Connection, result: Any, review: bool) -> Task:
-        """REPORT, move and end, in the caller's fenced transaction."""
-        current = tasks.get_for_update(connection, self.task_id)
-        assert current is not None  # fenced: the row exists and is ours
-        report = write_report_in(
-            connection,
-            self.services,
-            current,
-            self._report_request(report_body(result), ReportStatus.DONE, None),
-            attempt_id=self.attempt.attempt_id,
-            locked=True,
-        )
-        move = lifecycle.Move(
-            Action.SUBMIT if review else Action.FINISH,
-            by=SYSTEM,
-            now=self.services.clock.now(),
-            report_id=report.report.report_id,
-            report_written=True,
-            fence=self.attempt.fence,
-        )
-        moved = lifecycle.apply(connection, current, move)
-        self._end(connection, AttemptState.SUCCEEDED, None)
-        # The general path's move to done may have queued dependants (lifecycle.apply); the
-        # one-statement path is refused for a TASK that has any.
-        self.may_release = moved.bucket is Bucket.DONE
-        return moved
 
     def record_details(self) -> None:
         """Write :attr:`details` now (before a settle, which does not carry them)."""
@@ -499,37 +409,8 @@ class Session:
         error: str | None,
         cause: AttemptCause | None = None,
     ) -> None:
-        now = self.services.clock.now()
-        attempts.finish(
-            connection,
-            self.attempt.attempt_id,
-            expect=AttemptState.RUNNING,
-            state=state,
-            now=now,
-            error=error,
-            cause=cause,
-        )
-        events.insert(connection, self._finished_event(now, state, error, cause))
-
-    def _finished_event(
-        self,
-        now: datetime,
-        state: AttemptState,
-        error: str | None,
-        cause: AttemptCause | None = None,
-    ) -> dict[str, Any]:
-        data: dict[str, Any] = {"state": state.value, "error": error}
-        if cause is not None:  # a settle's cause is implied by its state (and not written)
-            data["cause"] = cause.value
-        return events.row(
-            task_id=self.task_id,
-            kind=EventKind.ATTEMPT_FINISHED,
-            by=self.attempt.worker,
-            at=now,
-            attempt_id=self.attempt.attempt_id,
-            epoch=self.attempt.number,
-            data=data,
-        )
+        end = settling.AttemptEnd(state, self.services.clock.now(), error, cause)
+        end.write(connection, self.attempt)
 
     def report(
         self, body: str, status: ReportStatus, submission_id: str | None
@@ -569,7 +450,3 @@ class Session:
                 "client_submission_id": submission_id,
             }
         )
-
-
-class _NotAtOnce(Exception):
-    """The one-write settle did not apply; roll back whatever it began."""

@@ -35,12 +35,12 @@ import anyio.to_thread
 
 from surehand.agents.claude_hook import HookPolicy, allow, decide, deny, operation_of
 from surehand.agents.recognisers import recognise
+from surehand.dispatcher import queries
 from surehand.dispatcher.operations import Declared
 from surehand.doors import problem
 from surehand.errors import LeaseLost, StaleOwner, SurehandError, ValidationFailed
 from surehand.mcp.session_state import Journaled
 from surehand.mcp.session_tools import Grant, SessionTools, begin, end_effect, size_of
-from surehand.store import operations
 
 log = logging.getLogger(__name__)
 
@@ -139,8 +139,7 @@ class SessionHooks:
     def _declared(grant: Grant) -> list[int]:
         """The effects the agent declared itself that are open now (a journaled call's link)."""
         session = grant.session
-        with session.services.store.snapshot() as connection:
-            open_ids = operations.open_for_attempt(connection, session.attempt.attempt_id)
+        open_ids = queries.open_operations(session.services, session.attempt.attempt_id)
         return grant.calls.declared(open_ids)
 
 

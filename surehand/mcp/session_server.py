@@ -54,7 +54,6 @@ from surehand.agents.claude_hook import HookPolicy
 from surehand.agents.context import SessionContext
 from surehand.agents.gateway import Gateway
 from surehand.agents.session_door import AgentGrant
-from surehand.config import Settings
 from surehand.dispatcher.context import Services
 from surehand.dispatcher.sessions import Session
 from surehand.doors import problem
@@ -66,7 +65,6 @@ from surehand.mcp.server import SurehandServer, strict_tool
 from surehand.mcp.session_hooks import GRANT_KEY, SessionHooks
 from surehand.mcp.session_state import SessionBudget, SessionLimits
 from surehand.mcp.session_tools import INSTRUCTIONS, Grant, SessionTools, bearer
-from surehand.store import Store
 
 log = logging.getLogger(__name__)
 
@@ -212,13 +210,17 @@ class SessionMcp:
         self._lock = threading.Lock()
 
     @classmethod
-    def shared(cls, settings: Settings) -> SessionMcp:
-        """The server of this process for the store ``settings`` name (created once)."""
-        key = (os.getpid(), settings.resolved_database_url())
+    def shared(cls, services: Services) -> SessionMcp:
+        """The server of this process for the store of ``services`` (a runtime's), created
+        once on the first runtime's store and settings. It closes nothing of theirs: the
+        runtime that owns the store disposes of it (a disposed store reconnects on demand)."""
+        key = (os.getpid(), services.store.url)
         with cls._shared_lock:
             if key not in cls._shared:
-                store = Store.from_settings(settings)
-                cls._shared[key] = cls(Services(store=store, settings=settings))
+                # Not the runtime's publishers: the server outlives the runtime that started
+                # it, and what a grant without the runner's services creates the sweep sends.
+                own = Services(store=services.store, settings=services.settings)
+                cls._shared[key] = cls(own)
             return cls._shared[key]
 
     def base_url(self) -> str:

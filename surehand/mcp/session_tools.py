@@ -29,6 +29,7 @@ from pydantic import Field
 from surehand.agents.briefing import brief_for
 from surehand.agents.claude_hook import HookPolicy
 from surehand.digest import operation_fingerprint
+from surehand.dispatcher import queries
 from surehand.dispatcher.delegation import delegate, wait_for
 from surehand.dispatcher.operations import Declared, declare_operation, settle_operation
 from surehand.dispatcher.sessions import Session
@@ -37,7 +38,6 @@ from surehand.errors import AuthError, LeaseLost, StaleOwner, SurehandError, Val
 from surehand.mcp.server import error_result
 from surehand.mcp.session_state import HookCalls, Kind, SessionBudget
 from surehand.model import Operation, OperationState, ReportStatus
-from surehand.store import operations
 
 INSTRUCTIONS = """\
 surehand runs this session and records what it does, so that if the session is interrupted a
@@ -357,8 +357,7 @@ def begin(session: Session, declared: Declared, within: Sequence[int] = ()) -> d
 
 def _recorded(session: Session, declared: Declared) -> Operation:
     fingerprint = operation_fingerprint(declared.name, declared.args)
-    with session.services.store.snapshot() as connection:
-        found = operations.latest_by_fingerprint(connection, session.task_id, fingerprint)
+    found = queries.latest_operation(session.services, session.task_id, fingerprint)
     assert found is not None  # declare_operation just read it as succeeded
     return found
 
@@ -373,8 +372,7 @@ def end_effect(
 ) -> dict[str, Any]:
     """``effect_end``'s answer: the outcome of an operation this session began, recorded."""
     _fence(session, "operation_outcome")
-    with session.services.store.snapshot() as connection:
-        found = operations.get(connection, operation_id)
+    found = queries.operation(session.services, operation_id)
     if found is None or found.attempt_id != session.attempt.attempt_id:
         raise ValidationFailed(
             "operation_id", f"{operation_id} is not an operation this session began"

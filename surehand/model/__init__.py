@@ -43,6 +43,7 @@ from surehand.model.records import (
 )
 from surehand.model.sessions import (
     Attempt,
+    Declaration,
     Fence,
     InterruptionCase,
     Operation,
@@ -65,6 +66,7 @@ __all__ = [
     "CaseState",
     "ConflictCode",
     "ConflictInfo",
+    "Declaration",
     "Disposition",
     "EffectFact",
     "EventKind",

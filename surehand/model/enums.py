@@ -85,10 +85,24 @@ class ReportStatus(enum.StrEnum):
 
 
 class AttemptState(enum.StrEnum):
+    """Where an attempt is: ``running``, or how it ended.
+
+    ``SESSION_LOST`` is the one upper-case value on purpose: it is the name the design and the
+    FCoP recovery seed give the event the reconciler records when it finds a session gone
+    (DESIGN.md: "a reconciler marks it ``SESSION_LOST``"), and it is stored, returned by every
+    door and written in the promise as that word. Its cause is the lower-case
+    :attr:`AttemptCause.SESSION_LOST`, like every cause.
+    """
+
     RUNNING = "running"
     SUCCEEDED = "succeeded"
     FAILED = "failed"
-    LEASE_LOST = "lease_lost"  # the session saw its own lease renewal fail and stopped
+    # Legacy, never written: a session whose lease renewal fails ends its attempt
+    # ``interrupted`` with the cause ``lease_lost`` (AttemptCause.LEASE_LOST, a different and
+    # written thing). The value stays because every database's CHECK constraint on
+    # ``attempts.state`` admits it (since the first schema, not changed without a migration),
+    # so a row holding it must still read; it is in none of the state sets.
+    LEASE_LOST = "lease_lost"
     SESSION_LOST = "SESSION_LOST"  # the reconciler found the session gone
     # The session could not record or renew (its cause says why) and stopped without settling:
     # one interruption case, decided by admission like a lost session.
@@ -96,15 +110,9 @@ class AttemptState(enum.StrEnum):
 
 
 # The attempt ended without settling (failed, lost, stopped): its TASK is recovered through an
-# interruption case and admission, and the retry policy looks at it. ``lease_lost`` is listed
-# for rows an older release may have written; no current path writes it.
+# interruption case and admission, and the retry policy looks at it.
 INTERRUPTED_ENDS = frozenset(
-    {
-        AttemptState.FAILED,
-        AttemptState.LEASE_LOST,
-        AttemptState.SESSION_LOST,
-        AttemptState.INTERRUPTED,
-    }
+    {AttemptState.FAILED, AttemptState.SESSION_LOST, AttemptState.INTERRUPTED}
 )
 
 

@@ -1,4 +1,13 @@
-"""Frozen records of TASKs, submissions and REPORTs, as every door returns them."""
+"""Frozen records of TASKs, submissions and REPORTs, as every door returns them.
+
+A *TASK* is an FCoP task (``TASK-YYYYMMDD-NNN``, UTC day, never reused) with its sender,
+recipient, subject, body, priority, risk level and links; its *bucket* is where it is in its
+lifecycle (:mod:`surehand.dispatcher.lifecycle`). A *submission* is one business intent to
+create a TASK, named by its ``client_submission_id`` within a tenant; its *receipt* is the
+durable record of it (``reserved`` -> ``task_created`` -> ``committed``) that lets a retry
+return the first result. A *hold* stops a TASK in ``active`` until its approver releases it:
+an interruption case waiting for review, or a dependency that will never be done.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,12 @@
-"""Frozen records of sessions: attempts, operations (effect facts) and interruption cases."""
+"""Frozen records of sessions: attempts, operations (effect facts) and interruption cases.
+
+An *attempt* is one try at running a TASK, numbered 1, 2, ... per TASK; its number is the
+TASK's fencing *epoch* while it runs (``Attempt.number``, ``InterruptionCase.interrupted_epoch``
+and ``Fence.epoch`` are that one number under the names the doors return). An *operation* is a
+side effect a session declares before doing it (its *intent*, committed first) and settles
+after (its *outcome*). An *interruption case* is the durable record of one interrupted attempt
+and of the admission decision about its successor.
+"""
 
 from __future__ import annotations
 
@@ -32,7 +40,8 @@ class Fence:
 
 @dataclass(frozen=True, slots=True)
 class Attempt:
-    """One try at running a TASK; ``number`` is the task's fencing epoch while it runs."""
+    """One try at running a TASK; ``number`` is its epoch (the name is the stored and returned
+    one): the TASK's fencing epoch while it runs."""
 
     attempt_id: str
     task_id: str
@@ -74,6 +83,18 @@ class Attempt:
 def case_id_for(attempt: Attempt) -> str:
     """The id of the interruption case of ``attempt`` (one per attempt, so a retry finds it)."""
     return f"CASE-{attempt.task_id.removeprefix('TASK-')}-{attempt.number}"
+
+
+@dataclass(frozen=True, slots=True)
+class Declaration:
+    """A side effect as an agent declares it before doing it: what its intent records."""
+
+    name: str
+    args: Mapping[str, Any]
+    idempotency_key: str | None
+    retry_policy: RetryPolicy
+    probe: str | None
+    probe_args: Mapping[str, Any] | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -33,7 +33,6 @@ from surehand.store.schema import attempts, interruption_cases, operations, task
 _IMPLIED_CAUSE = {
     AttemptState.SUCCEEDED: AttemptCause.RETURNED,
     AttemptState.FAILED: AttemptCause.AGENT_FAILED,
-    AttemptState.LEASE_LOST: AttemptCause.LEASE_LOST,
     AttemptState.SESSION_LOST: AttemptCause.SESSION_LOST,
 }
 

@@ -1,5 +1,9 @@
 """Interruption cases: one per lost (or failed) attempt, unique on the interrupted attempt.
 
+A *case* records the interrupted attempt, its epoch (column ``interrupted_epoch``) and the
+lease it held, the effect fact, and the admission decision about a successor; an approver's
+review of a held case is kept with it (column ``review``).
+
 A decision is written with a compare-and-set on the revision it was evaluated from, so two
 admissions racing on one case produce one decision, and a decision taken on an older task
 revision can be recognised as stale.

@@ -1,5 +1,10 @@
 """The fence, in one place: when may an attempt write for its TASK?
 
+The *epoch* is the number of a TASK's current attempt: a claim raises it by one, so a
+superseded attempt's number is always behind it. Columns that hold it (named before the word,
+not renamed): ``tasks.epoch``, ``attempts.number``, ``interruption_cases.interrupted_epoch``,
+and ``operations.epoch`` / ``task_events.epoch`` for the epoch a row was written under.
+
 A :class:`~surehand.model.Fence` is ``(attempt_id, task_id, epoch)``. It holds while
 
 * the attempt's row is ``running`` and its ``number`` is ``epoch`` (:func:`attempt_is_current`),
@@ -18,9 +23,10 @@ nothing else. Where they are enforced:
    (``Session.fenced``: ``ctx.operation``, ``surehand effect``, the session MCP tools, progress,
    REPORTs, rollback): an UPDATE of the attempt's own row, so on Postgres it serialises with the
    reconciler's update of the same row.
-2. :func:`surehand.store.attempts.fence_and_record_return` -- the agent's return value.
-3. :func:`surehand.store.session_writes.settle_first_report` -- the one-statement settle: the
-   attempt clause with the TASK row locked and owned.
+2. :func:`surehand.store.attempts.fence_and_record_return` -- the agent's return value (the
+   first write of ``Session.settle``).
+3. :func:`surehand.store.session_writes.settle_first_report` -- the one-statement settle
+   (``dispatcher/settling.py``): the attempt clause with the TASK row locked and owned.
 4. ``lifecycle.apply(Move(fence=...))`` -- a move a session makes (submit, finish, rollback,
    wait) compare-and-sets ``tasks.epoch`` against the fence's epoch (:func:`task_expectation`);
    a claim's move opens the fence (:func:`opening`).

@@ -8,7 +8,7 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from sqlalchemy import Engine, exc, inspect, text
+from sqlalchemy import Connection, Engine, exc, inspect, text
 
 from surehand.store.engine import translate
 
@@ -81,3 +81,8 @@ def upgrade(engine: Engine) -> str:
 
 def is_current(engine: Engine) -> bool:
     return current_revision(engine) == head_revision()
+
+
+def ping(connection: Connection) -> None:
+    """One round trip (``SELECT 1``): the database answers (a readiness probe's first question)."""
+    connection.execute(text("SELECT 1"))

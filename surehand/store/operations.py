@@ -9,7 +9,7 @@ from typing import Any
 
 from sqlalchemy import Connection, Row, bindparam, func, insert, select, update
 
-from surehand.model import Operation, OperationState, RetryPolicy
+from surehand.model import Attempt, Declaration, Operation, OperationState, RetryPolicy
 from surehand.store import opaque
 from surehand.store.schema import operations
 
@@ -66,38 +66,32 @@ _LATEST_BY_FINGERPRINT = (
 
 def insert_intent(
     connection: Connection,
+    declaration: Declaration,
+    attempt: Attempt,
     *,
-    task_id: str,
-    attempt_id: str,
-    epoch: int,
-    name: str,
     fingerprint: str,
-    args: Mapping[str, Any],
-    idempotency_key: str | None,
-    retry_policy: RetryPolicy,
-    probe: str | None,
     now: datetime,
     declared_within: Sequence[int] = (),
-    probe_args: Mapping[str, Any] | None = None,
 ) -> int:
-    """Record an intent; returns the operation id (as shown: ``store/opaque.py``).
-    ``declared_within``: the open declared effects a journaled call ran within (their ids)."""
+    """Record ``attempt``'s intent (under its epoch); returns the operation id (as shown:
+    ``store/opaque.py``). ``declared_within``: the open declared effects a journaled call ran
+    within (their ids)."""
     result = connection.execute(
         _INSERT_INTENT,
         {
-            "task_id": task_id,
-            "attempt_id": attempt_id,
-            "epoch": epoch,
-            "name": name,
+            "task_id": attempt.task_id,
+            "attempt_id": attempt.attempt_id,
+            "epoch": attempt.number,
+            "name": declaration.name,
             "fingerprint": fingerprint,
-            "args": dict(args),
-            "idempotency_key": idempotency_key,
-            "retry_policy": retry_policy.value,
-            "probe": probe,
+            "args": dict(declaration.args),
+            "idempotency_key": declaration.idempotency_key,
+            "retry_policy": declaration.retry_policy.value,
+            "probe": declaration.probe,
             "state": OperationState.INTENT.value,
             "started_at": now,
             "declared_within": list(declared_within) or None,
-            "probe_args": dict(probe_args) if probe_args else None,
+            "probe_args": dict(declaration.probe_args) if declaration.probe_args else None,
         },
     )
     return opaque.shown(connection, int(result.scalar_one()))
@@ -176,6 +170,18 @@ def open_for_attempt(connection: Connection, attempt_id: str) -> list[int]:
         .order_by(operations.c.id)
     ).all()
     return [opaque.shown(connection, row.id) for row in rows]
+
+
+def probes_of_open_intents(connection: Connection) -> list[tuple[str, str]]:
+    """(probe name, TASK id) of every open intent that names a probe, oldest first (what
+    ``surehand check`` asks the registry for)."""
+    query = (
+        select(operations.c.probe, operations.c.task_id)
+        .where(operations.c.state == OperationState.INTENT.value)
+        .where(operations.c.probe.is_not(None))
+        .order_by(operations.c.id)
+    )
+    return [(str(probe), str(task_id)) for probe, task_id in connection.execute(query)]
 
 
 def for_task(connection: Connection, task_id: str) -> list[Operation]:

@@ -2,34 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from datetime import datetime
-
 from sqlalchemy import Connection, delete, insert, select
 
+from surehand.model.pauses import Pause
 from surehand.store.schema import role_pauses
-
-
-@dataclass(frozen=True, slots=True)
-class Pause:
-    """A paused role: who paused it (role and principal), when, and why."""
-
-    tenant: str
-    role: str
-    paused_by: str
-    principal: str | None
-    reason: str
-    paused_at: datetime
-
-    def to_dict(self) -> dict[str, object]:
-        return {
-            "tenant": self.tenant,
-            "role": self.role,
-            "paused_by": self.paused_by,
-            "principal": self.principal,
-            "reason": self.reason,
-            "paused_at": self.paused_at.isoformat(),
-        }
 
 
 def _from_row(row: object) -> Pause:

@@ -2,6 +2,13 @@
 
 Invariants live here, not in Python: one receipt per (tenant, client_submission_id), one attempt
 number per task, one interruption case per lost attempt, one REPORT per dedupe key.
+
+The fencing *epoch* (:mod:`surehand.store.fence`) is one number kept under three column names,
+which predate the word and are not renamed (renaming a column needs a migration, and
+``number`` and ``interrupted_epoch`` are also fields every door returns): ``tasks.epoch`` (the
+TASK's current epoch), ``attempts.number`` (an attempt's number *is* its epoch),
+``interruption_cases.interrupted_epoch`` (the epoch of the attempt the case is about), and
+``epoch`` on ``operations`` and ``task_events`` (the epoch a row was written under).
 """
 
 from __future__ import annotations

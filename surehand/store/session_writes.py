@@ -9,7 +9,9 @@ in-process, and BEGIN IMMEDIATE already makes the transaction exclusive).
 Both writes are guarded. When a guard does not hold they write nothing and return None, and
 the caller takes the general path, which explains why (claimed already, held, fenced out, an
 existing REPORT series, recorded operations). The rows they write are exactly the general
-path's; ``tests/test_session_fastpath.py`` compares the two.
+path's: the settle's are built for both paths by one ``Settlement``
+(:mod:`surehand.dispatcher.settling`), and ``tests/test_session_fastpath.py`` checks that both
+paths leave the same rows.
 
 Why these are written by hand and not generated from ``lifecycle``'s rules: the fence is
 shared (:mod:`surehand.store.fence`) and the edge comes from ``lifecycle.EDGES`` through the
