@@ -75,14 +75,26 @@ class Settings(BaseSettings):
         description="How long worker, api and `db upgrade` wait at start for a database that is "
         "restarting or still starting.",
     )
+    # Accepted so that existing configurations keep loading; the receipt stages they tuned
+    # are gone (migration 0019).
     submission_wait_seconds: float = Field(
-        5.0, ge=0, description="How long a concurrent write_task waits before in_progress."
+        5.0,
+        ge=0,
+        description="No effect (kept so that existing configurations load): a receipt is "
+        "committed with its TASK, so a concurrent write_task waits on the database for the "
+        "first commit and answers reused; it never answers in_progress.",
     )
     submission_hold_seconds: float = Field(
-        30.0, gt=0, description="How long a reserving caller holds its submission."
+        30.0,
+        gt=0,
+        description="No effect (kept so that existing configurations load): no caller holds "
+        "a submission; a receipt is committed with its TASK.",
     )
     stalled_after_seconds: float = Field(
-        300.0, gt=0, description="Diagnostics call a non-committed receipt stalled after this."
+        300.0,
+        gt=0,
+        description="No effect (kept so that existing configurations load): every receipt is "
+        "committed with its TASK, so none stalls.",
     )
     agents: str = Field("", description="Comma list ROLE=module:function of agent handlers.")
     probes: str = Field(

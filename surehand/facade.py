@@ -212,9 +212,6 @@ class Surehand:
         submission_id = submission_id_arg(client_submission_id)
         return diagnostics.diagnose_submission(self.services, self.tenant, submission_id)
 
-    def stalled_submissions(self) -> list[SubmissionDiagnosis]:
-        return diagnostics.stalled_submissions(self.services)
-
     # -- reports and lifecycle ------------------------------------------------------------------
 
     def write_report(

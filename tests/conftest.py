@@ -153,7 +153,7 @@ def clock() -> ManualClock:
 
 @pytest.fixture
 def settings() -> Settings:
-    return Settings(submission_wait_seconds=5.0, submission_hold_seconds=30.0)
+    return Settings()
 
 
 @pytest.fixture

@@ -1,21 +1,21 @@
-"""``write_task`` explored by a machine: retries, lost responses, kills at its crash points,
-receipts left at every stage by a dead writer (hold expired, live, or ending right now), and
-the clock moving, against the real store.
+"""``write_task`` explored by a machine: retries, lost responses, kills at its crash points
+(before and after the commit that writes the receipt and the TASK together) and the clock
+moving, against the real store.
 
 After every step: a submission id names at most one TASK (per tenant), every answer that is not
-a conflict for one id names the same TASK, a receipt keeps the identity it was reserved with, a
-conflict creates nothing, and a call answers without spinning while the clock stands still.
+a conflict for one id names the same TASK, a receipt keeps the identity it was created with and
+is committed with its TASK, a conflict creates nothing, and a call answers without spinning
+while the clock stands still.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
 from typing import Any
 
 from hypothesis import strategies as st
-from hypothesis.stateful import Bundle, RuleBasedStateMachine, invariant, multiple, rule
+from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 from sqlalchemy import func, select
 
 from surehand.crashpoints import CrashPoint
@@ -27,15 +27,12 @@ from surehand.store import schema as tables
 from surehand.testing import DEFAULT_START, ManualClock
 from tests.explore_protocol import explore_settings
 from tests.explore_world import Crashes, Killed, empty_store
-from tests.submission_helpers import request, seed_receipt, seed_task
+from tests.submission_helpers import request
 
 TENANTS = ("acme", "globex")
 SUBMISSIONS = ("sub-a", "sub-b")
 VARIANTS = ("Fix login", "Fix logout")  # two requests: same id, different digest
 KILLS = (None, CrashPoint.WRITE_TASK_BEFORE_COMMIT, CrashPoint.WRITE_TASK_AFTER_COMMIT)
-HOLDS = (-30.0, 0.0, 30.0)  # a dead writer's hold: expired, ending right now, live
-TARGETS = ("absent", "matching", "foreign")  # what the preallocated TASK id holds
-FOREIGN = "sub-foreign"  # a submission no caller of the machine uses
 MAX_READS = 50  # receipt reads one call may make while the clock stands still
 
 
@@ -75,19 +72,7 @@ class Known:
     identity: tuple[str, str] | None = None  # the receipt's (task_id, task_path)
 
 
-@dataclass(frozen=True)
-class DeadWriter:
-    """A receipt a dead writer left: the request it was made from, and when its hold ends."""
-
-    tenant: str
-    sid: str
-    variant: int
-    held_until: datetime
-
-
 class SubmissionMachine(RuleBasedStateMachine):
-    dead_writers = Bundle("dead_writers")
-
     def __init__(self, world: SubmissionWorld) -> None:
         super().__init__()
         self.world = world
@@ -97,7 +82,6 @@ class SubmissionMachine(RuleBasedStateMachine):
             store=world.store, settings=explore_settings(world.store), clock=self.clock
         )
         self.known: dict[tuple[str, str], Known] = {}
-        self.seeded = 0
         world.crashes.armed = None
 
     def teardown(self) -> None:
@@ -156,76 +140,6 @@ class SubmissionMachine(RuleBasedStateMachine):
             known.identity = (receipt.task_id, receipt.task_path)
             known.variant = variant if known.variant is None else known.variant
 
-    @rule(
-        target=dead_writers,
-        tenant=st.sampled_from(TENANTS),
-        sid=st.sampled_from(SUBMISSIONS),
-        variant=st.integers(0, 1),
-        stage=st.sampled_from((ReceiptState.RESERVED, ReceiptState.TASK_CREATED)),
-        held_for=st.sampled_from(HOLDS),
-        at_the_id=st.sampled_from(TARGETS),
-    )
-    def a_writer_died_midway(
-        self,
-        tenant: str,
-        sid: str,
-        variant: int,
-        stage: ReceiptState,
-        held_for: float,
-        at_the_id: str,
-    ) -> Any:
-        """A writer whose TASK store did not share the receipt's transaction died after
-        ``stage``: its receipt (held until ``held_for`` seconds from now), and at the
-        preallocated id its TASK, nothing, or (``foreign``) the TASK of another submission."""
-        if self._receipt(tenant, sid) is not None:
-            return multiple()
-        self.seeded += 1
-        task_id = f"TASK-20261130-{900 + self.seeded}"
-        now = self.clock.now()
-        data = request(subject=VARIANTS[variant])
-        document_digest = (
-            seed_task(
-                self.services.store,
-                task_id=task_id,
-                data=data,
-                tenant=tenant,
-                submission_id=FOREIGN if at_the_id == "foreign" else sid,
-                now=now,
-            )
-            if at_the_id != "absent"
-            else None
-        )
-        seed_receipt(
-            self.services.store,
-            submission_id=sid,
-            data=data,
-            task_id=task_id,
-            state=stage,
-            created_at=now - timedelta(seconds=60),
-            tenant=tenant,
-            holder="dead-writer",
-            held_until=now + timedelta(seconds=held_for),
-            document_digest=document_digest if stage is ReceiptState.TASK_CREATED else None,
-        )
-        known = self._known(tenant, sid)
-        known.variant = variant
-        known.identity = (task_id, self._receipt(tenant, sid).task_path)  # type: ignore[union-attr]
-        return DeadWriter(tenant, sid, variant, now + timedelta(seconds=held_for))
-
-    @rule(writer=dead_writers, kill=st.sampled_from(KILLS), response_lost=st.booleans())
-    def the_caller_retries(
-        self, writer: DeadWriter, kill: CrashPoint | None, response_lost: bool
-    ) -> None:
-        """The caller of a dead writer retries its request (what a client does after a lost
-        answer)."""
-        self.submit(writer.tenant, writer.sid, writer.variant, kill, response_lost)
-
-    @rule(writer=dead_writers)
-    def time_reaches_the_hold(self, writer: DeadWriter) -> None:
-        """The clock lands exactly on the moment a dead writer's hold ends."""
-        if writer.held_until > self.clock.now():
-            self.clock.set(writer.held_until)
-
     @rule(seconds=st.sampled_from((1.0, 15.0, 30.0, 31.0)))
     def time_passes(self, seconds: float) -> None:
         self.clock.advance(seconds)
@@ -281,8 +195,8 @@ class SubmissionMachine(RuleBasedStateMachine):
                     f"{tenant}/{sid} was answered with {task_id}, the TASK of "
                     f"{self._identity_of(task_id)}"
                 )
-            if receipt.state is ReceiptState.COMMITTED:
-                assert named == [receipt.task_id], f"{tenant}/{sid} committed without its TASK"
+            assert receipt.state is ReceiptState.COMMITTED
+            assert named == [receipt.task_id], f"{tenant}/{sid} committed without its TASK"
 
 
 def counting_reads(reads: Reads) -> Callable[[Any], Receipt | None]:

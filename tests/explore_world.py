@@ -94,7 +94,6 @@ class Crashes:
             "surehand.dispatcher.operations",
             "surehand.dispatcher.sessions",
             "surehand.dispatcher.submissions",
-            "surehand.dispatcher.receipt_recovery",
         ):
             monkeypatch.setattr(f"{module}.crash_point", self)
 

@@ -8,7 +8,7 @@ as one JSON line::
 
 With ``--gate`` it first prints ``ready`` and waits for a line on stdin, so that a test can
 line several processes up behind one start signal. ``SUREHAND_*`` environment variables
-(``SUREHAND_CRASH_AT``, ``SUREHAND_SUBMISSION_HOLD_SECONDS``...) apply as usual.
+(``SUREHAND_CRASH_AT``...) apply as usual.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import sys
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from datetime import datetime, timedelta
+from datetime import datetime
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -36,7 +36,6 @@ from surehand.fcop.render import render_task
 from surehand.model import (
     DIGEST_SCHEMA_VERSION,
     Bucket,
-    ReceiptState,
     Task,
     TaskFields,
     task_path,
@@ -214,17 +213,14 @@ def seed_receipt(
     submission_id: str,
     data: Mapping[str, Any],
     task_id: str,
-    state: ReceiptState,
     created_at: datetime,
     tenant: str = TENANT,
-    holder: str | None = "crashed-holder",
-    held_until: datetime | None = None,
-    document_digest: str | None = None,
+    document_digest: str = "0" * 64,
     schema_version: str = DIGEST_SCHEMA_VERSION,
     digest: str | None = None,
 ) -> dict[str, Any]:
-    """Insert a receipt row in ``state``; returns the creation result it carries (committed)
-    or would carry. ``held_until`` defaults to one second after ``created_at``."""
+    """Insert a committed receipt row (without its TASK); returns the creation result it
+    carries."""
     fields = fields_of(data)
     path = task_path(Bucket.INBOX, task_id, fields.sender, fields.recipient)
     digest = digest or request_digest(fields)
@@ -240,23 +236,20 @@ def seed_receipt(
         "idempotent": True,
         "conflict": None,
     }
-    committed = state is ReceiptState.COMMITTED
     with store.transaction() as connection:
         connection.execute(
             insert(tables.receipts).values(
-                tenant=tenant,
-                client_submission_id=submission_id,
-                digest_schema_version=schema_version,
-                request_digest=digest,
-                task_id=task_id,
-                task_path=path,
-                state=state.value,
-                holder=None if committed else holder,
-                held_until=None if committed else (held_until or created_at + timedelta(seconds=1)),
-                document_digest=document_digest,
-                result=result if committed else None,
-                created_at=created_at,
-                updated_at=created_at,
+                receipts.committed_row(
+                    tenant=tenant,
+                    submission_id=submission_id,
+                    schema_version=schema_version,
+                    digest=digest,
+                    task_id=task_id,
+                    task_path=path,
+                    document_digest=document_digest,
+                    result=result,
+                    now=created_at,
+                )
             )
         )
     return result

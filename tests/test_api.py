@@ -13,19 +13,28 @@ import threading
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
 
 import httpx
 import pytest
 
 from surehand.api import create_app
+from surehand.api.problems import conflict_response
 from surehand.config import Settings
 from surehand.digest import request_digest
 from surehand.doors.auth import Authenticator
 from surehand.doors.serving import BackgroundServer
 from surehand.errors import ConfigError
 from surehand.facade import Surehand
-from surehand.model import DIGEST_SCHEMA_VERSION, Bucket, task_path
+from surehand.model import (
+    DIGEST_SCHEMA_VERSION,
+    Bucket,
+    ConflictCode,
+    ConflictInfo,
+    Disposition,
+    ReceiptState,
+    WriteTaskResult,
+    task_path,
+)
 from surehand.requests import parse_task_request
 from surehand.store import Store, receipts, tasks
 
@@ -56,8 +65,7 @@ class Served:
 
 
 def serve(store: Store, **settings: object) -> Iterator[Served]:
-    values: dict[str, object] = {"submission_wait_seconds": 5.0, **settings}
-    config = Settings(database_url=store.url).model_copy(update=values)
+    config = Settings(database_url=store.url).model_copy(update=settings)
     sh = Surehand(settings=config)
     server = BackgroundServer(create_app(sh), "127.0.0.1", 0).start()
     try:
@@ -166,35 +174,31 @@ def test_submission_id_from_header_or_body(api: Served) -> None:
     assert api.counts() == (3, 2)
 
 
-def _reserve(store: Store, tenant: str, submission_id: str, *, hold_for: float) -> None:
-    """A receipt another caller holds (reserved, hold still running)."""
-    fields = parse_task_request(REQUEST).to_fields()
-    now = datetime.now(UTC)
-    with store.transaction() as connection:
-        receipts.insert_reserved(
-            connection,
-            tenant=tenant,
-            submission_id=submission_id,
-            schema_version=DIGEST_SCHEMA_VERSION,
-            digest=request_digest(fields),
-            task_id="TASK-20200101-901",
-            task_path=task_path(Bucket.INBOX, "TASK-20200101-901", "PM", "DEV"),
-            holder="another-caller",
-            held_until=now + timedelta(seconds=hold_for),
-            now=now,
-        )
+def test_in_progress_is_409_with_retry_after() -> None:
+    # write_task no longer answers in_progress (a receipt is committed with its TASK; a
+    # concurrent caller waits on the database and gets reused), but the code stays for the
+    # clients that handle it, and its problem stays a retryable 409.
+    result = WriteTaskResult(
+        disposition=Disposition.CONFLICT,
+        action_taken=False,
+        task_id="TASK-20200101-901",
+        task_path=task_path(Bucket.INBOX, "TASK-20200101-901", "PM", "DEV"),
+        client_submission_id="busy-1",
+        request_digest=request_digest(parse_task_request(REQUEST).to_fields()),
+        digest_schema_version=DIGEST_SCHEMA_VERSION,
+        receipt_state=ReceiptState.COMMITTED,
+        idempotent=True,
+        conflict=ConflictInfo(ConflictCode.IN_PROGRESS, "another call holds busy-1"),
+    )
 
+    response = conflict_response(result)
 
-def test_in_progress_is_409_with_retry_after(store: Store) -> None:
-    for served in serve(store, api_tokens=TOKENS, submission_wait_seconds=0.2):
-        _reserve(store, "acme", "busy-1", hold_for=3600)
-        with served.client() as client:
-            response = post_task(client, "busy-1")
-        assert response.status_code == 409
-        assert response.json()["code"] == "in_progress"
-        assert response.json()["retryable"] is True
-        assert int(response.headers["retry-after"]) >= 1
-        assert served.counts() == (0, 1)
+    assert response.status_code == 409
+    body = json.loads(bytes(response.body))
+    assert body["code"] == "in_progress"
+    assert body["retryable"] is True
+    assert body["result"] == result.to_dict()
+    assert int(response.headers["retry-after"]) >= 1
 
 
 def test_malformed_json_is_400_and_writes_nothing(api: Served) -> None:

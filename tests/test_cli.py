@@ -110,7 +110,6 @@ def test_task_commands_with_json_and_exit_codes(cli: Cli) -> None:
     assert invalid["error"]["field"] == "sender"
     assert [t["task_id"] for t in cli.json("tasks", "--bucket", "inbox")] == [task_id]
     assert cli.json("diagnose", "fix-1")["state"] == "committed"
-    assert cli.json("diagnose", "--stalled") == []
     assert cli.json("show", "TASK-20200101-001", code=EXIT_NOT_FOUND)["error"]["code"] == (
         "task_not_found"
     )

@@ -6,10 +6,15 @@ from __future__ import annotations
 import pytest
 from hypothesis.stateful import run_state_machine_as_test
 
+from surehand.crashpoints import CrashPoint
 from surehand.dispatcher.submissions import _Submission
-from surehand.model import ReceiptState
 from surehand.store import Store
-from tests.explore_submissions import Reads, SubmissionMachine, SubmissionWorld, counting_reads
+from tests.explore_submissions import (
+    Reads,
+    SubmissionMachine,
+    SubmissionWorld,
+    counting_reads,
+)
 from tests.explore_world import Crashes, budget
 
 
@@ -28,51 +33,23 @@ def test_write_task_keeps_one_task_per_submission_in_every_interleaving(
     run_state_machine_as_test(lambda: SubmissionMachine(world), settings=budget())  # type: ignore[arg-type]  # a factory works
 
 
-# -- counterexamples the exploration found ------------------------------------------------------
+# -- regressions ----------------------------------------------------------------------------------
 
 
-def died_holding_a_reservation(
-    world: SubmissionWorld, *, held_for: float, at_the_id: str
-) -> SubmissionMachine:
-    """A machine whose writer of acme's ``sub-a`` died holding its reservation for
-    ``held_for`` more seconds, the preallocated id ``at_the_id``."""
-    machine = SubmissionMachine(world)
-    machine.a_writer_died_midway(
-        tenant="acme",
-        sid="sub-a",
-        variant=0,
-        stage=ReceiptState.RESERVED,
-        held_for=held_for,
-        at_the_id=at_the_id,
-    )
-    return machine
-
-
-def test_a_retry_takes_over_a_reservation_whose_hold_ends_at_this_very_instant(
-    world: SubmissionWorld,
+@pytest.mark.parametrize(
+    "kill", [CrashPoint.WRITE_TASK_BEFORE_COMMIT, CrashPoint.WRITE_TASK_AFTER_COMMIT]
+)
+def test_a_retry_after_a_kill_names_the_one_task_of_the_submission(
+    world: SubmissionWorld, kill: CrashPoint
 ) -> None:
-    # Found by the machine: a_writer_died_midway(held_for=0.0, stage=reserved,
-    # at_the_id="absent") then submit(the same request). The reader counted the hold as over
-    # (held_until > now is false) while the takeover counted it as live (held_until < now is
-    # false too), so the call re-read the receipt forever while the clock stood still.
-    machine = died_holding_a_reservation(world, held_for=0.0, at_the_id="absent")
+    machine = SubmissionMachine(world)
+    machine.submit(tenant="acme", sid="sub-a", variant=0, kill=kill, response_lost=False)
+    machine.a_submission_names_one_task()
+
+    machine.submit(tenant="acme", sid="sub-a", variant=0, kill=None, response_lost=False)
+
     identity = machine.known[("acme", "sub-a")].identity
     assert identity is not None
-    task_id = identity[0]
-
-    machine.submit(tenant="acme", sid="sub-a", variant=0, kill=None, response_lost=False)
-
-    assert machine.known[("acme", "sub-a")].named == {task_id}
-    assert world.reads.count <= 2
-    machine.a_submission_names_one_task()
-
-
-def test_a_retry_never_adopts_another_submissions_task_at_the_preallocated_id(
-    world: SubmissionWorld,
-) -> None:
-    machine = died_holding_a_reservation(world, held_for=-30.0, at_the_id="foreign")
-    machine.a_submission_names_one_task()
-
-    machine.submit(tenant="acme", sid="sub-a", variant=0, kill=None, response_lost=False)
-
+    assert machine.known[("acme", "sub-a")].named == {identity[0]}
+    assert world.reads.count <= 1
     machine.a_submission_names_one_task()

@@ -324,7 +324,7 @@ READ_COMMANDS = [
     ["tasks"],
     ["tasks", "--watch", "--task", "TASK-20260101-001", "--until-bucket", "done"],
     ["show", "TASK-20260101-001"],
-    ["diagnose", "--stalled"],
+    ["diagnose", "sub-1"],
     ["cases"],
     ["db", "current"],
     ["fcop", "export", "workspace"],

@@ -215,7 +215,7 @@ def test_the_migration_keeps_issued_numbers_and_permutes_only_new_days(at_0007: 
     store = Store(at_0007, auto_upgrade=True)
     try:
         clock = ManualClock()
-        settings = Settings(submission_wait_seconds=5.0, submission_hold_seconds=30.0)
+        settings = Settings()
         services = Services(store=store, settings=settings, clock=clock)
         assert submit(services, "acme", "same-day").task_id == f"TASK-{DAY}-042"
         clock.advance(86_400)

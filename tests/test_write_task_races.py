@@ -2,14 +2,13 @@
 
 Threads are lined up behind a barrier; separate OS processes behind a start signal on stdin
 (each connected and ready first). Every run must end with exactly one ``created``, the rest
-``reused`` with the same task_id, one TASK and one receipt, on SQLite and on Postgres. The
-waiting limit is generous here so that a slow machine cannot turn a wait into ``in_progress``;
-``in_progress`` itself is tested in test_write_task.py.
+``reused`` with the same task_id, one TASK and one receipt, on SQLite and on Postgres: the
+others wait on the database for the first commit (the unique key), then read its committed
+receipt.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import threading
 from collections import Counter
@@ -19,7 +18,6 @@ from typing import Any
 import pytest
 from sqlalchemy import event, text
 
-from surehand.config import Settings
 from surehand.dispatcher.context import Services
 from surehand.dispatcher.submissions import write_task
 from surehand.model import ConflictCode, Disposition, WriteTaskResult
@@ -37,12 +35,6 @@ from tests.submission_helpers import (
 SID = "race-1"
 ORIGINAL = request(client_submission_id=SID)
 OTHER = request(client_submission_id=SID, subject="Deploy staging", recipient="OPS")
-
-
-@pytest.fixture
-def patient(services: Services) -> Services:
-    settings = Settings(submission_wait_seconds=60.0, submission_hold_seconds=60.0)
-    return dataclasses.replace(services, settings=settings)
 
 
 def call_at_once(services: Services, requests: list[dict[str, Any]]) -> list[WriteTaskResult]:
@@ -63,23 +55,23 @@ def tally(dispositions: list[str]) -> dict[str, int]:
 
 @pytest.mark.parametrize("callers", [8, 64])
 def test_concurrent_threads_with_one_id_and_one_request_create_one_task(
-    patient: Services, callers: int
+    services: Services, callers: int
 ) -> None:
-    results = call_at_once(patient, [ORIGINAL] * callers)
+    results = call_at_once(services, [ORIGINAL] * callers)
 
     assert tally([r.disposition.value for r in results]) == {"created": 1, "reused": callers - 1}
     assert len({r.task_id for r in results}) == 1
     assert len({r.task_path for r in results}) == 1
     assert sum(r.action_taken for r in results) == 1
-    assert counts(patient.store) == (1, 1)
+    assert counts(services.store) == (1, 1)
 
 
 def test_concurrent_threads_with_one_id_and_two_requests_create_one_task(
-    patient: Services,
+    services: Services,
 ) -> None:
     requests = [ORIGINAL, OTHER] * 4
 
-    results = call_at_once(patient, requests)
+    results = call_at_once(services, requests)
 
     created = [r for r in results if r.disposition is Disposition.CREATED]
     assert len(created) == 1
@@ -99,7 +91,7 @@ def test_concurrent_threads_with_one_id_and_two_requests_create_one_task(
         "reused": 3,
         "conflict": 4,
     }
-    assert counts(patient.store) == (1, 1)
+    assert counts(services.store) == (1, 1)
 
 
 def test_concurrent_processes_with_one_id_create_one_task(store: Store) -> None:

@@ -171,7 +171,7 @@ def open_backend(name: str, url: str, reuse_pool: int) -> Backend:
     empty(store)
     services = Services(
         store=store,
-        settings=Settings(submission_wait_seconds=120.0, submission_hold_seconds=60.0),
+        settings=Settings(),
         clock=SystemClock(),
     )
     backend = Backend(name, store, services, bare_table(store), row_like_write_task(), [])

@@ -98,7 +98,6 @@ def pass_table(results: Sequence[PassResult]) -> Table:
         "min ms",
         "ms/1k run",
         "x 100 run",
-        "stalled count ms",
     ):
         table.add_column(column, justify="right")
     base = {
@@ -119,7 +118,6 @@ def pass_table(results: Sequence[PassResult]) -> Table:
             f"{r.min_ms:.1f}",
             f"{r.per_1k_running_ms:.2f}",
             f"{ratio:.1f}" if ratio else "-",
-            f"{r.stalled_count_ms:.1f}",
         )
     return table
 

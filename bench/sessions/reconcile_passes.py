@@ -27,7 +27,6 @@ from sqlalchemy.pool import NullPool
 from bench.common.seeding import seeded_task
 from bench.common.services import RedisServer
 from surehand.config import Settings
-from surehand.dispatcher import diagnostics
 from surehand.facade import Surehand
 from surehand.model import AttemptState, Bucket, CaseState
 from surehand.store import Store
@@ -94,8 +93,6 @@ def receipt_row(task_id: str) -> dict[str, Any]:
         "task_id": task_id,
         "task_path": f"fcop/_lifecycle/done/{task_id}-PM-to-DEV.md",
         "state": "committed",
-        "holder": None,
-        "held_until": None,
         "document_digest": "0" * 64,
         "result": {"disposition": "created"},
         "created_at": T0,
@@ -188,7 +185,6 @@ class PassResult:
     p90_ms: float
     min_ms: float
     per_1k_running_ms: float
-    stalled_count_ms: float  # the stalled-receipt count, run at most every 30 s
 
 
 def bench_settings(url: str, redis_url: str, **overrides: Any) -> Settings:
@@ -210,9 +206,6 @@ def measure_passes(
             reports.append(reconciler.run_once())
             times.append((time.perf_counter() - started) * 1000)
         profile = _profile(reconciler.run_once) if running >= 10_000 else ""
-        started = time.perf_counter()
-        diagnostics.count_stalled(sh.services)
-        stalled_ms = (time.perf_counter() - started) * 1000
     finally:
         sh.close()
     last = reports[-1]
@@ -231,7 +224,6 @@ def measure_passes(
             p90_ms=round(times[int(0.9 * (len(times) - 1))], 2),
             min_ms=round(times[0], 2),
             per_1k_running_ms=round(median / running * 1000, 3),
-            stalled_count_ms=round(stalled_ms, 2),
         ),
         profile,
     )

@@ -150,7 +150,7 @@ def timed_phases(phases: dict[str, list[float]]) -> Iterator[None]:
     wrap(Heartbeat, "stop", "heartbeat stop (join)")
     # One transaction for an agent without operations; with operations the return commits
     # first, on its own (both inside this phase).
-    wrap(Session, "settle_returned", "settle: return + REPORT + review + end (one write)")
+    wrap(Session, "settle", "settle: return + REPORT + review + end (one write)")
     wrap(LeaseStore, "release", "lease compare-and-delete")
     wrap(runner_module.SessionRunner, "run", "whole session")
     try:

@@ -54,7 +54,8 @@ _CREATE_RESPONSES: dict[int | str, dict[str, Any]] = {
         422,
         s403="sender names a role other than the caller's (only ADMIN may), or the Origin "
         "header is not allowed.",
-        s409="in_progress (retry after Retry-After), task_missing, target_mismatch.",
+        s409="in_progress (retry after Retry-After), task_missing, target_mismatch: codes "
+        "kept for older clients, no longer answered (a receipt is committed with its TASK).",
     ),
 }
 

@@ -209,8 +209,7 @@ def report_view(report: Report) -> Panel:
 def diagnosis_table(diagnosis: SubmissionDiagnosis) -> Table:
     table = Table(show_header=False, box=None, title=diagnosis.client_submission_id)
     for key, value in diagnosis.to_dict().items():
-        style = "bold red" if key == "stalled" and value else "bold"
-        table.add_row(f"[{style}]{key}[/]", str(value))
+        table.add_row(f"[bold]{key}[/]", str(value))
     return table
 
 

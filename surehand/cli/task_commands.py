@@ -384,27 +384,16 @@ def show(
 @app.command()
 @handle_errors
 def diagnose(
-    submission_id: Annotated[
-        str | None, typer.Argument(help="client_submission_id; omit with --stalled.")
-    ] = None,
-    stalled: Annotated[
-        bool, typer.Option(envvar="SUREHAND_STALLED", help="List every stalled receipt.")
-    ] = False,
+    submission_id: Annotated[str, typer.Argument(help="client_submission_id.")],
     database_url: DatabaseUrl = None,
     tenant: Tenant = None,
     as_json: JsonFlag = False,
 ) -> None:
     """Read-only diagnostics of a submission's receipt (never repairs anything)."""
-    sh = open_existing(database_url, tenant)
-    if submission_id is None and not stalled:
-        raise typer.BadParameter("give a client_submission_id or --stalled")
-    found = sh.stalled_submissions() if stalled else [sh.diagnose_submission(submission_id or "")]
+    found = open_existing(database_url, tenant).diagnose_submission(submission_id)
     if as_json:
-        emit_json([item.to_dict() for item in found] if stalled else found[0].to_dict())
+        emit_json(found.to_dict())
         return
-    for item in found:
-        from surehand.cli.render import diagnosis_table
+    from surehand.cli.render import diagnosis_table
 
-        console.print(diagnosis_table(item))
-    if stalled and not found:
-        console.print("no stalled submissions")
+    console.print(diagnosis_table(found))

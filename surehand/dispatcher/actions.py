@@ -4,6 +4,11 @@ Every door (Python, CLI, HTTP, MCP, console) calls these; none publishes, notifi
 on its own. An effect runs after the action's transaction committed and never undoes it: a
 publish that fails is retried by the dispatcher sweep, a successor that was not published by
 the next reconciler pass, and a hold notice is only a convenience for Flower.
+
+The one effect that is not run here is the publish of a created TASK: it has one place,
+:func:`surehand.dispatcher.submissions.write_task`, after the creating commit, because a
+session's delegation creates TASKs through it too (without a door). :func:`write_task` here
+only counts the answer.
 """
 
 from __future__ import annotations
@@ -26,7 +31,8 @@ if TYPE_CHECKING:  # recovery imports the lease store (redis); a process that on
 def write_task(
     services: Services, payload: Any, *, tenant: str, principal: Principal
 ) -> WriteTaskResult:
-    """Create a TASK once per submission id (publishing happens inside, after its commit)."""
+    """Create a TASK once per submission id and count the answer (``submissions.write_task``
+    publishes a created TASK after its commit)."""
     result = submissions.write_task(services, payload, tenant=tenant, principal=principal)
     metrics.observe_submission(result.disposition.value)
     return result

@@ -167,8 +167,9 @@ def publish_after_commit(services: Services, task_id: str) -> bool:
     """Publish a committed TASK in ``inbox`` (or sent back to ``active`` for rework) and record
     that it was published.
 
-    Runs after the creating transaction committed, never inside it, and never raises: the TASK
-    is committed whatever happens here, so a create answers with its result (never a 500). A
+    Runs after the transaction that sent it there (a move back for rework) committed, never
+    inside it, and never raises: the move is committed whatever happens here, so the call
+    answers with its result (never a 500). A
     publish that fails leaves the TASK unpublished (or marked undispatchable) in the store, and
     the dispatcher sweep retries it.
     """
@@ -180,8 +181,9 @@ def publish_after_commit(services: Services, task_id: str) -> bool:
 
 
 def after_create(services: Services, task_id: str) -> None:
-    """After a TASK's creating commit: wake the background publisher, or drain the outbox
-    here when this process runs none. Never raises (the TASK is committed whatever happens)."""
+    """After a TASK's creating commit (``submissions.write_task`` calls it for every create):
+    wake the background publisher, or drain the outbox here when this process runs none.
+    Never raises (the TASK is committed whatever happens)."""
     wake = services.wake_publisher
     if wake is not None and wake():
         return

@@ -28,7 +28,7 @@ from datetime import datetime
 from sqlalchemy import Connection
 
 from surehand import metrics
-from surehand.dispatcher import cascades, diagnostics, dispatch
+from surehand.dispatcher import cascades, dispatch
 from surehand.dispatcher.recovery import Recovery, loss_grace
 from surehand.errors import LeaseUnavailable, StaleDecision
 from surehand.model import Admission, AttemptState, CaseState, InterruptionCase
@@ -39,7 +39,6 @@ log = logging.getLogger(__name__)
 
 PAGE = 1000
 STRANDED_PER_PASS = 100  # stranded TASKs rescued per pass; the rest in the next passes
-STALLED_COUNT_EVERY = 30.0  # seconds between counts of stalled receipts
 RECONCILER = "reconciler"
 _UNSEEN = "\0unseen"  # no generation read yet by this reconciler
 # One page's suspicion changes: attempts whose lease is back, attempts newly missing, and when.
@@ -60,7 +59,6 @@ class PassReport:
     republished: int = 0
     retries_waiting: int = 0  # successors a retry policy admitted, waiting for their backoff
     cascaded: int = 0  # children of cancelled TASKs cancelled by this pass (cascades.finish)
-    stalled_receipts: int = 0
     redis_ok: bool = True
     held: list[dict[str, object]] = field(default_factory=list)  # cases held in this pass
     seconds: float = 0.0
@@ -89,8 +87,6 @@ class Reconciler:
         self._generation: str | None = _UNSEEN
         self._outage = False
         self._judge_from: datetime | None = None
-        self._stalled = 0
-        self._stalled_at: float | None = None
 
     def run_once(self) -> PassReport:
         started = time.perf_counter()
@@ -100,7 +96,6 @@ class Reconciler:
         self._advance_cases(report)
         report.cascaded = cascades.finish(self.services)
         report.republished += dispatch.sweep(self.services)
-        report.stalled_receipts = self._stalled_receipts()
         report.seconds = round(time.perf_counter() - started, 6)
         metrics.observe_pass(report.seconds, report.lost, report.admissions)
         self._note_pass(report.seconds)
@@ -112,16 +107,6 @@ class Reconciler:
         """For the console's workers page; a Redis that is down loses only that line."""
         with contextlib.suppress(LeaseUnavailable):
             self.recovery.admitter.leases.record_pass(time.time(), seconds)
-
-    def _stalled_receipts(self) -> int:
-        """The stalled-receipt count, refreshed at most every ``STALLED_COUNT_EVERY`` seconds:
-        receipts stall on a scale of minutes (``stalled_after_seconds``), and counting them
-        must not add a cost proportional to all submissions to every pass."""
-        moment = time.monotonic()
-        if self._stalled_at is None or moment - self._stalled_at >= STALLED_COUNT_EVERY:
-            self._stalled = diagnostics.count_stalled(self.services)
-            self._stalled_at = moment
-        return self._stalled
 
     # -- running attempts ---------------------------------------------------------------------
 

@@ -1,18 +1,19 @@
 """``write_task``: create a TASK exactly once per (tenant, client_submission_id).
 
-The fast path is one transaction in which the TASK store joins the receipt's transaction
-(DESIGN.md section 3): allocate the task number, insert the receipt — it passes ``reserved``
-and ``task_created`` inside the transaction and is written ``committed`` with the full result
-and the document digest — insert the TASK, its outbox row and its creation event, commit;
-the TASK's message is published after the commit from the outbox (``dispatch.after_create``),
-off the caller's path where a background publisher runs. A crash anywhere
-before the commit leaves nothing behind; after it, every retry replays the result. Concurrent
-callers with one id converge on the unique (tenant, id) key: the database makes the others wait
-for the first commit, then they read the committed receipt and answer ``reused``.
+A create is one transaction, in which the TASK store joins the receipt's transaction (DESIGN.md
+section 3): allocate the task number, insert the receipt -- written ``committed`` with the full
+result and the document digest -- the TASK, its outbox row and its creation event, commit. On
+Postgres that is one statement (:mod:`surehand.store.creation`). A crash anywhere before the
+commit leaves nothing behind; after it, every retry replays the result
+(:mod:`surehand.dispatcher.replay`). No receipt is ever written short of ``committed``, so none
+needs recovering. Concurrent callers with one id converge on the unique (tenant, id) key: the
+database makes the others wait for the first commit, then they read the committed receipt and
+answer ``reused``.
 
-A receipt found short of ``committed`` (left by a writer whose TASK store did not share its
-transaction, or restored from elsewhere) is recovered under its original identity by
-:mod:`surehand.dispatcher.receipt_recovery`, which also decides on a committed one.
+This module is the one place a created TASK is published: :func:`write_task` hands it to the
+outbox's publisher (``dispatch.after_create``) after the commit, off the caller's path where a
+background publisher runs, for every caller -- the doors' ``actions.write_task`` and a
+session's delegation alike.
 """
 
 from __future__ import annotations
@@ -27,9 +28,9 @@ from sqlalchemy import Connection
 from surehand.clock import utc_day
 from surehand.crashpoints import CrashPoint, crash_point
 from surehand.digest import request_digest
+from surehand.dispatcher import replay
 from surehand.dispatcher.context import Services
 from surehand.dispatcher.dispatch import after_create
-from surehand.dispatcher.receipt_recovery import ReceiptRecovery
 from surehand.dispatcher.task_creation import (
     SubmissionCall,
     check_dependencies,
@@ -79,9 +80,13 @@ def write_task(
     check_dependencies(services, tenant, fields)
     digest = request_digest(fields)
     if parsed.client_submission_id is None:
-        return _create_legacy(services, fields, digest, tenant, acting)
-    call = SubmissionCall(services, tenant, parsed.client_submission_id, fields, digest, acting)
-    return _Submission(call, writer).run()
+        result = _create_legacy(services, fields, digest, tenant, acting)
+    else:
+        call = SubmissionCall(services, tenant, parsed.client_submission_id, fields, digest, acting)
+        result = _Submission(call, writer).run()
+    if result.action_taken and result.task_id is not None:
+        after_create(services, result.task_id)  # committed: publish it (never raises)
+    return result
 
 
 def _new_task_id(connection: Any, now: datetime, ahead: int | None = None) -> str:
@@ -111,22 +116,19 @@ def _create_legacy(
             now=now,
             acting=acting,
         )
-    after_create(services, task_id)
     path = task_path(Bucket.INBOX, task_id, fields.sender, fields.recipient)
     return write_result(task_id, path, Disposition.CREATED, None, digest, None)
 
 
 class _Submission:
-    """One write_task call with a submission id: reserve, or converge on the existing receipt."""
+    """One write_task call with a submission id: create, or answer from the existing receipt."""
 
     def __init__(self, call: SubmissionCall, writer: Writer | None = None) -> None:
         self.call = call
         self.writer = writer
-        self.recovery = ReceiptRecovery(call)
 
     def run(self) -> WriteTaskResult:
-        collisions = 0
-        while True:
+        for _ in range(_MAX_COLLISIONS):
             now = self.call.services.clock.now()
             # A retry (the common case after a lost response) costs one read; on Postgres the
             # same statement allocates the TASK number when there is no receipt yet.
@@ -138,21 +140,15 @@ class _Submission:
                 if created is not None:
                     return created
                 receipt = self._read()  # another caller committed it first
-            # Receipts are never deleted: follow this one until it answers.
-            while receipt is not None:
-                outcome = self.recovery.converge(receipt)
-                if outcome is not None:
-                    return outcome
-                receipt = self._read()
+            if receipt is not None:
+                return replay.answer(self.call, receipt)
             # The insert hit a unique key, yet this submission has no receipt: the number the
             # counter handed out belongs to another receipt. Never spin on it.
-            collisions += 1
-            if collisions >= _MAX_COLLISIONS:
-                raise StoreError(
-                    "the TASK counter handed out a number that another submission already "
-                    "holds (was the database restored from an older backup?); nothing was "
-                    "written. Move the counters row past the highest task number and retry"
-                )
+        raise StoreError(
+            "the TASK counter handed out a number that another submission already holds (was "
+            "the database restored from an older backup?); nothing was written. Move the "
+            "counters row past the highest task number and retry"
+        )
 
     def _create_at_once(self, now: datetime, ahead: int | None) -> WriteTaskResult | None:
         """Number (unless allocated ``ahead``), receipt, TASK and event in one transaction;
@@ -192,8 +188,7 @@ class _Submission:
             if error.table not in ("receipts", "unknown"):
                 raise
             return None
-        crash_point(CrashPoint.WRITE_TASK_AFTER_COMMIT)
-        after_create(call.services, task_id)
+        crash_point(CrashPoint.WRITE_TASK_AFTER_COMMIT)  # committed, neither answered nor published
         return result
 
     def _writer(self) -> AbstractContextManager[Connection]:

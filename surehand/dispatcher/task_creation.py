@@ -1,9 +1,9 @@
 """What the ways of creating a TASK share: the call, the TASK's document, rows and result.
 
-``write_task``'s fast path and its legacy path (:mod:`surehand.dispatcher.submissions`) and
-the recovery of a receipt short of ``committed`` (:mod:`surehand.dispatcher.receipt_recovery`)
-all render the FCoP document, insert the TASK with its creation event, and answer under the
-call's identity; this module holds those pieces so that neither of the two imports the other.
+``write_task``'s submission path and its legacy path (:mod:`surehand.dispatcher.submissions`)
+render the FCoP document, insert the TASK with its creation event, and answer under the call's
+identity, as the replay of a committed receipt (:mod:`surehand.dispatcher.replay`) answers;
+this module holds those pieces so that neither of the two imports the other.
 """
 
 from __future__ import annotations

@@ -37,8 +37,10 @@ class RiskLevel(enum.StrEnum):
 
 
 class ReceiptState(enum.StrEnum):
-    RESERVED = "reserved"
-    TASK_CREATED = "task_created"
+    """A receipt is written ``committed``, with the TASK, in one transaction: the stages
+    ``reserved`` and ``task_created`` of earlier versions never existed durably and migration
+    0019 retired the rows a test or a restore may have left in them."""
+
     COMMITTED = "committed"
 
 
@@ -49,6 +51,9 @@ class Disposition(enum.StrEnum):
 
 
 class ConflictCode(enum.StrEnum):
+    """Why write_task refused. This version answers only the two mismatches (a receipt is
+    always committed); the others stay so that clients written against them keep working."""
+
     DIGEST_MISMATCH = "digest_mismatch"
     SCHEMA_MISMATCH = "schema_mismatch"
     TASK_MISSING = "task_missing"

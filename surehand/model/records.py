@@ -144,7 +144,7 @@ class WriteTaskResult:
 
 @dataclass(frozen=True, slots=True)
 class Receipt:
-    """The durable record of one submission."""
+    """The durable record of one submission, written ``committed`` with the TASK."""
 
     tenant: str
     client_submission_id: str
@@ -153,10 +153,8 @@ class Receipt:
     task_id: str
     task_path: str
     state: ReceiptState
-    holder: str | None
-    held_until: datetime | None
-    document_digest: str | None
-    result: Mapping[str, Any] | None
+    document_digest: str
+    result: Mapping[str, Any]
     created_at: datetime
     updated_at: datetime
 
@@ -173,8 +171,6 @@ class SubmissionDiagnosis:
     target_exists: bool
     digests_match: bool | None
     age_seconds: float
-    stalled: bool
-    held_by_live_caller: bool
 
     def to_dict(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)

@@ -100,18 +100,16 @@ receipts = Table(
     Column("request_digest", String(64), nullable=False),
     Column("task_id", String(32), nullable=False),
     Column("task_path", String(512), nullable=False),
+    # Always 'committed' (migration 0019 retired the stages before it).
     Column("state", String(16), nullable=False),
-    Column("holder", String(64)),
-    _ts("held_until", nullable=True),
-    Column("document_digest", String(64)),
-    Column("result", JSON),
+    Column("document_digest", String(64), nullable=False),
+    Column("result", JSON, nullable=False),
     _ts("created_at"),
     _ts("updated_at"),
     UniqueConstraint("tenant", "client_submission_id", name="uq_receipts_submission"),
     UniqueConstraint("task_id", name="uq_receipts_task_id"),
     _check("state", model.ReceiptState, "state"),
 )
-Index("ix_receipts_state_updated", receipts.c.state, receipts.c.updated_at)
 
 tasks = Table(
     "tasks",
