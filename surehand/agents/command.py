@@ -326,7 +326,9 @@ class CommandAgent:
             watched = self._watched(ctx, work_dir, workspace)  # its baseline, before it starts
             group = self._start(ctx, work_dir, launch, *outputs)
             if self.confinement.sandbox.mode == BWRAP:
-                watched.sandbox_pid = functools.partial(quotas.sandbox_pid, group.pgid)
+                watched.sandbox_pid = functools.partial(
+                    quotas.sandbox_pid, group.pgid, group.started
+                )
             watch_for(self.settings).watch(watched)
             try:
                 code = self._wait(group, ctx, watched)

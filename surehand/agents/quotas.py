@@ -5,8 +5,11 @@
 for it: its session directory, its captured outputs and its per-TASK clone (the places under
 the work directory; a shared workspace or an operator's writable bind is nobody's alone and
 counted in no session's quota). Its sandbox's ``/tmp``, ``/dev/shm`` and ``/run`` count in the
-files too (their bytes are bounded by their size). What is there when the program starts is
-the baseline: a successor's worktree does not count against it.
+files too (their bytes are bounded by their size): seen through a process inside the sandbox,
+and only its own tmpfs mounts, never a file system of the host's (while bubblewrap sets the
+sandbox up, its process still sees the host's ``/tmp``, whose ``statvfs`` counts every file of
+the host's disk). What is there when the program starts is the baseline: a successor's
+worktree does not count against it.
 
 A thread per worker process (:mod:`surehand.agents.quota_watch`) measures every running
 session, in rounds every ``SUREHAND_AGENT_QUOTA_CHECK_SECONDS`` (longer when rounds are costly)
@@ -42,6 +45,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from surehand.agents.groups import start_time
 from surehand.config import Settings
 from surehand.errors import NoSpaceForSessions, SessionInterrupted
 from surehand.model import AttemptCause
@@ -140,22 +144,75 @@ def _entries(root: Path, info: os.stat_result) -> Iterator[list[os.stat_result]]
         yield found
 
 
-def tmpfs_files(pid: int | None) -> int:
-    """Files in the sandbox's tmpfs mounts, seen through process ``pid`` inside it (0 when
-    there is none to look through)."""
-    if pid is None:
-        return 0
+def tmpfs_files(root: int) -> int:
+    """Files in the sandbox's own tmpfs mounts, seen from ``root`` (a descriptor of the root
+    directory of a process inside it).
+
+    Only a mount of the sandbox's own counts: a place on the root's file system, or on one the
+    worker itself has at ``/``, ``/tmp``, ``/dev/shm`` or ``/run``, is the host's (a ``statvfs``
+    of it would count every file of that file system), and no link is followed to find one
+    (an absolute link would be resolved in the worker's view)."""
+    if _same_file(os.fstat(root), os.stat("/")):
+        return 0  # the worker's own root: bubblewrap has not pivoted into the view yet
+    foreign = {os.fstat(root).st_dev, *_host_devices()}
     used = 0
     for name in TMPFS:
-        with contextlib.suppress(OSError):
-            info = os.statvfs(f"/proc/{pid}/root/{name}")
-            used += info.f_files - info.f_ffree
+        with contextlib.suppress(OSError), _opened(name, root) as place:
+            if os.fstat(place).st_dev not in foreign:
+                info = os.fstatvfs(place)
+                used += info.f_files - info.f_ffree
     return used
 
 
-def sandbox_pid(leader: int) -> int | None:
+@contextlib.contextmanager
+def process_root(pid: int) -> Iterator[int | None]:
+    """A descriptor of process ``pid``'s root directory (None once it is gone): it stays that
+    process's root even if the pid is reused while it is open."""
+    try:
+        root = os.open(f"/proc/{pid}/root", os.O_PATH | os.O_DIRECTORY)
+    except OSError:
+        yield None
+        return
+    try:
+        yield root
+    finally:
+        os.close(root)
+
+
+@contextlib.contextmanager
+def _opened(path: str, root: int) -> Iterator[int]:
+    """``path`` under ``root``, each of its directories opened without following a link."""
+    flags = os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW
+    current = os.dup(root)
+    try:
+        for part in path.split("/"):
+            step = os.open(part, flags, dir_fd=current)
+            os.close(current)
+            current = step
+        yield current
+    finally:
+        os.close(current)
+
+
+def _host_devices() -> set[int]:
+    devices = set()
+    for path in ("/", *(f"/{name}" for name in TMPFS)):
+        with contextlib.suppress(OSError):
+            devices.add(os.stat(path).st_dev)
+    return devices
+
+
+def _same_file(one: os.stat_result, other: os.stat_result) -> bool:
+    return (one.st_dev, one.st_ino) == (other.st_dev, other.st_ino)
+
+
+def sandbox_pid(leader: int, started: str | None = None) -> int | None:
     """A process inside the sandbox a trampoline ``leader`` runs: bubblewrap's second process,
-    its grandchild (the first stays outside, to report the end); None once it is gone."""
+    its grandchild (the first stays outside, to report the end); None once it is gone, or once
+    ``leader`` is not the process that started at ``started`` (its pid reused after it was
+    reaped: a pid names another process then, maybe another session's)."""
+    if started is not None and start_time(leader) != started:
+        return None
     pid: int | None = leader
     for _level in range(2):
         assert pid is not None
@@ -212,7 +269,18 @@ class Watched:
     def usage(self, stop_past: Usage | None = None) -> Usage:
         """What its places hold now (up to ``stop_past``: see :func:`measure`)."""
         found = measure(self.roots, stop_past)
-        return Usage(found.disk_bytes, found.files + tmpfs_files(self.sandbox_pid()))
+        return Usage(found.disk_bytes, found.files + self._sandbox_files())
+
+    def _sandbox_files(self) -> int:
+        """Files in its sandbox's tmpfs mounts, looked at through its sandbox's process: only
+        while that pid is still the one found first (not one reused meanwhile)."""
+        pid = self.sandbox_pid()
+        if pid is None:
+            return 0
+        with process_root(pid) as root:
+            if root is None or self.sandbox_pid() != pid:
+                return 0
+            return tmpfs_files(root)
 
     def over(self, why: str) -> None:
         self.exceeded = why
@@ -234,11 +302,17 @@ class Watched:
 def watched_session(name: str, places: Sequence[Path], *, within: Path, quota: Quota) -> Watched:
     """Session ``name`` under ``quota``, its baseline measured now: of ``places`` (its
     directory, outputs, workspace), those inside ``within`` (the work directory: its own
-    clone is, a shared workspace is no one session's)."""
-    roots = tuple(path for path in places if path.is_relative_to(within))
+    clone is, a shared workspace is no one session's), and never ``within`` itself: where
+    they lead, not how they are spelled (``..``, a link), decides (the walk would count every
+    session's files, or another tree's, as this one's)."""
+    roots = tuple(path for path in places if _strictly_inside(path, within))
     watched = Watched(name, roots, quota, threading.Event())
     watched.baseline = watched.usage()
     return watched
+
+
+def _strictly_inside(path: Path, directory: Path) -> bool:
+    return directory.resolve() in path.resolve().parents
 
 
 def require_free_space(settings: Settings) -> None:
