@@ -39,8 +39,9 @@ from surehand.dispatcher import queries
 from surehand.dispatcher.operations import Declared
 from surehand.doors import problem
 from surehand.errors import LeaseLost, StaleOwner, SurehandError, ValidationFailed
+from surehand.mcp.session_answers import begin, end_effect, size_of
 from surehand.mcp.session_state import Journaled
-from surehand.mcp.session_tools import Grant, SessionTools, begin, end_effect, size_of
+from surehand.mcp.session_tools import Grant, SessionTools
 
 log = logging.getLogger(__name__)
 
