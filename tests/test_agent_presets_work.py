@@ -13,7 +13,7 @@ import anyio
 import pytest
 
 from surehand.agents.command import CommandAgent
-from surehand.cli.check_command import check_agent_programs
+from surehand.cli.agent_checks import check_agent_programs
 from surehand.errors import ConfigError
 from surehand.mcp.session_server import build_session_server
 from surehand.mcp.session_tools import SessionTools

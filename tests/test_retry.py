@@ -332,7 +332,7 @@ def test_a_retry_keeps_its_due_time_when_admission_runs_again(
 
 
 def test_surehand_check_names_a_retry_or_budget_setting_that_cannot_be_read() -> None:
-    from surehand.cli.check_command import check_unattended
+    from surehand.cli.agent_checks import check_unattended
 
     [good] = check_unattended(Settings(retry_max_attempts="QA=2", agent_budget_usd="QA=1"))
     [bad_retry] = check_unattended(Settings(retry_backoff_seconds="10,QA=soon"))
