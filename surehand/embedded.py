@@ -25,7 +25,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from surehand.agents.builtin import register_demo
-from surehand.config import DEFAULT_HOME, Settings
+from surehand.config import Settings
+from surehand.config.store import DEFAULT_HOME
 from surehand.dispatcher import dispatch
 from surehand.facade import Surehand
 

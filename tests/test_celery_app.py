@@ -42,7 +42,7 @@ TASK = "TASK-20260101-001"
 
 def settings(broker_url: str) -> Settings:
     # model_validate rather than Settings(...): without the pydantic mypy plugin, mypy --strict
-    # reads the positional Field defaults in config.py as required arguments.
+    # reads the positional Field defaults in surehand/config/ as required arguments.
     return Settings.model_validate({"broker_url": broker_url})
 
 

@@ -2,7 +2,7 @@
 
 Nothing generated is kept in the repository: on every build the home page is the README (its
 links rewritten to stay inside the site), the settings reference is rendered from
-``surehand/config.py``, the CLI reference from the ``surehand`` command tree and the HTTP API
+``surehand/config/``, the CLI reference from the ``surehand`` command tree and the HTTP API
 reference from the FastAPI app's OpenAPI document, which is published beside
 it. So none of them can go stale.
 """

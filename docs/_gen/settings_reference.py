@@ -73,8 +73,9 @@ def render() -> str:
     fields = Settings.model_fields
     head = (
         "# Settings reference\n\n"
-        "Generated from `surehand/config.py` when the site is built: every setting surehand "
-        f"reads, {len(fields)} in all, in the order the file declares them. Each is the "
+        "Generated from `surehand/config/` when the site is built: every setting surehand "
+        f"reads, {len(fields)} in all, grouped by subsystem (store, agents, sandbox, sessions, "
+        "unattended, doors) in the order their modules declare them. Each is the "
         f"environment variable `{PREFIX}<NAME>`; every CLI option names its variable in "
         "`--help`. What the settings mean together: [Configuration](../configuration.md).\n\n"
         "| variable | type | default |\n|---|---|---|\n"

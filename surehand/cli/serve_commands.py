@@ -225,7 +225,7 @@ def _announce(embedded: Embedded, *, as_json: bool, hints: bool) -> None:
         )
         sys.stdout.flush()
         return
-    from surehand.config import DEFAULT_HOME
+    from surehand.config.store import DEFAULT_HOME
 
     custom_home = not settings.database_url and settings.home != DEFAULT_HOME
     home = f"SUREHAND_HOME={settings.home} " if custom_home else ""
