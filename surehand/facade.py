@@ -10,6 +10,15 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal
 
 from surehand.agents.registry import AgentHandler, AgentRegistry, Probe, declare_probe
+from surehand.call_requests import (
+    CaseQuery,
+    TaskQuery,
+    TaskSearch,
+    case_id_arg,
+    parse,
+    submission_id_arg,
+    task_id_arg,
+)
 from surehand.clock import Clock
 from surehand.config import Settings
 from surehand.dispatcher import (
@@ -42,17 +51,7 @@ from surehand.model import (
 from surehand.model.listing import Count, Page
 from surehand.model.pauses import Pause
 from surehand.principals import Principal, acting_for, local_principal
-from surehand.requests import (
-    CaseQuery,
-    ReportRequest,
-    TaskQuery,
-    TaskRequest,
-    TaskSearch,
-    case_id_arg,
-    parse,
-    submission_id_arg,
-    task_id_arg,
-)
+from surehand.requests import ReportRequest, TaskRequest
 from surehand.runtime import Runtime
 from surehand.store import Store
 
@@ -310,7 +309,7 @@ class Surehand:
 
     def find_tasks(self, **search: Any) -> Page:
         """A page of this tenant's TASKs, newest first, filtered and searched in the store
-        (see :class:`surehand.requests.TaskSearch`); its cursors page on without gaps. A text
+        (see :class:`surehand.call_requests.TaskSearch`); its cursors page on without gaps. A text
         search reads at most SUREHAND_SEARCH_SCAN_ROWS TASKs (``Page.scanned`` says when it
         stopped there; the older-cursor goes on from where it stopped)."""
         return queries.find_tasks(self.services, self.tenant, parse(TaskSearch, **search))

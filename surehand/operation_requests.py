@@ -21,8 +21,9 @@ from typing import Annotated, Any
 from pydantic import BeforeValidator, ValidationInfo, field_validator
 
 from surehand.agents.probes.args import RESERVED, SCHEMAS, check_probe_args
+from surehand.call_requests import matching, parse
 from surehand.model import RetryPolicy
-from surehand.requests import Edge, at_most, matching, parse, valid_text
+from surehand.requests import Edge, at_most, valid_text
 
 MAX_NAME = 255
 NAME_RE = re.compile(r"\A[A-Za-z0-9][A-Za-z0-9._:/@+-]{0,254}\Z")

@@ -18,17 +18,13 @@ from fastapi.testclient import TestClient
 from typer.testing import CliRunner
 
 from surehand.api import create_app
+from surehand.call_requests import CASE_ID_RE, MAX_TEXT, REPORT_ID_RE
 from surehand.cli import app as cli_app
 from surehand.errors import ValidationFailed
 from surehand.facade import Surehand
 from surehand.mcp.tools import Tools
 from surehand.model import Action, Admission, EventKind
-from surehand.requests import (
-    CASE_ID_RE,
-    MAX_TEXT,
-    REPORT_ID_RE,
-    TASK_ID_RE,
-)
+from surehand.requests import TASK_ID_RE
 from surehand.store import Store, events, receipts, tasks
 from surehand.store.schema import interruption_cases, reports
 from surehand.store.schema import tasks as task_table

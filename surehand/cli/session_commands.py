@@ -26,9 +26,9 @@ from surehand.errors import ConfigError, NoAgentForRole, OperationFailed
 
 if TYPE_CHECKING:  # the rest is imported by the commands that use it (CLI start-up time)
     from surehand.agents.command import CommandAgent
+    from surehand.call_requests import Effect
     from surehand.facade import Surehand
     from surehand.model import InterruptionCase
-    from surehand.requests import Effect
 
 RedisUrl = Annotated[
     str | None, typer.Option("--redis-url", envvar="SUREHAND_REDIS_URL", help="Redis for leases.")

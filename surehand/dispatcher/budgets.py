@@ -11,13 +11,13 @@ from __future__ import annotations
 
 from sqlalchemy import Connection
 
+from surehand.call_requests import BudgetRequest, parse
 from surehand.dispatcher.context import Services
 from surehand.dispatcher.lifecycle import approvers
 from surehand.dispatcher.recovery import Recovery
 from surehand.errors import NotAuthorized, StaleDecision, TaskNotFound, ValidationFailed
 from surehand.model import AttemptCause, EventKind, InterruptionCase, Task, usd_text
 from surehand.principals import Principal, acting_for
-from surehand.requests import BudgetRequest, parse
 from surehand.store import attempts, cases, events, tasks
 from surehand.store.tasks import microusd
 

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 
 from sqlalchemy import Connection
 
+from surehand.call_requests import CancelTaskRequest, parse
 from surehand.dispatcher import dependency_holds, lifecycle
 from surehand.dispatcher.context import Services
 from surehand.dispatcher.reports import write_report_in
@@ -48,7 +49,7 @@ from surehand.model import (
     Task,
 )
 from surehand.principals import Principal, acting_for
-from surehand.requests import CancelTaskRequest, ReportRequest, parse
+from surehand.requests import ReportRequest
 from surehand.store import attempts, cases, dependencies, events, operations, tasks
 
 Admit = Callable[[str], InterruptionCase]

@@ -19,6 +19,7 @@ from dataclasses import asdict
 from typing import Any
 
 from surehand.agents.briefing import brief_for
+from surehand.call_requests import DelegateRequest, parse
 from surehand.crashpoints import CrashPoint, crash_point
 from surehand.digest import request_digest
 from surehand.dispatcher.sessions import Session
@@ -26,7 +27,7 @@ from surehand.dispatcher.submissions import write_task
 from surehand.errors import SessionLimitReached, ValidationFailed
 from surehand.model import Bucket, Task, WriteTaskResult
 from surehand.model.delegation import submission_id
-from surehand.requests import DelegateRequest, parse, parse_task_request
+from surehand.requests import parse_task_request
 from surehand.store import dependencies, tasks
 
 

@@ -12,13 +12,14 @@ pause records the acting role and the principal.
 
 from __future__ import annotations
 
+from surehand.call_requests import PauseRequest, parse
 from surehand.dispatcher.context import Services
 from surehand.dispatcher.dispatch import sweep
 from surehand.errors import DuplicateKey, NotAuthorized
 from surehand.model import ADMIN, PM
 from surehand.model.pauses import Pause
 from surehand.principals import Principal, acting_for
-from surehand.requests import PauseRequest, parse, validate_tenant
+from surehand.requests import validate_tenant
 from surehand.store import pauses, tasks
 
 PAUSERS = frozenset({ADMIN, PM})

@@ -9,6 +9,7 @@ missing as one that never existed (TaskNotFound, CaseNotFound), which is what te
 
 from __future__ import annotations
 
+from surehand.call_requests import CaseQuery, TaskQuery, TaskSearch
 from surehand.dispatcher.context import Services
 from surehand.errors import CaseNotFound, TaskNotFound, ValidationFailed
 from surehand.model import (
@@ -22,7 +23,6 @@ from surehand.model import (
     TaskEvent,
 )
 from surehand.model.listing import Count, Cursor, Page
-from surehand.requests import CaseQuery, TaskQuery, TaskSearch
 from surehand.store import attempts, cases, events, listing, reports, tasks
 from surehand.store import operations as operation_rows
 

@@ -27,6 +27,7 @@ from typing import Any
 
 from sqlalchemy import Connection
 
+from surehand.call_requests import Effect, RecoverRequest, ReviewRequest, parse
 from surehand.config import Settings
 from surehand.dispatcher.admission import Admitter, Unset
 from surehand.dispatcher.context import Services
@@ -55,7 +56,6 @@ from surehand.model import (
     case_id_for,
 )
 from surehand.principals import Principal, acting_for
-from surehand.requests import Effect, RecoverRequest, ReviewRequest, parse
 from surehand.store import attempts, cases, events, operations, tasks
 
 REFUSAL_WINDOW = timedelta(hours=1)  # a repeated not_admitted request is recorded once per this

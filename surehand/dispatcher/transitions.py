@@ -8,13 +8,14 @@ sits above both, so neither imports the other back.
 
 from __future__ import annotations
 
+from surehand.call_requests import TransitionRequest, parse
 from surehand.dispatcher.cancel import archive_cancelled
 from surehand.dispatcher.context import Services
 from surehand.dispatcher.lifecycle import REWORK_ACTIONS, Move, apply
 from surehand.errors import NotAuthorized, TaskNotFound, ValidationFailed
 from surehand.model import SYSTEM, Action, Task
 from surehand.principals import Principal, acting_for
-from surehand.requests import TransitionRequest, parse, validate_tenant
+from surehand.requests import validate_tenant
 from surehand.store import tasks
 
 

@@ -15,11 +15,12 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from surehand.call_requests import CASE_ID_RE
 from surehand.errors import NotFound, SurehandError
 from surehand.facade import Surehand
 from surehand.model import Attempt, Bucket, InterruptionCase, Task
 from surehand.model.listing import Count, Page
-from surehand.requests import CASE_ID_RE, TASK_ID_RE
+from surehand.requests import TASK_ID_RE
 
 PER_COLUMN = 12  # TASKs a board column shows; its list shows the rest
 PER_PAGE = 50
