@@ -15,7 +15,7 @@ import pytest
 
 from surehand.agents import claude_hook
 from surehand.agents.claude_hook import HookPolicy, decide, permission
-from surehand.agents.command import preset_options
+from surehand.agents.command_setup import preset_options
 from surehand.agents.presets import Invocation, PresetOptions, program_for
 from surehand.config import Settings
 from surehand.errors import ConfigError

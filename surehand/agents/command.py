@@ -30,6 +30,8 @@ trampoline that kills the group if the worker process dies (``surehand.agents.re
 whole group is stopped when the session loses its lease, times out, or ends, and on a cold
 shutdown (``surehand.agents.groups``). No program of a later attempt starts on this host while
 an earlier attempt's group of the same TASK is alive (``surehand.agents.group_records``).
+This module runs the session; what it is launched with, how its program is watched and what
+its end comes to are :mod:`.command_setup`, :mod:`.command_watch` and :mod:`.command_outcome`.
 """
 
 from __future__ import annotations
@@ -40,35 +42,28 @@ import logging
 import os
 import shutil
 import tempfile
-import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import IO, Any
 
 from surehand.agents import quotas, session_dirs
-from surehand.agents.accounting import ClaudeResult, claude_result, codex_model, codex_usage
 from surehand.agents.briefing import brief_for
 from surehand.agents.budgets import Budget, role_budget, spent_before
-from surehand.agents.claude_hook import HookPolicy
+from surehand.agents.command_outcome import account, failure_reason, report_text
+from surehand.agents.command_setup import preset_options, remote_names, session_env, with_clone
+from surehand.agents.command_watch import wait_for_exit, watched_session
 from surehand.agents.context import SessionContext
 from surehand.agents.gateway import SessionNet
-from surehand.agents.git_rules import DEFAULT_REMOTES
 from surehand.agents.group_records import GroupRecord, GroupRecords
 from surehand.agents.groups import AgentGroup
 from surehand.agents.launch import Confinement, Launch
 from surehand.agents.outputs import (
     OUTPUTS_DIR,
-    TAIL,
     captured,
     output_tails,
-    read_report_file,
-    tail_of,
 )
 from surehand.agents.presets import (
-    TOKEN_ENV,
-    URL_ENV,
     Invocation,
-    PresetOptions,
     Program,
     codex_sandbox,
     mcp_configs,
@@ -76,7 +71,6 @@ from surehand.agents.presets import (
     program_for,
 )
 from surehand.agents.quota_watch import watch_for
-from surehand.agents.recognisers import Clone
 from surehand.agents.sandbox import BWRAP
 from surehand.agents.session_door import AgentGrant, SessionDoor, SessionDoorFactory
 from surehand.agents.workspaces import Workspace, Workspaces, prepare, publish
@@ -86,14 +80,6 @@ from surehand.fcop.render import render_recovery, render_task
 from surehand.store import Store
 
 log = logging.getLogger(__name__)
-
-_POLL = 0.1
-# The longest a waiting session sleeps even when its program's end and its cancellation both
-# wake it: a safety net should a wake-up ever be missed, not a poll (1,000 sessions: 17/s).
-_SAFETY_NAP = 60.0
-# From SIGTERM to SIGKILL for a program whose session was stopped on purpose (a cancel, a time
-# limit): a moment to clean up, short enough that a cancel ends the whole tree within seconds.
-STOPPED_GRACE_SECONDS = 2.0
 
 
 class CommandAgent:
@@ -136,7 +122,7 @@ class CommandAgent:
     def __call__(self, ctx: SessionContext) -> str:
         mcp = self.mcp
         workspace = self._workspace(ctx)
-        policy = _with_clone(self.program.hook_policy(_remote_names(workspace)), workspace)
+        policy = with_clone(self.program.hook_policy(remote_names(workspace)), workspace)
         grant = mcp.grant(ctx, policy) if mcp is not None else None
         self.running.add(ctx.attempt.attempt_id)
         try:
@@ -252,33 +238,14 @@ class CommandAgent:
                 code = self._run(ctx, work_dir, (grant, workspace, budget), (stdout, stderr))
             finally:  # also when it was stopped (timed out, cancelled, over its quota)
                 ctx.note(output=output_tails(stdout, stderr))
-                claude = self._account(ctx, stdout)
-            output = claude.result if claude else self._report_text(work_dir, stdout)
+                claude = account(self.program, ctx, stdout)
+            output = claude.result if claude else report_text(self.program, work_dir, stdout)
             if claude is not None and claude.budget_spent and budget is not None:
                 raise budget.spent_by(claude.usage)
             if code != 0:
-                reason = _claude_reason(claude) or _reason(ctx.details["output"])
+                reason = failure_reason(claude, ctx.details["output"])
                 raise AgentError(f"command exited with {code}: {reason}", exit_code=code)
         return output or f"(command exited 0 with no output; see {outputs})"
-
-    def _account(self, ctx: SessionContext, stdout: IO[bytes]) -> ClaudeResult | None:
-        """Note what the CLI said it spent (its own accounting) and, for Claude Code, its
-        final result message; the parsed result (None: not Claude Code's JSON)."""
-        text = tail_of(stdout)
-        if self.program.preset == "codex":
-            usage = codex_usage(text, codex_model(self.program.base))
-            if usage is not None:
-                ctx.note(usage=usage)
-            return None
-        if self.program.preset != "claude":
-            return None
-        claude = claude_result(text)
-        if claude is None:
-            return None
-        ctx.details.setdefault("output", {})["result"] = claude.result[-TAIL:]
-        if claude.usage is not None:
-            ctx.note(usage=claude.usage)
-        return claude
 
     def _budget(self, ctx: SessionContext) -> Budget | None:
         """What the TASK may still spend (its own budget_usd, else its role's default), from
@@ -301,13 +268,6 @@ class CommandAgent:
         hooked = self.program.preset == "claude" and self.program.options.claude_hooks
         return "journaled" if hooked and self.settings.session_mcp else None
 
-    def _report_text(self, work_dir: Path, stdout: IO[bytes]) -> str:
-        """The program's final message (a preset's report file), else its standard output."""
-        report_file = self.program.report_file
-        if report_file is not None and (text := read_report_file(work_dir, report_file)):
-            return text
-        return tail_of(stdout)
-
     def _run(
         self,
         ctx: SessionContext,
@@ -323,7 +283,9 @@ class CommandAgent:
         label = f"{ctx.task.task_id} attempt {ctx.attempt.number}"
         with self.confinement.net.session(label, door) as network:  # its ways out end with it
             launch = self._launch(ctx, work_dir, (grant, workspace, budget), network)
-            watched = self._watched(ctx, work_dir, workspace)  # its baseline, before it starts
+            watched = watched_session(
+                ctx, (self.work_dir, work_dir), workspace, self.confinement.quota
+            )
             group = self._start(ctx, work_dir, launch, *outputs)
             if self.confinement.sandbox.mode == BWRAP:
                 watched.sandbox_pid = functools.partial(
@@ -331,7 +293,7 @@ class CommandAgent:
                 )
             watch_for(self.settings).watch(watched)
             try:
-                code = self._wait(group, ctx, watched)
+                code = wait_for_exit(group, ctx, watched, self.timeout)
             finally:
                 watch_for(self.settings).forget(watched)
                 group.stop()  # whatever the program left running dies with the session
@@ -346,15 +308,6 @@ class CommandAgent:
             raise AgentError("a later attempt of this TASK started here; this command was killed")
         return code
 
-    def _watched(
-        self, ctx: SessionContext, work_dir: Path, workspace: Workspace | None
-    ) -> quotas.Watched:
-        """The session under its quota, its baseline measured now (before it starts)."""
-        places = [work_dir, self.work_dir / OUTPUTS_DIR / ctx.attempt.attempt_id]
-        places += [path for path, _ in workspace.binds] if workspace is not None else []
-        name, quota = ctx.attempt.attempt_id, self.confinement.quota
-        return quotas.watched_session(name, places, within=self.work_dir, quota=quota)
-
     def _launch(
         self,
         ctx: SessionContext,
@@ -366,7 +319,7 @@ class CommandAgent:
         session = self._invocation(work_dir, grant, workspace)
         if budget is not None:
             session = dataclasses.replace(session, budget_usd=budget.left)
-        env = self._session_env(ctx, work_dir, grant)
+        env = session_env(ctx, work_dir, grant)
         if workspace is not None:
             env["SUREHAND_WORKSPACE"] = str(workspace.path)
         return self.confinement.launch(
@@ -435,61 +388,6 @@ class CommandAgent:
         session_dirs.give_to(work_dir, self.confinement.owner)
         return work_dir
 
-    @staticmethod
-    def _session_env(
-        ctx: SessionContext, work_dir: Path, grant: AgentGrant | None
-    ) -> dict[str, str]:
-        env = {
-            "SUREHAND_TASK_ID": ctx.task.task_id,
-            "SUREHAND_ATTEMPT_ID": ctx.attempt.attempt_id,
-            "SUREHAND_ATTEMPT": str(ctx.attempt.number),
-            "SUREHAND_TASK_FILE": str(work_dir / "TASK.md"),
-            "SUREHAND_SESSION_DIR": str(work_dir),
-            "SUREHAND_ROLE": ctx.task.fields.recipient,
-            "SUREHAND_TENANT": ctx.task.tenant,
-        }
-        if grant is not None:
-            env.update({URL_ENV: grant.url, TOKEN_ENV: grant.token})
-        return env
-
-    def _wait(self, group: AgentGroup, ctx: SessionContext, watched: quotas.Watched) -> int:
-        """The program's exit code, once it ends; stops it when the session is cancelled, the
-        timeout passes or it goes over its quota. Sleeps until one of them happens: the
-        program's end, the session's cancellation and the quota watch all set ``wake`` (see
-        :mod:`surehand.agents.exits`); only where one of them cannot does it look every
-        ``_POLL`` seconds."""
-        deadline = time.monotonic() + self.timeout
-        wake = watched.wake
-        with group.waking(wake) as on_end, ctx.waking(wake) as on_cancel:
-            nap = _SAFETY_NAP if on_end and on_cancel else _POLL
-            while True:
-                wake.clear()  # before looking: whatever happens from here on sets it again
-                if (code := group.poll()) is not None:
-                    break
-                self._stop_if_over(group, ctx, deadline, watched)
-                left = deadline - time.monotonic()
-                wake.wait(min(nap, left))
-        if group.interrupted:
-            ctx.interrupt()  # an interruption, not the agent's failure: the attempt is not failed
-            raise AgentError("the worker shut down; the command was stopped")
-        return code
-
-    def _stop_if_over(
-        self, group: AgentGroup, ctx: SessionContext, deadline: float, watched: quotas.Watched
-    ) -> None:
-        """Stop the program if its session was cancelled or its time is up (AgentError), or
-        it went over its disk quota (killed at once: SessionInterrupted)."""
-        if watched.exceeded is not None:
-            group.kill()  # at once: no grace to write more in
-            watched.raise_if_over()
-        if ctx.cancelled:
-            group.stop(STOPPED_GRACE_SECONDS if ctx.stop_reason else None)
-            why = ctx.stopped[1] if ctx.stopped else ctx.stop_reason or "the session lost its lease"
-            raise AgentError(f"{why}; the command was stopped")
-        if time.monotonic() > deadline:
-            group.stop()
-            raise AgentError(f"command timed out after {self.timeout:g}s and was stopped")
-
     def _sweep(self) -> None:
         """Remove finished sessions' directories past their retention (at most once a minute);
         never sooner than a session may run."""
@@ -497,50 +395,3 @@ class CommandAgent:
             self.settings.session_retention_seconds, self.settings.command_timeout_seconds + 60
         )
         session_dirs.sweep(self.work_dir, retention=retention, keep=set(self.running))
-
-
-def _with_clone(policy: HookPolicy | None, workspace: Workspace | None) -> HookPolicy | None:
-    """The hooks' policy with the TASK's clone, whose pushes they recognise."""
-    if policy is None or workspace is None or workspace.repo is None:
-        return policy
-    return dataclasses.replace(policy, clone=Clone(workspace.path, workspace.remotes))
-
-
-def _claude_reason(claude: ClaudeResult | None) -> str:
-    """Why Claude Code says it failed: its errors, else its final message (its JSON is no
-    reason a person reads)."""
-    if claude is None:
-        return ""
-    said = "; ".join(claude.errors) or claude.result
-    return f"{claude.subtype}: {said}"[-500:] if claude.subtype else said[-500:]
-
-
-def _reason(output: dict[str, str]) -> str:
-    """What a failed program said last: its error output's end, else its output's."""
-    said = (output.get("stderr") or "").strip() or (output.get("stdout") or "").strip()
-    return said[-500:]
-
-
-def _remote_names(workspace: Workspace | None) -> tuple[str, ...]:
-    """The remotes a scoped push rule lets the session push to: its clone's (the
-    repository's), else ``origin`` (a shared directory's remotes the worker never reads)."""
-    if workspace is None or workspace.repo is None:
-        return DEFAULT_REMOTES
-    return tuple(name for name, _url in workspace.remotes)
-
-
-def preset_options(settings: Settings) -> PresetOptions:
-    """What the settings let a preset do (tools, MCP configs, hooks, Codex's sandbox)."""
-
-    def items(text: str) -> tuple[str, ...]:
-        return tuple(part.strip() for part in text.split(",") if part.strip())
-
-    return PresetOptions(
-        claude_tools=items(settings.claude_tools),
-        claude_mcp_configs=items(settings.claude_mcp_config),
-        claude_hooks=settings.claude_hooks,
-        effectful=items(settings.claude_effectful),
-        read_only_commands=items(settings.claude_read_only_commands),
-        codex_sandbox=settings.codex_sandbox,
-        hook_timeout=settings.claude_hook_timeout_seconds,
-    )
