@@ -1,9 +1,9 @@
-"""``surehand worker | beat | reconcile | recover | review | cases | effect | delegate``."""
+"""``surehand worker | beat | reconcile``: the processes that run sessions and reconcile, and
+what they check and announce at start (shared with ``surehand up``)."""
 
 from __future__ import annotations
 
-import sys
-from typing import TYPE_CHECKING, Annotated, cast
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -13,22 +13,18 @@ from surehand.cli.common import (
     DatabaseUrl,
     EmbeddedFlag,
     JsonFlag,
-    Tenant,
     console,
     emit_json,
     err_console,
     handle_errors,
-    open_existing,
     require_services,
     wait_for_store,
 )
-from surehand.errors import ConfigError, NoAgentForRole, OperationFailed
+from surehand.errors import ConfigError, NoAgentForRole
 
 if TYPE_CHECKING:  # the rest is imported by the commands that use it (CLI start-up time)
     from surehand.agents.command import CommandAgent
-    from surehand.call_requests import Effect
     from surehand.facade import Surehand
-    from surehand.model import InterruptionCase
 
 RedisUrl = Annotated[
     str | None, typer.Option("--redis-url", envvar="SUREHAND_REDIS_URL", help="Redis for leases.")
@@ -36,13 +32,12 @@ RedisUrl = Annotated[
 BrokerUrl = Annotated[
     str | None, typer.Option("--broker-url", envvar="SUREHAND_BROKER_URL", help="Celery broker.")
 ]
-Approver = Annotated[str, typer.Option(envvar="SUREHAND_ACTOR", help="PM or ADMIN.")]
 LogLevel = Annotated[
     str, typer.Option(envvar="SUREHAND_LOGLEVEL", help="Celery log level: debug|info|warning.")
 ]
 
 
-def _open(
+def open_surehand(
     *,
     database_url: str | None = None,
     redis_url: str | None = None,
@@ -162,7 +157,7 @@ def worker(
     it refuses to start without them (--embedded: in-process stand-ins instead of the first two).
     """
     require_pool(pool)
-    sh = _open(database_url=database_url, redis_url=redis_url, broker_url=broker_url)
+    sh = open_surehand(database_url=database_url, redis_url=redis_url, broker_url=broker_url)
     require_services(sh.settings, "worker", embedded=embedded)
     logjson.install(sh.settings.log_format)
     role_list = [role.strip() for role in roles.split(",") if role.strip()]
@@ -208,7 +203,7 @@ def beat(
     SUREHAND_BROKER_URL (--embedded: the in-process broker, which no worker sees). Its schedule
     file is SUREHAND_HOME/celerybeat-schedule.
     """
-    sh = _open(database_url=database_url, redis_url=redis_url, broker_url=broker_url)
+    sh = open_surehand(database_url=database_url, redis_url=redis_url, broker_url=broker_url)
     require_services(sh.settings, "beat", embedded=embedded)
     logjson.install(sh.settings.log_format)
     announce_probes(sh)
@@ -236,7 +231,7 @@ def reconcile(
 
     Needs SUREHAND_REDIS_URL, the Redis whose leases say which sessions live (--embedded:
     in-process fakeredis, where no worker's lease is ever seen)."""
-    sh = _open(database_url=database_url, redis_url=redis_url)
+    sh = open_surehand(database_url=database_url, redis_url=redis_url)
     _ = sh.registry  # a bad SUREHAND_AGENTS / SUREHAND_PROBES entry is named first
     require_services(sh.settings, "reconcile", embedded=embedded)
     report = sh.reconcile()
@@ -245,224 +240,3 @@ def reconcile(
         return
     for key, value in report.to_dict().items():
         console.print(f"[bold]{key}[/] {value}")
-
-
-@app.command()
-@handle_errors
-def recover(
-    task_id: Annotated[str, typer.Argument(help="TASK id.")],
-    actor: Annotated[str, typer.Option(envvar="SUREHAND_ACTOR", help="Requesting role.")],
-    database_url: DatabaseUrl = None,
-    redis_url: RedisUrl = None,
-    broker_url: BrokerUrl = None,
-    tenant: Tenant = None,
-    as_json: JsonFlag = False,
-) -> None:
-    """Ask for a successor of an interrupted TASK; admission decides from recorded evidence."""
-    sh = _open(database_url=database_url, redis_url=redis_url, broker_url=broker_url, tenant=tenant)
-    outcome = sh.recover(task_id, actor=actor)
-    if as_json:
-        emit_json(outcome.to_dict())
-        return
-    console.print(f"[bold]{outcome.admission.value}[/]: {outcome.reason}")
-    if outcome.case is not None:
-        _print_case(outcome.case)
-
-
-def _print_case(case: InterruptionCase) -> None:
-    from surehand.cli.render import cases_table
-
-    console.print(cases_table([case]))
-
-
-@app.command()
-@handle_errors
-def review(
-    case_id: Annotated[str, typer.Argument(help="Interruption case id.")],
-    effect: Annotated[
-        str, typer.Option(envvar="SUREHAND_EFFECT", help="present or absent: what you verified.")
-    ],
-    note: Annotated[str, typer.Option(envvar="SUREHAND_NOTE", help="How you checked it.")],
-    actor: Approver,
-    database_url: DatabaseUrl = None,
-    redis_url: RedisUrl = None,
-    broker_url: BrokerUrl = None,
-    tenant: Tenant = None,
-    as_json: JsonFlag = False,
-) -> None:
-    """Release a held TASK by stating whether its interrupted effect happened."""
-    # Checked by the service layer like every door's (ValidationFailed naming effect: exit 5).
-    verdict = cast("Effect", effect)
-    sh = _open(database_url=database_url, redis_url=redis_url, broker_url=broker_url, tenant=tenant)
-    case = sh.review(case_id, effect=verdict, note=note, actor=actor)
-    if as_json:
-        emit_json(case.to_dict())
-    else:
-        _print_case(case)
-
-
-@app.command()
-@handle_errors
-def budget(
-    task_id: Annotated[str, typer.Argument(help="TASK id.")],
-    usd: Annotated[
-        float, typer.Option(envvar="SUREHAND_BUDGET_USD", help="The new budget in USD.")
-    ],
-    note: Annotated[str, typer.Option(envvar="SUREHAND_NOTE", help="Why it is raised.")],
-    actor: Approver,
-    database_url: DatabaseUrl = None,
-    redis_url: RedisUrl = None,
-    broker_url: BrokerUrl = None,
-    tenant: Tenant = None,
-    as_json: JsonFlag = False,
-) -> None:
-    """Raise what a TASK's LLM agent may spend (recorded); one its budget held runs again."""
-    sh = _open(database_url=database_url, redis_url=redis_url, broker_url=broker_url, tenant=tenant)
-    task, case = sh.raise_budget(task_id, budget_usd=usd, note=note, actor=actor)
-    if as_json:
-        emit_json({"task": task.to_dict(), "case": case.to_dict() if case else None})
-        return
-    console.print(f"{task.task_id}: budget ${task.budget_usd:.2f}")
-    if case is not None:
-        _print_case(case)
-
-
-@app.command()
-@handle_errors
-def cases(
-    state: Annotated[
-        str | None, typer.Option(envvar="SUREHAND_CASE_STATE", help="open|resolved")
-    ] = None,
-    database_url: DatabaseUrl = None,
-    tenant: Tenant = None,
-    as_json: JsonFlag = False,
-) -> None:
-    """List interruption cases (newest first)."""
-    found = open_existing(database_url, tenant).cases(state=state)
-    if as_json:
-        emit_json([case.to_dict() for case in found])
-    else:
-        from surehand.cli.render import cases_table
-
-        console.print(cases_table(found))
-
-
-@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
-@handle_errors
-def effect(
-    ctx: typer.Context,
-    name: Annotated[str, typer.Option(envvar="SUREHAND_EFFECT_NAME", help="Operation name.")],
-    key: Annotated[
-        str | None, typer.Option(envvar="SUREHAND_EFFECT_KEY", help="Idempotency key.")
-    ] = None,
-    policy: Annotated[
-        str, typer.Option(envvar="SUREHAND_RETRY_POLICY", help="none or keyed.")
-    ] = "none",
-    probe: Annotated[
-        str | None,
-        typer.Option(
-            envvar="SUREHAND_PROBE",
-            help="Probe that can tell later whether CMD's effect happened: a built-in one "
-            "(git.push, http.request, github.pull_request) or one of SUREHAND_PROBES.",
-        ),
-    ] = None,
-    probe_arg: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--probe-arg",
-            envvar="SUREHAND_PROBE_ARGS",
-            help="NAME=VALUE argument of the probe, repeated (git.push: remote=URL, ref=REF, "
-            "commit=SHA).",
-        ),
-    ] = None,
-) -> None:
-    """Run `-- CMD...` as a declared side effect of the current session (command agents).
-
-    Talks to the session MCP server with the session's own token (SUREHAND_MCP_URL and
-    SUREHAND_MCP_TOKEN, set by the command agent); it needs no store. The intent is recorded
-    before CMD runs and the outcome after; a CMD already recorded as succeeded for this TASK is
-    not run again (its recorded output is printed).
-    """
-    argv = list(ctx.args)
-    if not argv:
-        raise typer.BadParameter("give the command after --, e.g. surehand effect --name x -- cmd")
-    from surehand.agents.session_client import run_effect
-
-    try:
-        outcome = run_effect(
-            argv,
-            name=name,
-            key=key,
-            policy=policy,
-            probe=probe,
-            probe_args=_probe_args(probe_arg or []),
-        )
-    except OperationFailed as failed:
-        console.print(f"[red]effect failed[/]: {failed.message}", style="red")
-        raise typer.Exit(1) from None
-    sys.stdout.write(str(outcome.get("stdout", "")))
-
-
-def _probe_args(items: list[str]) -> dict[str, str] | None:
-    """``--probe-arg NAME=VALUE`` options as the probe's arguments (None for none)."""
-    found: dict[str, str] = {}
-    for item in items:
-        name, equals, value = item.partition("=")
-        if not equals or not name.strip():
-            raise typer.BadParameter(f"{item!r}: write it as NAME=VALUE", param_hint="--probe-arg")
-        if name.strip() in found:
-            raise typer.BadParameter(f"{name!r} is given twice", param_hint="--probe-arg")
-        found[name.strip()] = value
-    return found or None
-
-
-@app.command()
-@handle_errors
-def delegate(
-    recipient: Annotated[
-        str, typer.Option("--to", envvar="SUREHAND_DELEGATE_TO", help="Role that does it: QA.")
-    ],
-    subject: Annotated[
-        str, typer.Option(envvar="SUREHAND_DELEGATE_SUBJECT", help="The child TASK's subject.")
-    ],
-    body: Annotated[
-        str, typer.Option(envvar="SUREHAND_DELEGATE_BODY", help="What to do (Markdown).")
-    ] = "",
-    key: Annotated[
-        str | None,
-        typer.Option(
-            envvar="SUREHAND_DELEGATE_KEY",
-            help="Name of this child (dev, qa-1): the same key from any attempt finds it again.",
-        ),
-    ] = None,
-    depends_on: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--depends-on",
-            envvar="SUREHAND_DELEGATE_DEPENDS_ON",
-            help="task_id of a sibling that must be done first (repeatable).",
-        ),
-    ] = None,
-    priority: Annotated[
-        str, typer.Option(envvar="SUREHAND_DELEGATE_PRIORITY", help="P0, P1, P2 or P3.")
-    ] = "P2",
-) -> None:
-    """Create a child TASK of the current session's TASK, once (command agents).
-
-    Talks to the session MCP server with the session's own token (SUREHAND_MCP_URL and
-    SUREHAND_MCP_TOKEN), like surehand effect. Prints the result as JSON: disposition created,
-    reused (an earlier attempt created it: the same task_id) or conflict (the key names another
-    request).
-    """
-    from surehand.agents.session_client import call_tool, session_grant
-
-    url, token = session_grant()
-    arguments = {
-        "recipient": recipient,
-        "subject": subject,
-        "body": body,
-        "key": key,
-        "depends_on": list(depends_on or []),
-        "priority": priority,
-    }
-    emit_json(call_tool(url, token, "delegate", arguments))
