@@ -25,7 +25,7 @@ from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.pool import NullPool
 
-from surehand.cli.serve_commands import _flower_auth
+from surehand.cli.flower_command import _flower_auth
 from surehand.errors import (
     BadDatabaseUrl,
     ConfigError,

@@ -7,7 +7,7 @@ from __future__ import annotations
 # isort: off
 from surehand.cli import admin_commands, check_command
 from surehand.cli import session_commands, case_commands, agent_commands
-from surehand.cli import serve_commands, stop_commands, task_commands
+from surehand.cli import serve_commands, flower_command, stop_commands, task_commands
 
 # isort: on
 from surehand.cli.app import app
@@ -18,6 +18,7 @@ __all__ = [
     "app",
     "case_commands",
     "check_command",
+    "flower_command",
     "main",
     "serve_commands",
     "session_commands",
