@@ -1,5 +1,6 @@
 """``Surehand``: the Python front door. Every method calls the same service layer as the CLI,
-HTTP and MCP doors and returns the same records."""
+HTTP and MCP doors and returns the same records. The handle, its writes and its sessions are
+here; its reads are inherited from :class:`surehand.facade.reads.Reads`."""
 
 from __future__ import annotations
 
@@ -10,45 +11,16 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal
 
 from surehand.agents.registry import AgentHandler, AgentRegistry, Probe, declare_probe
-from surehand.call_requests import (
-    CaseQuery,
-    TaskQuery,
-    TaskSearch,
-    case_id_arg,
-    parse,
-    submission_id_arg,
-    task_id_arg,
-)
+from surehand.call_requests import task_id_arg
 from surehand.clock import Clock
 from surehand.config import Settings
-from surehand.dispatcher import (
-    actions,
-    dependency_holds,
-    diagnostics,
-    pauses,
-    queries,
-    reports,
-    task_tree,
-)
+from surehand.dispatcher import actions, dependency_holds, pauses, reports
 from surehand.dispatcher.cancel import CancelOutcome
 from surehand.dispatcher.cancel import cancel as cancel_task
 from surehand.dispatcher.context import Publisher, Services
 from surehand.errors import ConfigError
-from surehand.model import (
-    Action,
-    Attempt,
-    Bucket,
-    CaseState,
-    InterruptionCase,
-    Operation,
-    Report,
-    SubmissionDiagnosis,
-    Task,
-    TaskEvent,
-    WriteReportResult,
-    WriteTaskResult,
-)
-from surehand.model.listing import Count, Page
+from surehand.facade.reads import Reads
+from surehand.model import Action, InterruptionCase, Task, WriteReportResult, WriteTaskResult
 from surehand.model.pauses import Pause
 from surehand.principals import Principal, acting_for, local_principal
 from surehand.requests import ReportRequest, TaskRequest
@@ -80,7 +52,7 @@ def _principal_tenant(tenant: str | None, principal: Principal | None) -> str | 
     return tenant
 
 
-class Surehand:
+class Surehand(Reads):
     """A handle on one surehand deployment (or the embedded default).
 
     ``Surehand()`` uses a SQLite file under ``./.surehand/``; pass ``database_url`` (and
@@ -206,11 +178,6 @@ class Surehand:
             self.services, payload, tenant=self.tenant, principal=self.principal
         )
 
-    def diagnose_submission(self, client_submission_id: str) -> SubmissionDiagnosis:
-        """Read-only facts about a submission's receipt (never repairs anything)."""
-        submission_id = submission_id_arg(client_submission_id)
-        return diagnostics.diagnose_submission(self.services, self.tenant, submission_id)
-
     # -- reports and lifecycle ------------------------------------------------------------------
 
     def write_report(
@@ -286,53 +253,6 @@ class Surehand:
             principal=self.principal,
         )
 
-    def paused_roles(self) -> list[Pause]:
-        """This tenant's paused roles."""
-        return pauses.paused_roles(self.services, self.tenant)
-
-    # -- reads ----------------------------------------------------------------------------------
-
-    def get_task(self, task_id: str) -> Task:
-        return queries.get_task(self.services, self.tenant, task_id_arg(task_id))
-
-    def list_tasks(
-        self,
-        *,
-        bucket: Bucket | str | None = None,
-        recipient: str | None = None,
-        limit: int = 100,
-        offset: int = 0,
-    ) -> list[Task]:
-        """TASKs of this tenant, newest first (``limit`` 1-1000, ``offset`` 0-2**31-1)."""
-        query = parse(TaskQuery, bucket=bucket, recipient=recipient, limit=limit, offset=offset)
-        return queries.list_tasks(self.services, self.tenant, query)
-
-    def find_tasks(self, **search: Any) -> Page:
-        """A page of this tenant's TASKs, newest first, filtered and searched in the store
-        (see :class:`surehand.call_requests.TaskSearch`); its cursors page on without gaps. A text
-        search reads at most SUREHAND_SEARCH_SCAN_ROWS TASKs (``Page.scanned`` says when it
-        stopped there; the older-cursor goes on from where it stopped)."""
-        return queries.find_tasks(self.services, self.tenant, parse(TaskSearch, **search))
-
-    def count_tasks(self, **search: Any) -> dict[Bucket, Count]:
-        """This tenant's TASKs per bucket matching the filters (a text search counts the
-        matches among each bucket's newest SUREHAND_SEARCH_SCAN_ROWS and says when there are
-        more)."""
-        return queries.count_tasks(self.services, self.tenant, parse(TaskSearch, **search))
-
-    def held(self, limit: int = 200) -> list[tuple[InterruptionCase, Task]]:
-        """Open cases held for review and their TASKs, P0 first, then the longest waiting."""
-        query = parse(CaseQuery, limit=min(limit, 1000))
-        return queries.held(self.services, self.tenant, query)
-
-    def history(self, task_id: str) -> list[TaskEvent]:
-        """The TASK's append-only history, oldest first."""
-        return queries.history(self.services, self.tenant, task_id_arg(task_id))
-
-    def children_tree(self, task_id: str) -> list[task_tree.Node]:
-        """The TASK's descendants (children, theirs, ...) with buckets and holds."""
-        return task_tree.tree(self.services, self.get_task(task_id).task_id)
-
     def release_hold(self, task_id: str, *, actor: str | None = None) -> Task:
         """The approver runs a TASK held by an archived or cancelled dependency anyway: the
         dead dependency is dropped and the TASK dispatched once its others are done
@@ -340,9 +260,6 @@ class Surehand:
         role = actor or self.principal.role
         acting_for(self.principal, role, "actor")
         return dependency_holds.release(self.services, task_id, actor=role, tenant=self.tenant)
-
-    def reports(self, task_id: str) -> list[Report]:
-        return queries.reports_of(self.services, self.tenant, task_id_arg(task_id))
 
     # -- sessions and recovery -----------------------------------------------------------------
 
@@ -430,32 +347,6 @@ class Surehand:
             tenant=self.tenant,
             principal=self.principal,
         )
-
-    def cases(
-        self,
-        *,
-        state: CaseState | str | None = None,
-        task_id: str | None = None,
-        limit: int = 100,
-    ) -> list[InterruptionCase]:
-        """Interruption cases of this tenant's TASKs, newest first (``limit`` 1-1000)."""
-        query = parse(CaseQuery, state=state, task_id=task_id, limit=limit)
-        return queries.cases_of(self.services, self.tenant, query)
-
-    def case(self, case_id: str) -> InterruptionCase:
-        return queries.case(self.services, self.tenant, case_id_arg(case_id))
-
-    def attempts(self, task_id: str) -> list[Attempt]:
-        return queries.attempts_of(self.services, self.tenant, task_id_arg(task_id))
-
-    def sessions(self, limit: int = 200) -> tuple[list[Attempt], list[Attempt]]:
-        """This tenant's running attempts and its lost ones (``SESSION_LOST``), the most
-        recently started first (``limit`` 1-1000 of each)."""
-        query = parse(CaseQuery, limit=limit)
-        return queries.sessions(self.services, self.tenant, query.limit)
-
-    def operations(self, task_id: str) -> list[Operation]:
-        return queries.operations_of(self.services, self.tenant, task_id_arg(task_id))
 
     def upgrade(self) -> str:
         """Apply pending migrations (``surehand db upgrade``)."""
