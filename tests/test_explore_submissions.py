@@ -14,7 +14,7 @@ from tests.explore_world import Crashes, budget
 
 
 @pytest.fixture
-def world(store: Store, monkeypatch: pytest.MonkeyPatch) -> SubmissionWorld:
+def submission_world(store: Store, monkeypatch: pytest.MonkeyPatch) -> SubmissionWorld:
     crashes = Crashes()
     crashes.install(monkeypatch)
     reads = Reads()
@@ -23,20 +23,20 @@ def world(store: Store, monkeypatch: pytest.MonkeyPatch) -> SubmissionWorld:
 
 
 def test_write_task_keeps_one_task_per_submission_in_every_interleaving(
-    world: SubmissionWorld,
+    submission_world: SubmissionWorld,
 ) -> None:
-    run_state_machine_as_test(lambda: SubmissionMachine(world), settings=budget())  # type: ignore[arg-type]  # a factory works
+    run_state_machine_as_test(lambda: SubmissionMachine(submission_world), settings=budget())  # type: ignore[arg-type]  # a factory works
 
 
 # -- counterexamples the exploration found ------------------------------------------------------
 
 
 def died_holding_a_reservation(
-    world: SubmissionWorld, *, held_for: float, at_the_id: str
+    submission_world: SubmissionWorld, *, held_for: float, at_the_id: str
 ) -> SubmissionMachine:
     """A machine whose writer of acme's ``sub-a`` died holding its reservation for
     ``held_for`` more seconds, the preallocated id ``at_the_id``."""
-    machine = SubmissionMachine(world)
+    machine = SubmissionMachine(submission_world)
     machine.a_writer_died_midway(
         tenant="acme",
         sid="sub-a",
@@ -49,13 +49,13 @@ def died_holding_a_reservation(
 
 
 def test_a_retry_takes_over_a_reservation_whose_hold_ends_at_this_very_instant(
-    world: SubmissionWorld,
+    submission_world: SubmissionWorld,
 ) -> None:
     # Found by the machine: a_writer_died_midway(held_for=0.0, stage=reserved,
     # at_the_id="absent") then submit(the same request). The reader counted the hold as over
     # (held_until > now is false) while the takeover counted it as live (held_until < now is
     # false too), so the call re-read the receipt forever while the clock stood still.
-    machine = died_holding_a_reservation(world, held_for=0.0, at_the_id="absent")
+    machine = died_holding_a_reservation(submission_world, held_for=0.0, at_the_id="absent")
     identity = machine.known[("acme", "sub-a")].identity
     assert identity is not None
     task_id = identity[0]
@@ -63,14 +63,14 @@ def test_a_retry_takes_over_a_reservation_whose_hold_ends_at_this_very_instant(
     machine.submit(tenant="acme", sid="sub-a", variant=0, kill=None, response_lost=False)
 
     assert machine.known[("acme", "sub-a")].named == {task_id}
-    assert world.reads.count <= 2
+    assert submission_world.reads.count <= 2
     machine.a_submission_names_one_task()
 
 
 def test_a_retry_never_adopts_another_submissions_task_at_the_preallocated_id(
-    world: SubmissionWorld,
+    submission_world: SubmissionWorld,
 ) -> None:
-    machine = died_holding_a_reservation(world, held_for=-30.0, at_the_id="foreign")
+    machine = died_holding_a_reservation(submission_world, held_for=-30.0, at_the_id="foreign")
     machine.a_submission_names_one_task()
 
     machine.submit(tenant="acme", sid="sub-a", variant=0, kill=None, response_lost=False)
