@@ -29,9 +29,7 @@ from surehand.dispatcher.claims import claim
 from surehand.dispatcher.context import Publisher, Services
 from surehand.dispatcher.reconciler import PassReport
 from surehand.dispatcher.sessions import Session
-from surehand.errors import (
-    LeaseUnavailable,
-)
+from surehand.errors import LeaseUnavailable
 from surehand.facade import Surehand
 from surehand.model import (
     Admission,

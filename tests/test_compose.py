@@ -127,7 +127,7 @@ def test_the_podman_override_uses_the_images_compose_images_build_makes() -> Non
     override = yaml.safe_load((COMPOSE / "docker-compose.podman.yml").read_text(encoding="utf-8"))
     build = (COMPOSE / "images" / "build").read_text(encoding="utf-8")
     for name in ("postgres", "redis"):
-        assert f"build {override['compose_services'][name]['image']} " in build
+        assert f"build {override['services'][name]['image']} " in build
 
 
 def test_every_health_check_has_a_start_period_so_starting_is_not_broken(

@@ -6,9 +6,6 @@ not depend on the machine's speed; a paused owner is simulated by simply not run
 heartbeat.
 """
 
-# Fixtures are imported by name and then requested as parameters of the same name, which
-# pyflakes reads as a redefinition.
-
 from __future__ import annotations
 
 import threading

@@ -4,9 +4,6 @@ Leases are liveness only (fencing lives in the store), but their compare-then-ac
 hold exactly: only the holder renews or releases, and a key is held by at most one attempt.
 """
 
-# Fixtures are imported by name and then requested as parameters of the same name, which
-# pyflakes reads as a redefinition.
-
 from __future__ import annotations
 
 import threading

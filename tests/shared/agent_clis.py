@@ -17,9 +17,7 @@ from typing import Any
 import pytest
 
 from surehand.facade import Surehand
-from surehand.model import (
-    Bucket,
-)
+from surehand.model import Bucket
 from surehand.store import Store
 from tests.agent_clis import AgentClis, require_clis
 from tests.model_doubles import (

@@ -13,9 +13,7 @@ from typing import cast
 from surehand.agents.context import SessionContext, SessionPort
 from surehand.dispatcher.sessions import Session
 from surehand.facade import Surehand
-from tests.session_helpers import (
-    Harness,
-)
+from tests.session_helpers import Harness
 
 
 def command_surehand(harness: Harness, tmp_path: Path, script: str, **settings: object) -> Surehand:

@@ -25,7 +25,7 @@ from tests.shared.marks import marked
 from tests.shared.workers import worker_env
 from tests.skips import not_applicable
 
-AGENT = Path(__file__).parent / "hostile_agent.py"
+AGENT = Path(__file__).parents[1] / "hostile_agent.py"
 
 
 SECRETS = {

@@ -13,7 +13,7 @@ import pytest
 
 from tests.procs import SUREHAND
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 
 UNUSED_REDIS = "redis://127.0.0.1:1/0"  # never contacted: the refusals come first

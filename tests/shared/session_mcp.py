@@ -20,9 +20,7 @@ from surehand.dispatcher.sessions import Session
 from surehand.facade import Surehand
 from surehand.mcp.session_server import SessionMcp
 from surehand.mcp.session_tools import Grant
-from tests.session_helpers import (
-    Harness,
-)
+from tests.session_helpers import Harness
 
 
 def structured(result: Any) -> dict[str, Any]:

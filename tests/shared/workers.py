@@ -15,9 +15,7 @@ from surehand.config import Settings
 from surehand.facade import Surehand
 from surehand.store import Store
 from tests.procs import RedisServer, private_redis
-from tests.session_helpers import (
-    REPO,
-)
+from tests.session_helpers import REPO
 from tests.shared.marks import marked
 
 
