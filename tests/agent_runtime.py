@@ -28,8 +28,8 @@ from surehand.errors import ConfigError
 from surehand.store import Store
 from tests.procs import RedisServer
 from tests.session_helpers import attempts_of, reports_of
+from tests.shared.workers import worker_env
 from tests.skips import missing
-from tests.test_workers import worker_env
 
 AGENT = (65534, 65534)  # nobody
 AGENT_USER = "65534:65534"

@@ -24,7 +24,32 @@ from surehand.store import Store
 from surehand.store.schema import metadata
 from surehand.testing import ManualClock
 from tests.procs import TERMINATIONS
+from tests.shared.marks import MARKERS
 from tests.skips import IN_CI, missing, skip_reason, unexplained
+
+# Every fixture more than one test module uses is defined once, here or in one of these
+# modules; no test module imports a fixture or another test module (the rules:
+# tests/test_fixture_sharing.py). A module comes after the plugins it imports (else pytest
+# could not rewrite its asserts).
+pytest_plugins = [
+    "tests.redis_fixtures",
+    "tests.git_remotes",
+    "tests.shared.api",
+    "tests.shared.browser",
+    "tests.shared.chaos",
+    "tests.shared.cli",
+    "tests.shared.doors",
+    "tests.shared.misconfig",
+    "tests.shared.probes_processes",
+    "tests.recovery_helpers",
+    "tests.session_helpers",
+    "tests.shared.console_actions",
+    "tests.shared.session_mcp",
+    "tests.shared.workers",
+    "tests.agent_runtime",
+    "tests.shared.agent_clis",
+    "tests.shared.hostile_agents",
+]
 
 # The developer's shell must not leak into tests.
 for _name in list(os.environ):
@@ -43,6 +68,11 @@ def require(url: str, what: str) -> str:
 
 
 _SKIPPED: list[tuple[str, str]] = []
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    for description in MARKERS.values():
+        config.addinivalue_line("markers", description)
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:

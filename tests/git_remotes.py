@@ -13,6 +13,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
+
 from tests.procs import free_port
 
 IDENTITY = ("-c", "user.name=Test", "-c", "user.email=test@example.invalid")
@@ -112,3 +114,13 @@ def _wait_for(port: int) -> None:
         except OSError:
             time.sleep(0.05)
     raise RuntimeError(f"git daemon did not listen on {port}")
+
+
+@pytest.fixture
+def remote(tmp_path: Path) -> Remote:
+    """A bare remote with one pushed commit ("base") that logs every ref update it takes."""
+    made = make_remote(tmp_path)
+    git(made.bare, "config", "core.logAllRefUpdates", "always")  # count every update
+    made.commit("base")
+    made.push()
+    return made

@@ -32,6 +32,7 @@ from surehand.dispatcher.sessions import Session
 from surehand.errors import LeaseUnavailable
 from surehand.facade import Surehand
 from surehand.model import (
+    Admission,
     Attempt,
     Declaration,
     EventKind,
@@ -49,6 +50,7 @@ from surehand.store import Store, attempts, cases, events, operations, tasks
 from surehand.store import reports as report_rows
 from surehand.testing import ManualClock
 from tests.redis_fixtures import real_redis_url
+from tests.shared.marks import marked
 
 GRACE_SECONDS = 5.0  # lost_grace_seconds in the rig (heartbeat 1 s, so grace = 5 s)
 CHARGE_ARGS: Mapping[str, Any] = {"account": "acme", "amount": 5}
@@ -336,9 +338,11 @@ def _delete_namespace(client: redis.Redis, namespace: str) -> None:
 
 
 @pytest.fixture
-def rig(store: Store, clock: ManualClock, tmp_path: Path) -> Iterator[Rig]:
-    """Both databases, leases on fakeredis."""
-    with open_rig(store, clock, tmp_path) as built:
+def rig(
+    request: pytest.FixtureRequest, store: Store, clock: ManualClock, tmp_path: Path
+) -> Iterator[Rig]:
+    """Both databases, leases on fakeredis; a ``rig`` marker's keywords change settings."""
+    with open_rig(store, clock, tmp_path, **marked(request, "rig")) as built:
         yield built
 
 
@@ -350,3 +354,13 @@ def any_rig(
     url = real_redis_url() if request.param == "redis" else ""
     with open_rig(store, clock, tmp_path, url) as built:
         yield built
+
+
+def held_task(rig: Rig, sender: str = "PM", recipient: str = "DEV") -> tuple[str, Session]:
+    """A TASK held for review: its session died with an open intent and no key or probe."""
+    task_id = rig.new_task(sender=sender, recipient=recipient)
+    session = rig.claim(task_id)
+    rig.intent(session, "charge")
+    case = rig.lose(task_id)
+    assert case.admission is Admission.HOLD_FOR_REVIEW
+    return task_id, session

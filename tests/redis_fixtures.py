@@ -1,7 +1,6 @@
 """Redis fixtures for the queue tests: one contract suite, every lease backend.
 
-Test modules import the fixtures they use explicitly (``from tests.redis_fixtures import
-lease_store  # noqa: F401``) because ``tests/conftest.py`` is shared. Every test gets a fresh
+A plugin of ``tests/conftest.py``: its fixtures reach every test module. Every test gets a fresh
 namespace, so tests never see each other's keys on a shared Redis database, and its keys are
 deleted afterwards.
 

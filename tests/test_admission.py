@@ -31,9 +31,7 @@ from surehand.model import (
 )
 from surehand.store import Store, tasks
 from surehand.testing import ManualClock
-from tests.recovery_helpers import CHARGE_ARGS, GRACE_SECONDS, Rig, any_rig, open_rig, rig
-
-__all__ = ["any_rig", "rig"]  # fixtures
+from tests.recovery_helpers import CHARGE_ARGS, GRACE_SECONDS, Rig, open_rig
 
 
 def charge_key(task_id: str) -> str:

@@ -3,8 +3,6 @@ program's environment holds, how its outputs are read, its user and network, the
 own errors and crash loops, the group records, retention, and how a successor's briefing
 quotes what an agent wrote. The hostile program under real workers: test_hostile_agents.py."""
 
-# ruff: noqa: F811  (test functions take the fixtures imported below)
-
 from __future__ import annotations
 
 import dataclasses
@@ -35,27 +33,11 @@ from surehand.fcop.render import render_recovery
 from surehand.model import Admission, AttemptCause, AttemptState, EffectFact
 from surehand.store import Store
 from tests.agent_procs import require_proc
-from tests.agent_runtime import (  # noqa: F401  (fixture)
-    agent_runtime,
-    agent_user_env,
-    reachable_runtime,
-    session_ended,
-    surehand_of,
-)
+from tests.agent_runtime import agent_user_env, reachable_runtime, session_ended, surehand_of
 from tests.procs import RedisServer, running, spawn, start_worker, wait_until
-from tests.recovery_helpers import Rig, rig
-from tests.session_helpers import (  # noqa: F401  (harness fixtures)
-    Harness,
-    attempts_of,
-    committed_task,
-    harness,
-    read_task,
-    reports_of,
-)
+from tests.recovery_helpers import Rig
+from tests.session_helpers import Harness, attempts_of, committed_task, reports_of
 from tests.skips import missing
-from tests.test_workers import broker, client, worker_env  # noqa: F401  (fixtures)
-
-__all__ = ["rig"]  # fixture
 
 SUREHAND = f"{shlex.quote(sys.executable)} -m surehand"
 

@@ -4,13 +4,10 @@ and SIGHUP; killing or cold-stopping the worker must leave no process of the age
 successor must never run beside one (DESIGN.md section 5). Each test runs in both sandbox
 modes; the agent's processes are found from the host by a mark in their command lines."""
 
-# ruff: noqa: F811  (test functions take the fixtures imported below)
-
 from __future__ import annotations
 
 import os
 import signal
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,8 +27,8 @@ from tests.agent_procs import (
 )
 from tests.procs import Proc, RedisServer, running, spawn, start_worker, wait_until
 from tests.session_helpers import attempts_of, read_task, reports_of
-from tests.test_up import env_for, events, run
-from tests.test_workers import broker, lease_url, reconciler_handle, worker_env  # noqa: F401  (fixture)
+from tests.shared.up import env_for, events, run
+from tests.shared.workers import worker_env
 
 pytestmark = pytest.mark.slow
 
@@ -64,13 +61,6 @@ def agent(
         AGENT_MARK=mark,
     )
     return Agent(env, mark)
-
-
-@pytest.fixture
-def reconciling_client(store: Store, broker: RedisServer) -> Iterator[Surehand]:
-    """A handle on the workers' store, broker and leases that finds lost sessions at once."""
-    with reconciler_handle(store, broker) as handle:
-        yield handle
 
 
 def started_agent(client: Surehand, tmp_path: Path, worker: Proc, mark: str) -> str:

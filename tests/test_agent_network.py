@@ -1,4 +1,3 @@
-# ruff: noqa: F811  (test functions take the fixtures imported below)
 """The agents' network, in one process: the egress allowlist, the gateway's proxy and relays
 (real sockets, a real gateway thread), their caps and timeouts, and the portal. Under real
 workers, ``surehand up`` and bubblewrap: tests/test_agent_network_real.py."""
@@ -21,7 +20,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -37,21 +36,11 @@ from surehand.errors import ConfigError
 from surehand.facade import Surehand
 from surehand.store import Store
 from tests.agent_procs import require_proc
-from tests.agent_runtime import (  # noqa: F401  (fixture)
-    agent_runtime,
-    agent_user_env,
-    session_ended,
-    surehand_of,
-)
+from tests.agent_runtime import agent_user_env, session_ended, surehand_of
 from tests.procs import RedisServer, running, start_worker, wait_until
-from tests.session_helpers import (  # noqa: F401  (harness fixtures)
-    Harness,
-    committed_task,
-    harness,
-    reports_of,
-)
+from tests.session_helpers import committed_task, reports_of
+from tests.shared.agent_network import Answering
 from tests.skips import missing
-from tests.test_workers import broker, client  # noqa: F401  (fixtures)
 
 PORTAL = Path(__file__).resolve().parent.parent / "surehand" / "agents" / "portal.py"
 
@@ -138,28 +127,6 @@ def test_internet_addresses_are_public(address: str) -> None:
 
 
 # -- the gateway's proxy, with real sockets ----------------------------------------------------
-
-
-class Answering(BaseHTTPRequestHandler):
-    """A destination: answers every GET and POST with its path (and a POST's body)."""
-
-    protocol_version = "HTTP/1.1"
-
-    def _answer(self) -> None:
-        length = int(self.headers.get("content-length") or 0)
-        body = f"{self.command} {self.path} {self.rfile.read(length).decode()}".strip()
-        if self.command == "POST":  # and the Host it was asked for
-            body += f" Host: {self.headers.get('host')}"
-        body_bytes = body.encode()
-        self.send_response(200)
-        self.send_header("content-length", str(len(body_bytes)))
-        self.end_headers()
-        self.wfile.write(body_bytes)
-
-    do_GET = do_POST = _answer
-
-    def log_message(self, fmt: str, *args: Any) -> None:
-        pass
 
 
 @pytest.fixture

@@ -9,8 +9,6 @@ private one; a listed destination works through the egress proxy, and a flood of
 to the session server is held to the session's own cap while a sibling session works.
 """
 
-# ruff: noqa: F811  (test functions take the fixtures imported below)
-
 from __future__ import annotations
 
 import json
@@ -42,10 +40,10 @@ from tests.procs import (
     wait_until,
 )
 from tests.session_helpers import attempts_of, read_task, reports_of
-from tests.test_agent_network import Answering
-from tests.test_flower import start_flower
-from tests.test_up import start_up
-from tests.test_workers import broker, client, worker_env  # noqa: F401  (fixtures)
+from tests.shared.agent_network import Answering
+from tests.shared.flower import start_flower
+from tests.shared.up import start_up
+from tests.shared.workers import worker_env
 
 pytestmark = pytest.mark.slow
 

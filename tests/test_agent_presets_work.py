@@ -2,8 +2,6 @@
 carry the annotations Codex needs to run them (the Claude Code hooks' decisions:
 tests/test_claude_hook_decisions.py)."""
 
-# ruff: noqa: F811  (test functions take the fixtures imported below)
-
 from __future__ import annotations
 
 import sys
@@ -18,8 +16,8 @@ from surehand.errors import ConfigError
 from surehand.mcp.session_server import build_session_server
 from surehand.mcp.session_tools import SessionTools
 from surehand.runtime import session_door
-from tests.session_helpers import Harness, harness  # noqa: F401  (harness fixture)
-from tests.test_misconfig import UNUSED_REDIS, store_url, surehand  # noqa: F401  (fixture)
+from tests.session_helpers import Harness
+from tests.shared.misconfig import UNUSED_REDIS, surehand
 
 
 def test_a_preset_without_the_mcp_extra_stops_the_worker_at_start_and_check_says_so(

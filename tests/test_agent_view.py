@@ -2,8 +2,6 @@
 measured as the quota watch measures it (item 6): the parts testable in one process, real
 bubblewrap included. Real workers and the hostile agent: tests/test_hostile_view.py."""
 
-# ruff: noqa: F811  (test functions take the fixtures imported below)
-
 from __future__ import annotations
 
 import os
@@ -23,13 +21,7 @@ from surehand.agents.quotas import Quota, Usage, Watched
 from surehand.config import Settings
 from surehand.errors import ConfigError, NoSpaceForSessions
 from surehand.model import Admission, AttemptCause, AttemptState
-from tests.session_helpers import (  # noqa: F401  (harness fixture)
-    Harness,
-    attempts_of,
-    committed_task,
-    harness,
-    reports_of,
-)
+from tests.session_helpers import Harness, attempts_of, committed_task, reports_of
 from tests.skips import missing
 
 HOME = Path(os.path.expanduser("~"))

@@ -11,20 +11,16 @@ import json
 import socket
 import threading
 import time
-from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from collections.abc import Iterator
 
 import httpx
 import pytest
 
-from surehand.api import create_app
 from surehand.api.problems import conflict_response
 from surehand.config import Settings
 from surehand.digest import request_digest
 from surehand.doors.auth import Authenticator
-from surehand.doors.serving import BackgroundServer
 from surehand.errors import ConfigError
-from surehand.facade import Surehand
 from surehand.model import (
     DIGEST_SCHEMA_VERSION,
     Bucket,
@@ -36,55 +32,8 @@ from surehand.model import (
     task_path,
 )
 from surehand.requests import parse_task_request
-from surehand.store import Store, receipts, tasks
-
-TOKENS = ",".join(
-    [
-        "tok-pm=alice:PM:acme",
-        "tok-dev=dan:DEV:acme",
-        "tok-admin=root:ADMIN:acme",
-        "tok-globex=olga:PM:globex",
-    ]
-)
-REQUEST = {"sender": "PM", "recipient": "DEV", "subject": "Fix login", "body": "It fails."}
-
-
-@dataclass
-class Served:
-    server: BackgroundServer
-    sh: Surehand
-    store: Store
-
-    def client(self, token: str | None = "tok-pm") -> httpx.Client:
-        headers = {"Authorization": f"Bearer {token}"} if token else {}
-        return httpx.Client(base_url=self.server.url, headers=headers, timeout=30)
-
-    def counts(self) -> tuple[int, int]:
-        with self.store.snapshot() as connection:
-            return tasks.count(connection), receipts.count(connection)
-
-
-def serve(store: Store, **settings: object) -> Iterator[Served]:
-    config = Settings(database_url=store.url).model_copy(update=settings)
-    sh = Surehand(settings=config)
-    server = BackgroundServer(create_app(sh), "127.0.0.1", 0).start()
-    try:
-        yield Served(server, sh, store)
-    finally:
-        server.stop()
-        sh.close()
-
-
-@pytest.fixture
-def api(store: Store) -> Iterator[Served]:
-    yield from serve(store, api_tokens=TOKENS, metrics_token="tok-metrics")
-
-
-def post_task(
-    client: httpx.Client, key: str | None, body: Mapping[str, object] | None = None
-) -> httpx.Response:
-    headers = {"Idempotency-Key": key} if key else {}
-    return client.post("/v1/tasks", json=dict(body or REQUEST), headers=headers)
+from surehand.store import Store
+from tests.shared.api import REQUEST, TOKENS, Served, post_task, serve
 
 
 def test_created_then_reused_same_record(api: Served) -> None:

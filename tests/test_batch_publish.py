@@ -13,8 +13,6 @@ import base64
 import json
 import threading
 import uuid
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -38,18 +36,12 @@ from surehand.queue.celery_app import (
     publish_sessions,
     role_queue,
 )
-from tests.procs import RedisServer, private_redis, wait_until
+from tests.procs import RedisServer, wait_until
 
 # Fields that differ between any two messages (a fresh id each) or two events (clocks).
 _MESSAGE_IDS = {"id", "root_id", "correlation_id", "delivery_tag", "argsrepr"}
 _EVENT_VARYING = {"uuid", "root_id", "timestamp", "clock", "local_received", "args"}
 PRIORITIES = (Priority.P2, Priority.P0, Priority.P3, Priority.P1)
-
-
-@pytest.fixture
-def broker(tmp_path: Path) -> Iterator[RedisServer]:
-    with private_redis(tmp_path) as server:
-        yield server
 
 
 def app_on(url: str) -> Celery:

@@ -3,20 +3,11 @@ must not close the pool the others still publish through."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
-
-import pytest
 
 from surehand.facade import Surehand
 from surehand.queue import broker_pools
-from tests.procs import RedisServer, private_redis
-
-
-@pytest.fixture
-def broker(tmp_path: Path) -> Iterator[RedisServer]:
-    with private_redis(tmp_path) as server:
-        yield server
+from tests.procs import RedisServer
 
 
 def handle(tmp_path: Path, broker_url: str) -> Surehand:

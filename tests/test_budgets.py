@@ -2,8 +2,6 @@
 Codex's output say they spent, a TASK's budget on write_task (digested only when given), the
 hold of an attempt its budget stopped, and an approver raising the budget."""
 
-# ruff: noqa: F811  (test functions take the fixtures imported below)
-
 from __future__ import annotations
 
 import contextlib
@@ -22,14 +20,7 @@ from surehand.errors import ConfigError, NotAuthorized, SessionInterrupted, Vali
 from surehand.facade import Surehand
 from surehand.model import Admission, AttemptCause, AttemptState, EventKind, TaskFields
 from surehand.requests import TaskRequest, parse_task_request
-from tests.session_helpers import (  # noqa: F401  (harness fixtures)
-    Harness,
-    attempts_of,
-    committed_task,
-    events_of,
-    harness,
-    read_task,
-)
+from tests.session_helpers import Harness, attempts_of, committed_task, events_of, read_task
 
 # What Claude Code 2.1.332 printed against the model double (trimmed of fields not read).
 CLAUDE_SUCCESS = {
@@ -335,7 +326,7 @@ def test_the_api_and_the_console_raise_a_budget_as_the_approver(harness: Harness
     from fastapi.testclient import TestClient
 
     from surehand.api import create_app
-    from tests.test_ui import csrf_of, sign_in
+    from tests.shared.ui import csrf_of, sign_in
 
     sh = harness.surehand(api_tokens="pm=alice:PM:default,dev=dave:DEV:default")
     sh.registry.register("DEV", spender(0.5))

@@ -7,7 +7,6 @@ store every 50 ms. Real workers and a real process tree: tests/test_cancel_worke
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -45,11 +44,7 @@ from tests.procs import wait_until
 from tests.recovery_helpers import Rig, open_rig
 from tests.session_helpers import failing_with_an_open_intent
 
-
-@pytest.fixture
-def rig(store: Store, clock: ManualClock, tmp_path: Path) -> Iterator[Rig]:
-    with open_rig(store, clock, tmp_path, stop_check_seconds=0.05) as built:
-        yield built
+pytestmark = pytest.mark.rig(stop_check_seconds=0.05)
 
 
 def as_role(rig: Rig, role: str, tenant: str | None = None) -> Surehand:

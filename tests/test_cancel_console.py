@@ -17,11 +17,10 @@ from tests.procs import Proc, free_port, spawn, wait_until
 from tests.skips import missing
 
 try:
-    from playwright.sync_api import Browser, BrowserContext, Page
+    from playwright.sync_api import BrowserContext, Page
 except ImportError:  # the dev extra has it
     missing("playwright (pip install -e '.[dev]')")
 
-from tests.test_ui_browser import browser  # noqa: F401 (the module's Chromium fixture)
 
 pytestmark = pytest.mark.slow
 
@@ -40,7 +39,7 @@ class Console:
 
 
 @pytest.fixture
-def console(tmp_path: Path) -> Iterator[Console]:
+def empty_console(tmp_path: Path) -> Iterator[Console]:
     port = free_port()
     database_url = f"sqlite:///{tmp_path / 'surehand.sqlite3'}"
     with Surehand(settings=Settings(database_url=database_url, tenant="acme")) as sh:
@@ -61,13 +60,6 @@ def console(tmp_path: Path) -> Iterator[Console]:
             proc.process.wait(timeout=30)
 
 
-@pytest.fixture
-def context(browser: Browser) -> Iterator[BrowserContext]:  # noqa: F811 (the fixture above)
-    made = browser.new_context(viewport={"width": 1280, "height": 900})
-    yield made
-    made.close()
-
-
 def sign_in(context: BrowserContext, url: str, token: str, path: str) -> Page:
     page = context.new_page()
     page.goto(f"{url}{path}")
@@ -77,61 +69,63 @@ def sign_in(context: BrowserContext, url: str, token: str, path: str) -> Page:
     return page
 
 
-def new_task(console: Console) -> str:
-    with console.sh() as sh:
+def new_task(empty_console: Console) -> str:
+    with empty_console.sh() as sh:
         created = sh.write_task(sender="PM", recipient="DEV", subject="Tidy the logs")
     assert created.task_id is not None
     return created.task_id
 
 
 def test_the_sender_cancels_from_the_task_page_after_confirming(
-    context: BrowserContext, console: Console
+    context: BrowserContext, empty_console: Console
 ) -> None:
-    task_id = new_task(console)
-    page = sign_in(context, console.url, PM, f"/ui/tasks/{task_id}")
+    task_id = new_task(empty_console)
+    page = sign_in(context, empty_console.url, PM, f"/ui/tasks/{task_id}")
     page.click("#cancel-box summary")
     page.fill("#cancel-reason", "the logs were tidied by hand")
     page.click("#cancel-form button[type=submit]")  # not confirmed: the browser refuses
     assert "/cancel" not in page.url
-    with console.sh() as sh:
+    with empty_console.sh() as sh:
         assert sh.get_task(task_id).cancel is None
     page.check("#cancel-confirm")
     page.click("#cancel-form button[type=submit]")
-    page.wait_for_url(f"{console.url}/ui/tasks/{task_id}?done=cancel-archived")
+    page.wait_for_url(f"{empty_console.url}/ui/tasks/{task_id}?done=cancel-archived")
     assert "Cancelled: the TASK is archived" in page.inner_text(".notice.outcome")
     assert "the logs were tidied by hand" in page.inner_text("#cancel-note")
     assert page.locator("#cancel-box").count() == 0  # nothing left to cancel
-    with console.sh() as sh:
+    with empty_console.sh() as sh:
         assert sh.get_task(task_id).bucket is Bucket.ARCHIVE
         [event] = [e for e in sh.history(task_id) if e.kind is EventKind.CANCEL_REQUESTED]
     assert (event.by, event.data["principal"]) == ("PM", "alice")
 
 
-def test_the_recipient_gets_no_cancel_button(context: BrowserContext, console: Console) -> None:
-    task_id = new_task(console)
-    page = sign_in(context, console.url, DEV, f"/ui/tasks/{task_id}")
+def test_the_recipient_gets_no_cancel_button(
+    context: BrowserContext, empty_console: Console
+) -> None:
+    task_id = new_task(empty_console)
+    page = sign_in(context, empty_console.url, DEV, f"/ui/tasks/{task_id}")
     assert page.locator("#cancel-box").count() == 0
 
 
 def test_pausing_a_role_shows_on_every_page_until_it_is_resumed(
-    context: BrowserContext, console: Console
+    context: BrowserContext, empty_console: Console
 ) -> None:
-    task_id = new_task(console)
-    page = sign_in(context, console.url, PM, "/ui/workers")
+    task_id = new_task(empty_console)
+    page = sign_in(context, empty_console.url, PM, "/ui/workers")
     page.fill("#pause-role", "DEV")
     page.fill("#pause-reason", "model provider down")
     page.click("#pause-form button[type=submit]")
-    page.wait_for_url(f"{console.url}/ui/workers?done=paused")
+    page.wait_for_url(f"{empty_console.url}/ui/workers?done=paused")
     assert "DEV (by PM: model provider down)" in page.inner_text("#paused-banner")
-    page.goto(f"{console.url}/ui/tasks/{task_id}")
+    page.goto(f"{empty_console.url}/ui/tasks/{task_id}")
     assert "this TASK waits until it is resumed" in page.inner_text("main")
-    page.goto(f"{console.url}/ui/")
+    page.goto(f"{empty_console.url}/ui/")
     assert page.locator("#paused-banner").count() == 1
-    dev = sign_in(context.browser.new_context(), console.url, DEV, "/ui/workers")  # type: ignore[union-attr]
+    dev = sign_in(context.browser.new_context(), empty_console.url, DEV, "/ui/workers")  # type: ignore[union-attr]
     assert dev.locator("#pause-form").count() == 0  # only ADMIN or PM pause
-    page.goto(f"{console.url}/ui/workers")
+    page.goto(f"{empty_console.url}/ui/workers")
     page.click("#resume-DEV")
-    page.wait_for_url(f"{console.url}/ui/workers?done=resumed")
+    page.wait_for_url(f"{empty_console.url}/ui/workers?done=resumed")
     assert page.locator("#paused-banner").count() == 0
-    with console.sh() as sh:
+    with empty_console.sh() as sh:
         assert sh.paused_roles() == []

@@ -7,7 +7,6 @@ schema, its errors (problem+json on HTTP) and that the principal is the one reco
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import anyio
@@ -20,15 +19,8 @@ from surehand.mcp.tools import Tools, build_server
 from surehand.model import Bucket, EventKind, Task
 from surehand.principals import Principal
 from surehand.store import Store, events, tasks
-from tests.test_api import REQUEST, TOKENS, Served, post_task, serve
-from tests.test_cli import EXIT_REFUSED, SUBMIT, Cli, cli
-
-__all__ = ["cli"]  # fixture
-
-
-@pytest.fixture
-def api(store: Store) -> Iterator[Served]:
-    yield from serve(store, api_tokens=TOKENS)
+from tests.shared.api import REQUEST, Served, post_task
+from tests.shared.cli import EXIT_REFUSED, SUBMIT, Cli
 
 
 def task_of(api: Served, task_id: str) -> Task:

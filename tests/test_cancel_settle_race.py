@@ -5,23 +5,14 @@ attempt running, no case, no hold, every claim refused) -- it is archived."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
 import pytest
 
 from surehand.agents.context import SessionContext
 from surehand.dispatcher.claims import claim
 from surehand.model import Bucket, ReportStatus
-from surehand.store import Store
-from surehand.testing import ManualClock
-from tests.recovery_helpers import Rig, open_rig
+from tests.recovery_helpers import Rig
 
-
-@pytest.fixture
-def rig(store: Store, clock: ManualClock, tmp_path: Path) -> Iterator[Rig]:
-    with open_rig(store, clock, tmp_path, stop_check_seconds=30) as built:
-        yield built
+pytestmark = pytest.mark.rig(stop_check_seconds=30)
 
 
 def test_a_cancelled_task_whose_session_settled_first_is_archived_when_sent_back(

@@ -6,8 +6,6 @@ are found from the host by a mark in their command lines, so "no process of the 
 is checked on the host, whatever namespace the agent runs in.
 """
 
-# ruff: noqa: F811  (test functions take the fixtures imported below)
-
 from __future__ import annotations
 
 import time
@@ -19,19 +17,13 @@ from surehand.facade import Surehand
 from surehand.model import Admission, AttemptCause, AttemptState, Bucket, ReportStatus
 from surehand.store import Store
 from tests.agent_procs import marked, require_proc, unique_seconds, wait_for_processes
-from tests.procs import SUREHAND, Proc, RedisServer, running, start_worker, wait_until
+from tests.procs import SUREHAND, RedisServer, running, start_worker, wait_until
 from tests.session_helpers import attempts_of, read_task, reports_of
-from tests.test_workers import broker, client, worker_env  # noqa: F401  (fixtures)
+from tests.shared.cancel_workers import TREE_AGENT, agent_env, wait_started
+from tests.shared.workers import worker_env
 
 pytestmark = pytest.mark.slow
 
-# Starts a grandchild that ignores SIGTERM and SIGHUP, marks itself started, then sleeps.
-TREE_AGENT = """\
-sh -c "trap '' TERM HUP; sleep $AGENT_MARK" &
-touch "$AGENT_TEST_DIR/started"
-sleep "$AGENT_MARK"
-echo finished
-"""
 # Declares an effect whose command is still running (an open intent) when the cancel comes.
 INTENT_AGENT = f"""\
 touch "$AGENT_TEST_DIR/started"
@@ -40,37 +32,10 @@ echo charged
 """
 
 
-def agent_env(
-    store: Store, broker: RedisServer, tmp_path: Path, script: str, mark: str, **extra: str
-) -> dict[str, str]:
-    path = tmp_path / "agent.sh"
-    path.write_text(script, encoding="utf-8")
-    return worker_env(
-        store,
-        broker,
-        tmp_path,
-        SUREHAND_AGENTS="DEV=command",
-        SUREHAND_COMMAND_AGENT=f"sh {path}",
-        AGENT_TEST_DIR=str(tmp_path),
-        AGENT_MARK=mark,
-        **extra,
-    )
-
-
 def submit(client: Surehand, **fields: object) -> str:
     created = client.write_task(sender="PM", recipient="DEV", subject="Work", **fields)
     assert created.task_id is not None
     return created.task_id
-
-
-def wait_started(tmp_path: Path, worker: Proc, mark: str) -> None:
-    def started() -> bool:
-        if worker.returncode is not None:
-            pytest.fail(f"the worker exited:\n{worker.output()[-3000:]}")
-        return (tmp_path / "started").exists()
-
-    wait_until(started, timeout=60, what="the command agent to start")
-    wait_for_processes(mark)
 
 
 def wait_ended(store: Store, task_id: str) -> None:

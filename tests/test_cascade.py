@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -23,16 +21,11 @@ from surehand.errors import IllegalTransition, NotAuthorized
 from surehand.facade import Surehand
 from surehand.model import AttemptCause, AttemptState, Bucket, EventKind
 from surehand.principals import Principal
-from surehand.store import Store, outbox
-from surehand.testing import ManualClock
+from surehand.store import outbox
 from surehand.ui import views
-from tests.recovery_helpers import Rig, open_rig
+from tests.recovery_helpers import Rig
 
-
-@pytest.fixture
-def rig(store: Store, clock: ManualClock, tmp_path: Path) -> Iterator[Rig]:
-    with open_rig(store, clock, tmp_path, stop_check_seconds=0.05) as built:
-        yield built
+pytestmark = pytest.mark.rig(stop_check_seconds=0.05)
 
 
 def as_role(rig: Rig, role: str) -> Surehand:

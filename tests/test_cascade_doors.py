@@ -7,8 +7,6 @@ do the same.
 from __future__ import annotations
 
 import html
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import anyio
@@ -16,26 +14,14 @@ import pytest
 from fastapi import FastAPI
 from mcp import Client
 
-from surehand.api import create_app
 from surehand.config import Settings
 from surehand.facade import Surehand
 from surehand.mcp.tools import build_server
 from surehand.model import Bucket, EventKind
-from surehand.store import Store
-from surehand.testing import ManualClock
-from tests.recovery_helpers import Rig, open_rig
-from tests.test_ui import TOKENS, browser, sign_in
+from tests.recovery_helpers import Rig
+from tests.shared.ui import TOKENS, browser, sign_in
 
-
-@pytest.fixture
-def rig(store: Store, clock: ManualClock, tmp_path: Path) -> Iterator[Rig]:
-    with open_rig(store, clock, tmp_path, api_tokens=TOKENS) as built:
-        yield built
-
-
-@pytest.fixture
-def app(rig: Rig) -> FastAPI:
-    return create_app(rig.sh)
+pytestmark = pytest.mark.rig(api_tokens=TOKENS)
 
 
 def held_tree(rig: Rig) -> tuple[str, str, str, str]:
@@ -49,9 +35,9 @@ def held_tree(rig: Rig) -> tuple[str, str, str, str]:
     return parent, dev, qa, grandchild
 
 
-def test_the_parents_page_shows_the_tree_and_its_held_child(app: FastAPI, rig: Rig) -> None:
+def test_the_parents_page_shows_the_tree_and_its_held_child(rig_app: FastAPI, rig: Rig) -> None:
     parent, dev, qa, grandchild = held_tree(rig)
-    client = browser(app)
+    client = browser(rig_app)
     sign_in(client, "pm")
 
     page = html.unescape(client.get(f"/ui/tasks/{parent}").text)
@@ -63,9 +49,11 @@ def test_the_parents_page_shows_the_tree_and_its_held_child(app: FastAPI, rig: R
     assert 'data-bucket="archive"' in page
 
 
-def test_the_approver_runs_the_held_dependant_anyway_from_its_page(app: FastAPI, rig: Rig) -> None:
+def test_the_approver_runs_the_held_dependant_anyway_from_its_page(
+    rig_app: FastAPI, rig: Rig
+) -> None:
     _parent, dev, qa, _grandchild = held_tree(rig)
-    client = browser(app)
+    client = browser(rig_app)
     csrf = sign_in(client, "pm")
     page = html.unescape(client.get(f"/ui/tasks/{qa}").text)
     assert 'id="release-form"' in page
@@ -79,15 +67,15 @@ def test_the_approver_runs_the_held_dependant_anyway_from_its_page(app: FastAPI,
     assert released.by == "PM"
 
 
-def test_http_release_is_the_approvers_alone(app: FastAPI, rig: Rig) -> None:
+def test_http_release_is_the_approvers_alone(rig_app: FastAPI, rig: Rig) -> None:
     _parent, _dev, qa, _grandchild = held_tree(rig)
-    dev_client = browser(app)
+    dev_client = browser(rig_app)
     dev_client.headers["Authorization"] = "Bearer dev"
     refused = dev_client.post(f"/v1/tasks/{qa}/release")
     assert refused.status_code == 403
     assert rig.task(qa).hold is not None
 
-    pm_client = browser(app)
+    pm_client = browser(rig_app)
     pm_client.headers["Authorization"] = "Bearer pm"
     answer = pm_client.post(f"/v1/tasks/{qa}/release")
     assert answer.status_code == 200, answer.text

@@ -3,8 +3,6 @@ the test store on SQLite and Postgres): cancelling a parent stops its child's ru
 agent, whole process tree, and archives the child and the grandchild waiting under it.
 """
 
-# ruff: noqa: F811  (test functions take the fixtures imported below)
-
 from __future__ import annotations
 
 from pathlib import Path
@@ -17,10 +15,8 @@ from surehand.store import Store
 from tests.agent_procs import marked, require_proc, unique_seconds
 from tests.procs import RedisServer, running, start_worker, wait_until
 from tests.session_helpers import attempts_of, read_task, reports_of
-from tests.test_cancel_workers import TREE_AGENT, agent_env, wait_started
-from tests.test_workers import broker, client  # noqa: F401  (fixtures)
+from tests.shared.cancel_workers import TREE_AGENT, agent_env, wait_started
 
-__all__ = ["client"]  # fixture
 pytestmark = pytest.mark.slow
 
 

@@ -47,7 +47,7 @@ def settings(broker_url: str) -> Settings:
 
 
 @pytest.fixture
-def app() -> Celery:
+def celery() -> Celery:
     return make_celery(settings(""))
 
 
@@ -62,35 +62,35 @@ def unique_role() -> str:
     return f"R{uuid.uuid4().hex[:12].upper()}"
 
 
-def test_an_empty_broker_url_means_the_in_process_memory_transport(app: Celery) -> None:
-    assert app.conf.broker_url == "memory://"
-    assert app.conf.broker_transport_options == {}
+def test_an_empty_broker_url_means_the_in_process_memory_transport(celery: Celery) -> None:
+    assert celery.conf.broker_url == "memory://"
+    assert celery.conf.broker_transport_options == {}
 
 
-def test_events_are_on_so_flower_sees_every_session(app: Celery) -> None:
-    assert app.conf.worker_send_task_events is True
-    assert app.conf.task_send_sent_event is True
-    assert app.conf.task_track_started is True
+def test_events_are_on_so_flower_sees_every_session(celery: Celery) -> None:
+    assert celery.conf.worker_send_task_events is True
+    assert celery.conf.task_send_sent_event is True
+    assert celery.conf.task_track_started is True
 
 
-def test_messages_are_acked_early_and_results_are_not_kept(app: Celery) -> None:
-    assert app.conf.task_acks_late is False
-    assert app.conf.worker_prefetch_multiplier == 1
-    assert app.conf.result_backend is None
-    assert app.conf.task_ignore_result is True
+def test_messages_are_acked_early_and_results_are_not_kept(celery: Celery) -> None:
+    assert celery.conf.task_acks_late is False
+    assert celery.conf.worker_prefetch_multiplier == 1
+    assert celery.conf.result_backend is None
+    assert celery.conf.task_ignore_result is True
 
 
-def test_messages_are_json_on_the_default_surehand_queue(app: Celery) -> None:
-    assert app.conf.task_serializer == "json"
-    assert app.conf.accept_content == ["json"]
-    assert app.conf.task_default_queue == "surehand"
-    assert app.conf.broker_connection_retry_on_startup is True
+def test_messages_are_json_on_the_default_surehand_queue(celery: Celery) -> None:
+    assert celery.conf.task_serializer == "json"
+    assert celery.conf.accept_content == ["json"]
+    assert celery.conf.task_default_queue == "surehand"
+    assert celery.conf.broker_connection_retry_on_startup is True
 
 
 def test_a_redis_broker_serves_priority_steps_lowest_number_first() -> None:
-    app = make_celery(settings("redis://127.0.0.1:6379/14"))
+    celery = make_celery(settings("redis://127.0.0.1:6379/14"))
     assert (
-        app.conf.broker_transport_options.items()
+        celery.conf.broker_transport_options.items()
         >= {
             "priority_steps": [0, 3, 6, 9],  # one list per TASK priority, polled by every worker
             "sep": ":",
@@ -100,8 +100,8 @@ def test_a_redis_broker_serves_priority_steps_lowest_number_first() -> None:
 
 
 def test_a_redis_broker_keeps_its_scheme_and_gets_the_one_client_per_channel_transport() -> None:
-    app = make_celery(settings("redis://127.0.0.1:6379/14"))
-    connection = app.connection_for_write()
+    celery = make_celery(settings("redis://127.0.0.1:6379/14"))
+    connection = celery.connection_for_write()
     assert isinstance(connection.transport, TransportClass)
     assert connection.as_uri().startswith("redis://")  # what logs and Flower's broker view read
     assert isinstance(Connection("rediss://127.0.0.1:6380/0").transport, TransportClass)
@@ -133,16 +133,16 @@ def test_publishing_carries_on_after_the_broker_restarts(tmp_path: Path) -> None
     """The channel's one client borrows a connection per command from its pool, as kombu's
     per-command clients did: after a restart a publish reconnects, never stays stuck."""
     with private_redis(tmp_path) as broker:
-        app = make_celery(settings(broker.url))
-        app.conf.task_publish_retry = False  # fail fast instead of kombu's retries
+        celery = make_celery(settings(broker.url))
+        celery.conf.task_publish_retry = False  # fail fast instead of kombu's retries
         role = unique_role()
-        publish_session(app, "T-before", role, Priority.P2)
+        publish_session(celery, "T-before", role, Priority.P2)
         broker.restart()  # no persistence: the first message is gone with the data
 
         published = []
         for task in ("T-after-1", "T-after-2"):
             with contextlib.suppress(PublishFailed):  # at most the first may fail
-                publish_session(app, task, role, Priority.P2)
+                publish_session(celery, task, role, Priority.P2)
                 published.append(task)
 
         options = dict(REDIS_TRANSPORT_OPTIONS)
@@ -157,10 +157,10 @@ def test_publishing_carries_on_after_the_broker_restarts(tmp_path: Path) -> None
 
 def test_a_p0_session_overtakes_queued_p3_and_p1_sessions_on_real_redis() -> None:
     url = real_redis_url()
-    app = make_celery(settings(url))
+    celery = make_celery(settings(url))
     role = unique_role()
     for task, priority in (("T-P3", Priority.P3), ("T-P1", Priority.P1), ("T-P0", Priority.P0)):
-        publish_session(app, task, role, priority)
+        publish_session(celery, task, role, priority)
     with Connection(url, transport_options=dict(REDIS_TRANSPORT_OPTIONS)) as connection:
         queue = role_queue(role)(connection.default_channel)
         try:
@@ -191,16 +191,16 @@ def test_every_role_write_task_accepts_has_a_queue(role: str) -> None:
     assert queue_for_role(role) == f"surehand.{role}"
 
 
-def test_a_hyphenated_role_worker_consumes_its_queue(app: Celery) -> None:
-    queues = configure_worker_queues(app, ["LEAD-QA"])
+def test_a_hyphenated_role_worker_consumes_its_queue(celery: Celery) -> None:
+    queues = configure_worker_queues(celery, ["LEAD-QA"])
     assert [queue.name for queue in queues] == ["surehand.LEAD-QA"]
 
 
 def test_a_session_for_a_hyphenated_role_arrives_on_real_redis() -> None:
     url = real_redis_url()
-    app = make_celery(settings(url))
+    celery = make_celery(settings(url))
     role = f"LEAD-{unique_role()}"
-    publish_session(app, TASK, role, Priority.P2)
+    publish_session(celery, TASK, role, Priority.P2)
     with Connection(url, transport_options=dict(REDIS_TRANSPORT_OPTIONS)) as connection:
         queue = role_queue(role)(connection.default_channel)
         try:
@@ -215,34 +215,34 @@ def test_p0_is_the_most_urgent_priority_on_the_redis_transport() -> None:
     assert [celery_priority(p) for p in Priority] == [0, 3, 6, 9]
 
 
-def test_a_worker_consumes_only_the_queues_of_its_roles(app: Celery) -> None:
-    queues = configure_worker_queues(app, ["DEV", "QA", "DEV"])
+def test_a_worker_consumes_only_the_queues_of_its_roles(celery: Celery) -> None:
+    queues = configure_worker_queues(celery, ["DEV", "QA", "DEV"])
     assert [queue.name for queue in queues] == ["surehand.DEV", "surehand.QA"]
-    assert set(app.amqp.queues.consume_from) == {"surehand.DEV", "surehand.QA"}
-    assert [queue.routing_key for queue in app.conf.task_queues] == [
+    assert set(celery.amqp.queues.consume_from) == {"surehand.DEV", "surehand.QA"}
+    assert [queue.routing_key for queue in celery.conf.task_queues] == [
         "surehand.DEV",
         "surehand.QA",
     ]
 
 
-def test_worker_queues_can_be_set_after_the_app_has_published(app: Celery) -> None:
-    publish_session(app, TASK, unique_role(), Priority.P2)
-    configure_worker_queues(app, ["OPS"])
-    assert set(app.amqp.queues.consume_from) == {"surehand.OPS"}
+def test_worker_queues_can_be_set_after_the_app_has_published(celery: Celery) -> None:
+    publish_session(celery, TASK, unique_role(), Priority.P2)
+    configure_worker_queues(celery, ["OPS"])
+    assert set(celery.amqp.queues.consume_from) == {"surehand.OPS"}
 
 
-def test_a_worker_without_roles_is_refused(app: Celery) -> None:
+def test_a_worker_without_roles_is_refused(celery: Celery) -> None:
     with pytest.raises(ConfigError, match="role"):
-        configure_worker_queues(app, [])
+        configure_worker_queues(celery, [])
 
 
 def test_a_published_session_arrives_on_its_role_queue_with_its_priority(
-    app: Celery, memory_connection: Connection
+    celery: Celery, memory_connection: Connection
 ) -> None:
     role = unique_role()
     queue = role_queue(role)(memory_connection.default_channel)
     queue.declare()
-    message_id = publish_session(app, TASK, role, Priority.P1, headers={"surehand_attempt": "7"})
+    message_id = publish_session(celery, TASK, role, Priority.P1, headers={"surehand_attempt": "7"})
     message = queue.get(no_ack=True)
     assert message is not None
     assert message.delivery_info["routing_key"] == f"surehand.{role}"
@@ -256,10 +256,10 @@ def test_a_published_session_arrives_on_its_role_queue_with_its_priority(
 
 
 def test_a_message_published_before_any_worker_declared_the_queue_is_kept(
-    app: Celery, memory_connection: Connection
+    celery: Celery, memory_connection: Connection
 ) -> None:
     role = unique_role()
-    publish_session(app, TASK, role, Priority.P0)
+    publish_session(celery, TASK, role, Priority.P0)
     message = role_queue(role)(memory_connection.default_channel).get(no_ack=True)
     assert message is not None
     properties: dict[str, Any] = message.properties
@@ -267,12 +267,12 @@ def test_a_message_published_before_any_worker_declared_the_queue_is_kept(
 
 
 def test_publishing_to_an_unreachable_broker_raises_publish_failed() -> None:
-    app = make_celery(settings("redis://127.0.0.1:1/0"))
+    celery = make_celery(settings("redis://127.0.0.1:1/0"))
     # Fail fast: by default kombu retries the connection for several seconds first.
-    app.conf.task_publish_retry = False
-    app.conf.broker_transport_options = {"max_retries": 1, "interval_start": 0}
+    celery.conf.task_publish_retry = False
+    celery.conf.broker_transport_options = {"max_retries": 1, "interval_start": 0}
     with pytest.raises(PublishFailed) as caught:
-        publish_session(app, TASK, "DEV", Priority.P2)
+        publish_session(celery, TASK, "DEV", Priority.P2)
     assert caught.value.retryable
     assert caught.value.details["queue"] == "surehand.DEV"
 
@@ -303,6 +303,6 @@ def silent_broker() -> Iterator[str]:
 def test_a_publish_to_a_broker_that_never_answers_fails_instead_of_waiting_forever(
     silent_broker: str,
 ) -> None:
-    app = make_celery(settings(silent_broker))
+    celery = make_celery(settings(silent_broker))
     with pytest.raises(PublishFailed):
-        publish_session(app, "T-partitioned", "DEV", Priority.P2)
+        publish_session(celery, "T-partitioned", "DEV", Priority.P2)

@@ -79,7 +79,7 @@ from surehand.store import tasks as task_rows
 from surehand.testing import embedded
 from tests.chaos_agents import EFFECT_SECONDS_ENV, SLEEP_ENV, plan_body, read_effects
 from tests.procs import Proc, spawn, terminate_backends
-from tests.test_chaos import INTERVAL, Chaos, open_chaos, postgres_only
+from tests.shared.chaos import INTERVAL, Chaos, open_chaos, postgres_only
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 

@@ -24,8 +24,8 @@ from surehand import children
 from surehand.agents import groups
 from surehand.store import Store
 from tests.procs import Proc, free_port, private_redis, running, wait_until
+from tests.shared.outbox import api_env, published
 from tests.submission_helpers import request
-from tests.test_outbox import api_env, published
 
 SUREHAND_BIN = Path(sys.executable).with_name("surehand")  # how a user starts it
 PLANTED = (

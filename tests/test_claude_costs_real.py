@@ -6,8 +6,6 @@ attempt records the tokens, model and cost; a TASK whose budget is smaller than 
 cost is stopped by ``--max-budget-usd``, its attempt ends ``budget_spent`` and the TASK is held
 with "budget spent: $X of $Y" until its approver raises the budget."""
 
-# ruff: noqa: F811  (test functions take the fixtures imported below)
-
 from __future__ import annotations
 
 import subprocess
@@ -25,17 +23,7 @@ from tests.agent_clis import AgentClis
 from tests.model_doubles import AnthropicDouble, Final, Script, Step, serving
 from tests.procs import RedisServer, running, start_worker
 from tests.session_helpers import attempts_of, events_of, read_task
-from tests.test_agent_clis_real import (  # noqa: F401  (fixtures)
-    REPORT,
-    claude_env,
-    clis,
-    settled_by,
-    submitted,
-    worked,
-    workspace,
-)
-from tests.test_agent_groups import reconciling_client  # noqa: F401  (fixture)
-from tests.test_workers import broker  # noqa: F401  (fixture)
+from tests.shared.agent_clis import REPORT, claude_env, settled_by, submitted, worked
 
 pytestmark = pytest.mark.slow
 

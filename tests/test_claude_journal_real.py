@@ -7,8 +7,6 @@ trust), a background loop that kills every hook process, project and user settin
 drop the hooks and allow a tool, and ``git push --receive-pack=...`` under a ``Bash(git
 push:*)`` rule. Each one leaves the effectful call journaled, or refused."""
 
-# ruff: noqa: F811  (test functions take the fixtures imported below)
-
 from __future__ import annotations
 
 import json
@@ -42,18 +40,15 @@ from tests.model_doubles import (
 )
 from tests.procs import RedisServer, running, start_worker
 from tests.session_helpers import operations_of
-from tests.test_agent_clis_real import (  # noqa: F401  (fixtures)
+from tests.shared.agent_clis import (
     CLAUDE_ENV,
     REPORT,
+    bash,
     begun_id,
     claude_env,
-    clis,
     settled_by,
     submitted,
-    workspace,
 )
-from tests.test_agent_groups import reconciling_client  # noqa: F401  (fixture)
-from tests.test_workers import broker  # noqa: F401  (fixture)
 
 pytestmark = pytest.mark.slow
 
@@ -85,10 +80,6 @@ def session_dir(exchange: Exchange) -> Path:
     found = re.search(r"Do the TASK in (\S+)/TASK\.md", json.dumps(exchange.body))
     assert found is not None, "the prompt names the TASK file"
     return Path(found.group(1))
-
-
-def bash(command: str) -> Call:
-    return Call("Bash", {"command": command, "description": "work"})
 
 
 def journaled_commands(store: Store, task_id: str) -> list[str]:

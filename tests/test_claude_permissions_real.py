@@ -5,8 +5,6 @@ check, which would leave its intent open and hold a TASK that did nothing wrong.
 operator's own MCP server (``SUREHAND_CLAUDE_MCP_CONFIG``) reaches the agent inside the
 sandbox, and its tool calls are journaled like Bash."""
 
-# ruff: noqa: F811  (test functions take the fixtures imported below)
-
 from __future__ import annotations
 
 import json
@@ -22,16 +20,7 @@ from tests.agent_clis import AgentClis
 from tests.model_doubles import AnthropicDouble, Call, Final, Script, StepFor, serving
 from tests.procs import RedisServer, running, start_worker
 from tests.session_helpers import operations_of, reports_of
-from tests.test_agent_clis_real import (  # noqa: F401  (fixtures)
-    REPORT,
-    claude_env,
-    clis,
-    settled_by,
-    submitted,
-    workspace,
-)
-from tests.test_agent_groups import reconciling_client  # noqa: F401  (fixture)
-from tests.test_workers import broker  # noqa: F401  (fixture)
+from tests.shared.agent_clis import REPORT, claude_env, settled_by, submitted
 
 pytestmark = pytest.mark.slow
 

@@ -4,8 +4,6 @@ its TASK's clone and its worker is SIGKILLed mid-command: the hooks journaled th
 admission asks the built-in probe. After the push reached the remote: reconciled, no person,
 no hold. Before it did: a successor Claude pushes. The remote shows one update either way."""
 
-# ruff: noqa: F811  (test functions take the fixtures imported below)
-
 from __future__ import annotations
 
 import subprocess
@@ -21,17 +19,7 @@ from tests.git_remotes import git
 from tests.model_doubles import AnthropicDouble, Exchange, Final, Script, Step, StepFor, serving
 from tests.procs import RedisServer, running, start_worker, wait_until
 from tests.session_helpers import operations_of
-from tests.test_agent_clis_real import (  # noqa: F401  (fixtures)
-    REPORT,
-    claude_env,
-    clis,
-    settled_by,
-    submitted,
-    workspace,
-)
-from tests.test_agent_groups import reconciling_client  # noqa: F401  (fixture)
-from tests.test_claude_journal_real import bash
-from tests.test_workers import broker  # noqa: F401  (fixture)
+from tests.shared.agent_clis import REPORT, bash, claude_env, settled_by, submitted
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(400)]
 

@@ -7,13 +7,10 @@ preset's hooks journal its effectful calls, so its effects are observed and the 
 policy applies: the TASK ends in review after two automatic retries, each started no sooner
 than the ``retry_at`` admission stored, with the overload backoff (not the plain one)."""
 
-# ruff: noqa: F811  (test functions take the fixtures imported below)
-
 from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,16 +23,7 @@ from tests.agent_clis import AgentClis
 from tests.model_doubles import AnthropicDouble, Final, Refusal, Script, serving
 from tests.procs import RedisServer
 from tests.session_helpers import attempts_of, read_task
-from tests.test_agent_clis_real import (  # noqa: F401  (fixtures)
-    REPORT,
-    claude_env,
-    clis,
-    worked,
-    workspace,
-)
-from tests.test_workers import broker, reconciler_handle  # noqa: F401  (fixture)
-
-pytestmark = pytest.mark.slow
+from tests.shared.agent_clis import REPORT, claude_env, worked
 
 # The plain backoff is far longer than the overload's: a retry due within the overload's
 # bounds shows the overload backoff was the one applied.
@@ -49,6 +37,9 @@ OVERLOADED = Refusal(
     {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}},
     {"x-should-retry": "false"},
 )
+
+
+pytestmark = [pytest.mark.slow, pytest.mark.retry_settings(**RETRY)]
 
 
 class OverloadedDouble(AnthropicDouble):
@@ -74,13 +65,6 @@ def session_of(body: dict[str, Any]) -> str:
     """Claude Code's session id, from the request's ``metadata.user_id`` (a JSON object)."""
     user = (body.get("metadata") or {}).get("user_id") or "{}"
     return str(json.loads(user).get("session_id"))
-
-
-@pytest.fixture
-def deciding_client(store: Store, broker: RedisServer) -> Iterator[Surehand]:
-    """The reconciler's process: it decides admissions, so it has the retry settings."""
-    with reconciler_handle(store, broker, **RETRY) as handle:
-        yield handle
 
 
 def test_claude_code_overloaded_twice_ends_in_review_after_two_automatic_retries(

@@ -25,48 +25,7 @@ from surehand.mcp.session_server import SessionMcp
 from surehand.store import Store
 from tests.conftest import PG_URL, REDIS_URL, require, truncate
 from tests.procs import SUREHAND, free_port, private_redis, spawn, start_worker, wait_until
-
-EXIT_CONFLICT, EXIT_NOT_FOUND, EXIT_INVALID, EXIT_REFUSED = 3, 4, 5, 6
-
-
-class Cli:
-    """Runs ``python -m surehand`` against one SQLite store."""
-
-    def __init__(self, home: Path) -> None:
-        self.home = home
-        self.env = {**os.environ, "SUREHAND_DATABASE_URL": f"sqlite:///{home / 'db.sqlite3'}"}
-
-    def __call__(
-        self, *args: str, code: int | None = 0, env: dict[str, str] | None = None
-    ) -> subprocess.CompletedProcess[str]:
-        done = subprocess.run(
-            [*SUREHAND, *args],
-            env={**self.env, **(env or {})},
-            cwd=self.home,
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-        )
-        assert code is None or done.returncode == code, (
-            f"{args}: {done.returncode}\n{done.stdout}\n{done.stderr}"
-        )
-        return done
-
-    def json(self, *args: str, code: int = 0, env: dict[str, str] | None = None) -> Any:
-        return json.loads(self(*args, "--json", code=code, env=env).stdout)
-
-    @property
-    def sh(self) -> Surehand:
-        return Surehand(database_url=self.env["SUREHAND_DATABASE_URL"])
-
-
-@pytest.fixture
-def cli(tmp_path: Path) -> Cli:
-    return Cli(tmp_path)
-
-
-SUBMIT = ["submit", "--sender", "PM", "--recipient", "DEV", "--subject", "Fix login"]
+from tests.shared.cli import EXIT_CONFLICT, EXIT_INVALID, EXIT_NOT_FOUND, EXIT_REFUSED, SUBMIT, Cli
 
 
 def commands() -> Iterator[tuple[str, Any]]:

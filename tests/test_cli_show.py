@@ -3,9 +3,7 @@ to the terminal, never cut; text that looks like rich markup is printed as it is
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
 from dataclasses import replace
 from pathlib import Path
 
@@ -16,25 +14,12 @@ from surehand.cli.render import operations_table
 from surehand.doors.labels import operation_label
 from surehand.facade import Surehand
 from surehand.model import OperationState
-from tests.procs import SUREHAND
-from tests.test_effects import op
+from tests.shared.cli import _run
+from tests.shared.effects import op
 
 WORDS = [f"w{n:03d}x" for n in range(150)]
 LONG_TOKEN = "https://example.com/" + "/".join(f"segment{n}" for n in range(30))
 MARKUP = "[bold]not-bold[/bold] and [/x]"  # neither styled nor a MarkupError
-
-
-def _run(database_url: str, *args: str, columns: int = 80) -> str:
-    done = subprocess.run(
-        [*SUREHAND, *args],
-        env={**os.environ, "SUREHAND_DATABASE_URL": database_url, "COLUMNS": str(columns)},
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
-    return done.stdout
 
 
 def _collapsed(text: str) -> str:

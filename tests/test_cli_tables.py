@@ -18,13 +18,13 @@ from surehand.dispatcher.claims import claim
 from surehand.facade import Surehand
 from surehand.testing import ManualClock
 from tests.procs import SUREHAND
-from tests.test_cli_show import _run
+from tests.shared.cli import _run
 
 LONG_SUBJECT = "Fix the login page so that a long subject wraps instead of pushing ids off"
 
 
 @pytest.fixture
-def listed(tmp_path: Path) -> tuple[str, list[str], list[str]]:
+def long_roles_store(tmp_path: Path) -> tuple[str, list[str], list[str]]:
     """A store with TASKs between long role names and two interruption cases."""
     url = f"sqlite:///{tmp_path / 'db.sqlite3'}"
     clock = ManualClock()
@@ -45,9 +45,9 @@ def listed(tmp_path: Path) -> tuple[str, list[str], list[str]]:
 
 @pytest.mark.parametrize("columns", [80, 60, 40])
 def test_tasks_prints_whole_task_ids(
-    listed: tuple[str, list[str], list[str]], columns: int
+    long_roles_store: tuple[str, list[str], list[str]], columns: int
 ) -> None:
-    url, task_ids, _ = listed
+    url, task_ids, _ = long_roles_store
     shown = _run(url, "tasks", columns=columns)
     assert [task_id for task_id in task_ids if task_id not in shown] == []
     assert max(len(line) for line in shown.splitlines()) <= columns
@@ -58,9 +58,9 @@ def test_tasks_prints_whole_task_ids(
 
 @pytest.mark.parametrize("columns", [80, 50])
 def test_cases_prints_whole_case_and_task_ids(
-    listed: tuple[str, list[str], list[str]], columns: int
+    long_roles_store: tuple[str, list[str], list[str]], columns: int
 ) -> None:
-    url, task_ids, case_ids = listed
+    url, task_ids, case_ids = long_roles_store
     shown = _run(url, "cases", columns=columns)
     assert [case_id for case_id in case_ids if case_id not in shown] == []
     assert [task_id for task_id in task_ids[:2] if task_id not in shown] == []
@@ -69,9 +69,11 @@ def test_cases_prints_whole_case_and_task_ids(
         assert "admission" in shown
 
 
-def test_the_watched_table_keeps_whole_ids_too(listed: tuple[str, list[str], list[str]]) -> None:
+def test_the_watched_table_keeps_whole_ids_too(
+    long_roles_store: tuple[str, list[str], list[str]],
+) -> None:
     """``tasks --watch`` renders the same fitted table live (here until its timeout)."""
-    url, task_ids, _ = listed
+    url, task_ids, _ = long_roles_store
     done = subprocess.run(
         [*SUREHAND, "tasks", "--watch", "--interval", "0.2", "--timeout", "1"],
         env={**os.environ, "SUREHAND_DATABASE_URL": url, "COLUMNS": "80"},

@@ -5,8 +5,6 @@ A scripted Responses API double (tests/model_doubles.py) reports large token cou
 attempt records them with the model of the command line. Codex reports no cost, so none is
 recorded; and its effects are not observed (no hooks), so nothing marks them so."""
 
-# ruff: noqa: F811  (test functions take the fixtures imported below)
-
 from __future__ import annotations
 
 from collections.abc import Iterator
@@ -22,17 +20,7 @@ from tests.agent_clis import AgentClis
 from tests.model_doubles import Final, OpenAIResponsesDouble, Script, Step, serving
 from tests.procs import RedisServer
 from tests.session_helpers import attempts_of, read_task
-from tests.test_agent_clis_real import (  # noqa: F401  (fixtures)
-    MODEL_HOST,
-    REPORT,
-    clis,
-    codex_env,
-    sessions_off_tmp,
-    worked,
-    workspace,
-)
-from tests.test_agent_groups import reconciling_client  # noqa: F401  (fixture)
-from tests.test_workers import broker  # noqa: F401  (fixture)
+from tests.shared.agent_clis import MODEL_HOST, REPORT, codex_env, worked
 
 pytestmark = pytest.mark.slow
 

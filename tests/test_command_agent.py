@@ -2,25 +2,18 @@
 holds the TASK; its output becomes the REPORT; a non-zero exit, a timeout or a lost lease fails
 or stops it; and ``surehand effect -- CMD`` inside it records CMD as an operation."""
 
-# ruff: noqa: F811  (test functions take the fixtures imported below)
-
 from __future__ import annotations
 
-import dataclasses
 import shlex
 import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import cast
 
 import pytest
 
 from surehand.agents.command import CommandAgent
-from surehand.agents.context import SessionContext, SessionPort
-from surehand.dispatcher.sessions import Session
 from surehand.errors import AgentError, ConfigError
-from surehand.facade import Surehand
 from surehand.model import AttemptState, Bucket, OperationState, RetryPolicy
 from tests.agent_procs import (
     TWO_ATTEMPTS_AGENT,
@@ -31,27 +24,18 @@ from tests.agent_procs import (
     wait_for_processes,
 )
 from tests.procs import wait_until
-from tests.session_helpers import (  # noqa: F401  (harness fixtures)
+from tests.session_helpers import (
     Harness,
     attempts_of,
     claimed,
     committed_task,
-    harness,
     operations_of,
     read_task,
-    redis_harness,
     reports_of,
 )
+from tests.shared.command_agent import attempt_context, command_surehand
 
 SUREHAND = f"{shlex.quote(sys.executable)} -m surehand"
-
-
-def command_surehand(harness: Harness, tmp_path: Path, script: str, **settings: object) -> Surehand:
-    """A handle whose DEV agent is ``SUREHAND_AGENTS=DEV=command`` running ``script`` (sh)."""
-    path = tmp_path / "agent.sh"
-    path.write_text(script, encoding="utf-8")
-    settings.setdefault("agent_bind", str(tmp_path))  # the script and its markers (/tmp is private)
-    return harness.surehand(agents="DEV=command", command_agent=f"sh {path}", **settings)
 
 
 def test_the_output_of_a_command_that_exits_0_becomes_the_report(
@@ -222,32 +206,6 @@ def test_a_lost_lease_kills_the_commands_whole_group_and_the_session_never_settl
     # Not settled: the session submitted the end of its attempt (interrupted, fenced).
     assert attempts_of(sh.store, task_id)[0].state is AttemptState.INTERRUPTED
     assert reports_of(sh.store, task_id) == []
-
-
-class _NoPort:
-    """The programs here declare no effects and write no reports."""
-
-    def operation(self, *args: object, **kwargs: object) -> None:
-        raise AssertionError("not expected")
-
-    report = operation
-
-
-def attempt_context(
-    harness: Harness, session: Session, number: int, cancelled: threading.Event
-) -> SessionContext:
-    """A context for attempt ``number`` of the claimed session's TASK (1 is the claimed one)."""
-    attempt = session.attempt
-    if number != attempt.number:
-        attempt = dataclasses.replace(attempt, attempt_id=f"{attempt.attempt_id}-{number}")
-        attempt = dataclasses.replace(attempt, number=number)
-    return SessionContext(
-        task=session.task,
-        attempt=attempt,
-        port=cast(SessionPort, _NoPort()),
-        cancelled=cancelled,
-        work_dir=harness.work_dir / attempt.attempt_id,
-    )
 
 
 def test_an_earlier_attempts_group_is_killed_before_a_successors_program_starts(

@@ -3,8 +3,6 @@ ends or the session is cancelled, and the program's trampoline sleeps until some
 to it. Polled, 1,000 waiting sessions woke their worker 20,000 times a second and starved the
 lease renewals (issue 22); these tests count the looks, never the time."""
 
-# ruff: noqa: F811  (test functions take the fixtures imported below)
-
 from __future__ import annotations
 
 import os
@@ -24,13 +22,8 @@ from surehand.agents.context import Cancellation, SessionContext
 from surehand.agents.groups import REAPER
 from surehand.errors import AgentError
 from tests.procs import wait_until
-from tests.session_helpers import (  # noqa: F401  (harness fixtures)
-    Harness,
-    claimed,
-    committed_task,
-    harness,
-)
-from tests.test_command_agent import attempt_context
+from tests.session_helpers import Harness, claimed, committed_task
+from tests.shared.command_agent import attempt_context
 
 
 @pytest.fixture

@@ -26,16 +26,16 @@ EXPECTED = {"postgres", "redis", "migrate", "api", "worker-dev", "worker-ops", "
 
 
 @pytest.fixture(scope="module")
-def services() -> dict[str, dict[str, Any]]:
+def compose_services() -> dict[str, dict[str, Any]]:
     data = yaml.safe_load((COMPOSE / "docker-compose.yml").read_text(encoding="utf-8"))
     found: dict[str, dict[str, Any]] = data["services"]
     return found
 
 
-def surehand_services(services: dict[str, dict[str, Any]]) -> dict[str, list[str]]:
+def surehand_services(compose_services: dict[str, dict[str, Any]]) -> dict[str, list[str]]:
     return {
         name: spec["command"]
-        for name, spec in services.items()
+        for name, spec in compose_services.items()
         if "command" in spec and spec["command"][0] == "surehand"
     }
 
@@ -64,14 +64,14 @@ def cli_env_vars() -> set[str]:
     return found
 
 
-def test_all_services_present(services: dict[str, dict[str, Any]]) -> None:
-    assert set(services) == EXPECTED
+def test_all_services_present(compose_services: dict[str, dict[str, Any]]) -> None:
+    assert set(compose_services) == EXPECTED
 
 
 def test_every_service_command_is_a_real_surehand_command(
-    services: dict[str, dict[str, Any]],
+    compose_services: dict[str, dict[str, Any]],
 ) -> None:
-    commands = surehand_services(services)
+    commands = surehand_services(compose_services)
     assert set(commands) == EXPECTED - {"postgres", "redis"}
     for name, argv in commands.items():
         command, rest = resolve(argv[1:])
@@ -83,31 +83,31 @@ def test_every_service_command_is_a_real_surehand_command(
                 assert set(param.opts) & set(flags), f"{name}: missing {param.opts[0]}"
 
 
-def test_every_surehand_variable_is_known(services: dict[str, dict[str, Any]]) -> None:
+def test_every_surehand_variable_is_known(compose_services: dict[str, dict[str, Any]]) -> None:
     settings = {f"SUREHAND_{name.upper()}" for name in Settings.model_fields}
     known = settings | cli_env_vars()
     text = (COMPOSE / "docker-compose.yml").read_text(encoding="utf-8")
     used = set(re.findall(r"\bSUREHAND_[A-Z0-9_]+", text))
-    for spec in services.values():
+    for spec in compose_services.values():
         used |= {key for key in spec.get("environment", {}) if key.startswith("SUREHAND_")}
     assert used - known == set()
     assert {"SUREHAND_DATABASE_URL", "SUREHAND_BROKER_URL", "SUREHAND_REDIS_URL"} <= used
 
 
-def test_ordering_healthchecks_and_exposure(services: dict[str, dict[str, Any]]) -> None:
-    commands = surehand_services(services)
+def test_ordering_healthchecks_and_exposure(compose_services: dict[str, dict[str, Any]]) -> None:
+    commands = surehand_services(compose_services)
     assert [name for name, argv in commands.items() if argv[1:2] == ["beat"]] == ["beat"]
     assert commands["migrate"] == ["surehand", "db", "upgrade"]
     for name in ("api", "worker-dev", "worker-ops", "beat", "flower"):
-        depends = services[name]["depends_on"]
+        depends = compose_services[name]["depends_on"]
         assert depends["migrate"]["condition"] == "service_completed_successfully", name
     for name in EXPECTED - {"migrate"}:
-        assert "healthcheck" in services[name], name
+        assert "healthcheck" in compose_services[name], name
     roles = {commands[w][commands[w].index("--roles") + 1] for w in ("worker-dev", "worker-ops")}
     assert roles == {"DEV", "QA,OPS"}
-    assert "SUREHAND_API_TOKENS" in services["api"]["environment"]
+    assert "SUREHAND_API_TOKENS" in compose_services["api"]["environment"]
     for name in ("api", "flower"):
-        assert all(port.startswith("127.0.0.1:") for port in services[name]["ports"]), name
+        assert all(port.startswith("127.0.0.1:") for port in compose_services[name]["ports"]), name
 
 
 def test_dockerfile_and_guide() -> None:
@@ -131,31 +131,33 @@ def test_the_podman_override_uses_the_images_compose_images_build_makes() -> Non
 
 
 def test_every_health_check_has_a_start_period_so_starting_is_not_broken(
-    services: dict[str, dict[str, Any]],
+    compose_services: dict[str, dict[str, Any]],
 ) -> None:
-    checked = {n: spec["healthcheck"] for n, spec in services.items() if "healthcheck" in spec}
+    checked = {
+        n: spec["healthcheck"] for n, spec in compose_services.items() if "healthcheck" in spec
+    }
     assert set(checked) == EXPECTED - {"migrate"}
     assert all("start_period" in check for check in checked.values())
 
 
 def test_a_workers_health_check_pings_the_node_name_the_worker_takes(
-    services: dict[str, dict[str, Any]],
+    compose_services: dict[str, dict[str, Any]],
 ) -> None:
     # `surehand worker` names its node surehand-<ROLES>@<host> (default_nodename in the CLI).
     for name, roles in (("worker-dev", "DEV"), ("worker-ops", "QA-OPS")):
-        test = services[name]["healthcheck"]["test"][1]
+        test = compose_services[name]["healthcheck"]["test"][1]
         assert f"inspect ping -d surehand-{roles}@$$(hostname)" in test
 
 
 def test_docker_users_get_the_official_images_and_the_override_replaces_only_images(
-    services: dict[str, dict[str, Any]],
+    compose_services: dict[str, dict[str, Any]],
 ) -> None:
     """Docker cannot run here (no registry): the Docker path with the official images is held
     by the files themselves. The default file names the official images and base image; the
     podman override changes nothing but the ``image`` of the two stand-ins."""
-    assert services["postgres"]["image"] == "postgres:16"
-    assert services["redis"]["image"] == "redis:7"
-    surehand = {n: s for n, s in services.items() if n not in {"postgres", "redis"}}
+    assert compose_services["postgres"]["image"] == "postgres:16"
+    assert compose_services["redis"]["image"] == "redis:7"
+    surehand = {n: s for n, s in compose_services.items() if n not in {"postgres", "redis"}}
     for name, spec in surehand.items():
         assert spec["build"]["args"]["BASE_IMAGE"] == "${BASE_IMAGE:-python:3.11-slim}", name
         assert spec["build"]["dockerfile"] == "compose/Dockerfile", name
@@ -227,11 +229,11 @@ def test_no_password_has_a_default() -> None:
 
 
 def test_postgres_requires_its_password_and_the_url_carries_it(
-    services: dict[str, dict[str, Any]],
+    compose_services: dict[str, dict[str, Any]],
 ) -> None:
-    password = services["postgres"]["environment"]["POSTGRES_PASSWORD"]
+    password = compose_services["postgres"]["environment"]["POSTGRES_PASSWORD"]
     assert password.startswith(REQUIRED.format(name="POSTGRES_PASSWORD"))
-    for name, spec in services.items():
+    for name, spec in compose_services.items():
         if name in {"postgres", "redis"}:
             continue
         url = spec["environment"]["SUREHAND_DATABASE_URL"]
@@ -240,9 +242,9 @@ def test_postgres_requires_its_password_and_the_url_carries_it(
 
 
 def test_redis_requires_a_password_for_the_broker_and_the_leases(
-    services: dict[str, dict[str, Any]],
+    compose_services: dict[str, dict[str, Any]],
 ) -> None:
-    redis = services["redis"]
+    redis = compose_services["redis"]
     command = redis["command"]
     assert command[command.index("--requirepass") + 1].startswith(
         REQUIRED.format(name="REDIS_PASSWORD")
@@ -250,7 +252,7 @@ def test_redis_requires_a_password_for_the_broker_and_the_leases(
     # redis-cli exits 0 on NOAUTH: the health check authenticates and passes only on PONG.
     assert redis["environment"]["REDISCLI_AUTH"].startswith(REQUIRED.format(name="REDIS_PASSWORD"))
     assert redis["healthcheck"]["test"] == ["CMD-SHELL", "redis-cli ping | grep -qx PONG"]
-    for name, spec in services.items():
+    for name, spec in compose_services.items():
         if name in {"postgres", "redis"}:
             continue
         for variable in ("SUREHAND_BROKER_URL", "SUREHAND_REDIS_URL"):
@@ -290,13 +292,13 @@ def sandbox_options() -> tuple[str, ...]:
 
 
 def test_the_workers_get_what_bwrap_needs_and_nothing_else_does(
-    services: dict[str, dict[str, Any]],
+    compose_services: dict[str, dict[str, Any]],
 ) -> None:
     """The workers (only they run agents) carry the engine options bubblewrap needs in a
     container, never run agents unconfined (SUREHAND_AGENT_SANDBOX=bwrap by default), and are
     what compose/check runs under podman."""
     for name in WORKERS:
-        spec = services[name]
+        spec = compose_services[name]
         resolved = [
             opt.replace("${WORKER_SECCOMP:-unconfined}", "unconfined")
             for opt in spec["security_opt"]
@@ -309,7 +311,7 @@ def test_the_workers_get_what_bwrap_needs_and_nothing_else_does(
         assert spec["cap_drop"] == ["ALL"]
         assert spec["environment"]["SUREHAND_AGENT_SANDBOX"] == "${SUREHAND_AGENT_SANDBOX:-bwrap}"
         assert spec.get("user") is None  # the image's unprivileged user (uid 10001)
-    for name, spec in services.items():
+    for name, spec in compose_services.items():
         if name not in WORKERS:
             assert "security_opt" not in spec, name
         assert "cap_add" not in spec, name
@@ -369,13 +371,13 @@ def test_the_workers_start_lines_reach_a_log_shipper_one_line_each(
 
 
 def test_beats_health_check_does_not_judge_a_sandbox_it_never_uses(
-    services: dict[str, dict[str, Any]],
+    compose_services: dict[str, dict[str, Any]],
 ) -> None:
     """Beat runs no agent and has no sandbox options: its health check (`surehand check`)
     with a command agent configured would fail on bwrap in its container (net's `auto`
     refuses to fall back), so it leaves the sandbox out, explicitly."""
-    assert services["beat"]["healthcheck"]["test"] == [
+    assert compose_services["beat"]["healthcheck"]["test"] == [
         "CMD-SHELL",
         "SUREHAND_AGENT_SANDBOX=none surehand check",
     ]
-    assert "SUREHAND_AGENT_SANDBOX" not in services["beat"].get("environment", {})
+    assert "SUREHAND_AGENT_SANDBOX" not in compose_services["beat"].get("environment", {})

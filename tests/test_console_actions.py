@@ -7,57 +7,26 @@ lost sessions from the store and Redis.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from fastapi import FastAPI
-from fastapi.testclient import TestClient
 from typer.testing import CliRunner
 
-from surehand.api import create_app
 from surehand.cli import app as cli
 from surehand.model import Admission, Bucket, OperationState
-from surehand.store import Store
-from surehand.testing import ManualClock
-from tests.recovery_helpers import Rig, open_rig
+from tests.recovery_helpers import Rig
+from tests.shared.console_actions import TOKENS, signed_in
 
-TOKENS = "pm=alice:PM:default,pm2=bob:PM:default,dev=dave:DEV:default"
-CSRF = re.compile(r'name="csrf_token" value="([^"]+)"')
+pytestmark = pytest.mark.rig(api_tokens=TOKENS)
 
 
-@pytest.fixture
-def rig(store: Store, clock: ManualClock, tmp_path: Path) -> Iterator[Rig]:
-    with open_rig(store, clock, tmp_path, api_tokens=TOKENS) as built:
-        yield built
-
-
-@pytest.fixture
-def app(rig: Rig) -> FastAPI:
-    return create_app(rig.sh)
-
-
-def signed_in(app: FastAPI, token: str) -> tuple[TestClient, str]:
-    client = TestClient(app, base_url="http://127.0.0.1", follow_redirects=False)
-    form = client.get("/ui/sign-in").text
-    csrf = CSRF.search(form)
-    assert csrf is not None
-    assert (
-        client.post("/ui/sign-in", data={"token": token, "csrf_token": csrf.group(1)}).status_code
-        == 303
-    )
-    board = CSRF.search(client.get("/ui/").text)
-    assert board is not None
-    return client, board.group(1)
-
-
-def test_each_unsettled_operation_gets_its_own_answer(app: FastAPI, rig: Rig) -> None:
+def test_each_unsettled_operation_gets_its_own_answer(rig_app: FastAPI, rig: Rig) -> None:
     """Before: one answer covered every unsettled operation of the attempt."""
     ops = [{"name": "charge", "args": {"amount": 5}}, {"name": "email", "args": {"to": "a@b"}}]
     task_id, _ = rig.interrupted(ops=ops)
     case = rig.lose(task_id)
     charge, email = rig.operations(task_id)
-    client, csrf = signed_in(app, "pm")
+    client, csrf = signed_in(rig_app, "pm")
     page = client.get(f"/ui/cases/{case.case_id}").text
     assert f'name="effect-{charge.operation_id}"' in page
     assert f'name="effect-{email.operation_id}"' in page
@@ -95,11 +64,11 @@ def test_each_unsettled_operation_gets_its_own_answer(app: FastAPI, rig: Rig) ->
     assert "Probe answer" not in shown
 
 
-def test_the_audit_names_the_person_who_decided(app: FastAPI, rig: Rig) -> None:
+def test_the_audit_names_the_person_who_decided(rig_app: FastAPI, rig: Rig) -> None:
     """Before: "decided by PM on the review of PM" -- with two PM tokens, nobody could tell."""
     task_id, _ = rig.interrupted(ops=[{"name": "charge"}])
     case = rig.lose(task_id)
-    client, csrf = signed_in(app, "pm2")
+    client, csrf = signed_in(rig_app, "pm2")
     client.post(
         f"/ui/cases/{case.case_id}/review",
         data={"csrf_token": csrf, "effect": "absent", "note": "bob checked the ledger"},
@@ -117,16 +86,16 @@ def test_the_audit_names_the_person_who_decided(app: FastAPI, rig: Rig) -> None:
     assert "PM (bob)" in shown.stdout
 
 
-def test_approve_and_reject_are_the_approvers_and_name_them(app: FastAPI, rig: Rig) -> None:
+def test_approve_and_reject_are_the_approvers_and_name_them(rig_app: FastAPI, rig: Rig) -> None:
     first, second = rig.new_task(), rig.new_task()
     for task_id in (first, second):
         rig.claim(task_id)
         rig.sh.write_report(task_id=task_id, reporter="DEV", body="done")
         rig.sh.transition(task_id, "submit", actor="DEV")
-    dev, dev_csrf = signed_in(app, "dev")
+    dev, dev_csrf = signed_in(rig_app, "dev")
     assert 'id="approve-form"' not in dev.get(f"/ui/tasks/{first}").text
     assert dev.post(f"/ui/tasks/{first}/approve", data={"csrf_token": dev_csrf}).status_code == 403
-    pm, csrf = signed_in(app, "pm")
+    pm, csrf = signed_in(rig_app, "pm")
     assert 'id="approve-form"' in pm.get(f"/ui/tasks/{first}").text
     assert pm.post(f"/ui/tasks/{first}/approve", data={"csrf_token": "no"}).status_code == 403
     approved = pm.post(f"/ui/tasks/{first}/approve", data={"csrf_token": csrf})
@@ -141,9 +110,9 @@ def test_approve_and_reject_are_the_approvers_and_name_them(app: FastAPI, rig: R
     assert [(e.by, e.principal, e.reason) for e in moves] == [("PM", "alice", "add tests")]
 
 
-def test_recover_asks_admission_and_says_what_it_answered(app: FastAPI, rig: Rig) -> None:
+def test_recover_asks_admission_and_says_what_it_answered(rig_app: FastAPI, rig: Rig) -> None:
     task_id, _ = rig.interrupted(ops=[])
-    pm, csrf = signed_in(app, "pm")
+    pm, csrf = signed_in(rig_app, "pm")
     answer = pm.post(f"/ui/tasks/{task_id}/recover", data={"csrf_token": csrf})
     assert answer.status_code == 303
     page = pm.get(answer.headers["location"]).text
@@ -152,7 +121,7 @@ def test_recover_asks_admission_and_says_what_it_answered(app: FastAPI, rig: Rig
     assert refusals[-1].principal == "alice"
 
 
-def test_the_held_queue_is_most_urgent_first(app: FastAPI, rig: Rig) -> None:
+def test_the_held_queue_is_most_urgent_first(rig_app: FastAPI, rig: Rig) -> None:
     later = rig.new_task(priority="P2", subject="Routine charge")
     urgent = rig.new_task(priority="P0", subject="Urgent charge")
     for task_id in (later, urgent):
@@ -161,20 +130,20 @@ def test_the_held_queue_is_most_urgent_first(app: FastAPI, rig: Rig) -> None:
     rig.lose(later)  # the same passes find both
     held = [task.task_id for _case, task in rig.sh.held()]
     assert held == [urgent, later]
-    pm, _ = signed_in(app, "pm")
+    pm, _ = signed_in(rig_app, "pm")
     page = pm.get("/ui/held").text
     assert page.index(urgent) < page.index(later)
     assert 'class="badge pri-P0"' in page
     assert pm.get("/ui/held/live").status_code == 200
 
 
-def test_the_workers_page_shows_sessions_leases_and_losses(app: FastAPI, rig: Rig) -> None:
+def test_the_workers_page_shows_sessions_leases_and_losses(rig_app: FastAPI, rig: Rig) -> None:
     running = rig.new_task()
     session = rig.claim(running)
     rig.hold_lease(session)
     lost, _ = rig.interrupted(ops=[])
     rig.lose(lost)
-    pm, _ = signed_in(app, "pm")
+    pm, _ = signed_in(rig_app, "pm")
     page = pm.get("/ui/workers").text
     running_row = page.split(f'data-task="{running}"')[1].split("</tr>")[0]
     assert "seeded-worker" in running_row

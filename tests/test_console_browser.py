@@ -36,8 +36,6 @@ except ImportError:  # the dev extra has it
     missing("playwright (pip install -e '.[dev]')")
 import itertools
 
-from tests.test_ui_browser import browser  # noqa: F401 (the module's Chromium fixture)
-
 pytestmark = pytest.mark.slow
 
 PM, PM2, OTHER = "acme-alice-0123456789", "acme-bob-0123456789", "globex-olga-0123456789"
@@ -132,13 +130,6 @@ def sign_in(context: BrowserContext, url: str, token: str, path: str = "/ui/") -
     page.click("form.stack button[type=submit]")
     page.wait_for_url(f"{url}{path}")
     return page
-
-
-@pytest.fixture
-def context(browser: Browser) -> Iterator[BrowserContext]:  # noqa: F811 (the fixture above)
-    made = browser.new_context(viewport={"width": 1280, "height": 900})
-    yield made
-    made.close()
 
 
 def test_search_finds_a_task_older_than_the_newest_300(
@@ -244,7 +235,7 @@ def test_the_audit_names_the_person_who_decided(context: BrowserContext, console
     assert any(text.startswith("bob (PM) answered absent") for text in decided), decided
 
 
-def test_sign_out_kills_a_copied_cookie(browser: Browser, console: Console) -> None:  # noqa: F811
+def test_sign_out_kills_a_copied_cookie(browser: Browser, console: Console) -> None:
     owner = browser.new_context()
     thief = browser.new_context()
     try:

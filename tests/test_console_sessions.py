@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -28,16 +27,7 @@ TOKENS = "pm-token-0123456789=alice:PM:acme,pm2-token-0123456789=bob:PM:acme"
 CSRF = re.compile(r'name="csrf_token" value="([^"]+)"')
 
 
-@pytest.fixture
-def sh(store: Store) -> Iterator[Surehand]:
-    handle = Surehand(settings=Settings(database_url=store.url, api_tokens=TOKENS, tenant="acme"))
-    yield handle
-    handle.close()
-
-
-@pytest.fixture
-def app(sh: Surehand) -> FastAPI:
-    return create_app(sh)
+pytestmark = pytest.mark.sh_settings(api_tokens=TOKENS, tenant="acme")
 
 
 def browser(app: FastAPI, address: str = "127.0.0.1") -> TestClient:

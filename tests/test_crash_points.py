@@ -2,8 +2,6 @@
 them fails loudly instead of never firing, and every one of them has a crash test -- the one
 missing so far (``operation.after_outcome``) is here, under real workers on Postgres."""
 
-# ruff: noqa: F811  (test functions take the fixtures imported below)
-
 from __future__ import annotations
 
 import re
@@ -14,7 +12,7 @@ import pytest
 from surehand.crashpoints import CrashPoint, crash_point
 from surehand.errors import ConfigError
 from surehand.model import Admission, AttemptState, Bucket, EffectFact
-from tests.test_chaos import Chaos, chaos, postgres_only  # noqa: F401  (fixture)
+from tests.shared.chaos import Chaos, postgres_only
 
 TESTS = Path(__file__).parent
 

@@ -7,8 +7,6 @@ concurrent identical calls make one child; a stale attempt delegates nothing; th
 brief lists the children with their buckets. The same through the session MCP tool.
 """
 
-# ruff: noqa: F811  (test functions take the fixtures imported below)
-
 from __future__ import annotations
 
 import json
@@ -40,14 +38,7 @@ from surehand.mcp.session_state import SessionBudget, SessionLimits
 from surehand.mcp.session_tools import Grant
 from surehand.model import Action, Admission, AttemptState, Bucket, EventKind, Task
 from surehand.store import tasks
-from tests.session_helpers import (  # noqa: F401  (harness fixtures)
-    Harness,
-    claimed,
-    committed_task,
-    events_of,
-    harness,
-    read_task,
-)
+from tests.session_helpers import Harness, claimed, committed_task, events_of, read_task
 
 DEV = {"recipient": "DEV", "subject": "Build the login fix", "body": "Fix it.", "key": "dev"}
 
@@ -245,7 +236,9 @@ def test_a_bad_key_or_recipient_is_refused_naming_the_field(harness: Harness) ->
 
 
 @pytest.fixture
-def mcp(harness: Harness, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Surehand, SessionMcp]]:
+def sh_and_mcp(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[tuple[Surehand, SessionMcp]]:
     monkeypatch.setattr("surehand.dispatcher.sessions.STORE_RETRY_DELAYS", ())
     sh = harness.surehand()
     server = SessionMcp(sh.services)
@@ -279,9 +272,9 @@ def structured(result: Any) -> dict[str, Any]:
 
 
 def test_an_agent_delegates_over_mcp_once_and_its_successor_is_answered_reused(
-    mcp: tuple[Surehand, SessionMcp],
+    sh_and_mcp: tuple[Surehand, SessionMcp],
 ) -> None:
-    sh, server = mcp
+    sh, server = sh_and_mcp
     parent = pm_task(sh)
     first = claimed(sh.services, parent, worker="first")
     [created] = anyio.run(_calls, granted(server, first), [("delegate", DEV)])
@@ -299,9 +292,9 @@ def test_an_agent_delegates_over_mcp_once_and_its_successor_is_answered_reused(
 
 
 def test_a_stale_attempts_delegate_over_mcp_is_refused_and_ends_its_session(
-    mcp: tuple[Surehand, SessionMcp],
+    sh_and_mcp: tuple[Surehand, SessionMcp],
 ) -> None:
-    sh, server = mcp
+    sh, server = sh_and_mcp
     parent = pm_task(sh)
     first = claimed(sh.services, parent, worker="first")
     grant = granted(server, first)
@@ -346,9 +339,9 @@ def test_a_session_past_its_children_budget_is_refused_over_mcp_and_goes_on(
 
 
 def test_surehand_delegate_in_a_command_agents_session_creates_once(
-    mcp: tuple[Surehand, SessionMcp],
+    sh_and_mcp: tuple[Surehand, SessionMcp],
 ) -> None:
-    sh, server = mcp
+    sh, server = sh_and_mcp
     grant = granted(server, claimed(sh.services, pm_task(sh)))
     env = {URL_ENV: grant.url, TOKEN_ENV: grant.token}
     argv = ["delegate", "--to", "DEV", "--subject", "Build the login fix", "--key", "dev"]

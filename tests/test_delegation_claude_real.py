@@ -5,8 +5,6 @@ are released while DEV runs (a Python agent in the same worker). Once DEV is app
 runs again, its brief lists DEV done with DEV's REPORT, and its final message (the REPORT)
 quotes it."""
 
-# ruff: noqa: F811  (test functions take the fixtures imported below)
-
 from __future__ import annotations
 
 from pathlib import Path
@@ -30,14 +28,7 @@ from tests.model_doubles import (
 )
 from tests.procs import RedisServer, running, start_worker, wait_until
 from tests.session_helpers import attempts_of, read_task, reports_of
-from tests.test_agent_clis_real import (  # noqa: F401  (fixtures)
-    MODEL_HOST,
-    claude_env,
-    clis,
-    workspace,
-)
-from tests.test_agent_groups import reconciling_client  # noqa: F401  (fixture)
-from tests.test_workers import broker  # noqa: F401  (fixture)
+from tests.shared.agent_clis import MODEL_HOST, claude_env
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 

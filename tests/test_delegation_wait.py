@@ -5,8 +5,6 @@ briefed with the children's REPORTs. A held (or failed) child wakes it too. Fenc
 session write.
 """
 
-# ruff: noqa: F811  (test functions take the fixtures imported below)
-
 from __future__ import annotations
 
 from typing import Any
@@ -23,12 +21,11 @@ from surehand.facade import Surehand
 from surehand.model import Action, Admission, AttemptState, Bucket, Task
 from surehand.store import schema as tables
 from surehand.store import tasks
-from tests.session_helpers import (  # noqa: F401  (harness fixtures)
+from tests.session_helpers import (
     Harness,
     attempts_of,
     claimed,
     committed_task,
-    harness,
     read_task,
     reports_of,
 )

@@ -35,19 +35,11 @@ METRICS = "metrics-token-0123456789"
 CSRF = re.compile(r'name="csrf_token" value="([^"]+)"')
 
 
+pytestmark = pytest.mark.sh_settings(api_tokens=TOKENS, metrics_token=METRICS)
+
+
 def handle(store: Store, **settings: Any) -> Surehand:
     return Surehand(settings=Settings(database_url=store.url).model_copy(update=settings))
-
-
-@pytest.fixture
-def sh(store: Store) -> Iterator[Surehand]:
-    with handle(store, api_tokens=TOKENS, metrics_token=METRICS) as surehand:
-        yield surehand
-
-
-@pytest.fixture
-def app(sh: Surehand) -> FastAPI:
-    return create_app(sh)
 
 
 def client(app: FastAPI, address: str = "192.0.2.9", token: str | None = None) -> TestClient:

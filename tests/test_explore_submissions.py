@@ -19,7 +19,7 @@ from tests.explore_world import Crashes, budget
 
 
 @pytest.fixture
-def world(store: Store, monkeypatch: pytest.MonkeyPatch) -> SubmissionWorld:
+def submission_world(store: Store, monkeypatch: pytest.MonkeyPatch) -> SubmissionWorld:
     crashes = Crashes()
     crashes.install(monkeypatch)
     reads = Reads()
@@ -28,9 +28,9 @@ def world(store: Store, monkeypatch: pytest.MonkeyPatch) -> SubmissionWorld:
 
 
 def test_write_task_keeps_one_task_per_submission_in_every_interleaving(
-    world: SubmissionWorld,
+    submission_world: SubmissionWorld,
 ) -> None:
-    run_state_machine_as_test(lambda: SubmissionMachine(world), settings=budget())  # type: ignore[arg-type]  # a factory works
+    run_state_machine_as_test(lambda: SubmissionMachine(submission_world), settings=budget())  # type: ignore[arg-type]  # a factory works
 
 
 # -- regressions ----------------------------------------------------------------------------------
@@ -40,9 +40,9 @@ def test_write_task_keeps_one_task_per_submission_in_every_interleaving(
     "kill", [CrashPoint.WRITE_TASK_BEFORE_COMMIT, CrashPoint.WRITE_TASK_AFTER_COMMIT]
 )
 def test_a_retry_after_a_kill_names_the_one_task_of_the_submission(
-    world: SubmissionWorld, kill: CrashPoint
+    submission_world: SubmissionWorld, kill: CrashPoint
 ) -> None:
-    machine = SubmissionMachine(world)
+    machine = SubmissionMachine(submission_world)
     machine.submit(tenant="acme", sid="sub-a", variant=0, kill=kill, response_lost=False)
     machine.a_submission_names_one_task()
 
@@ -51,5 +51,5 @@ def test_a_retry_after_a_kill_names_the_one_task_of_the_submission(
     identity = machine.known[("acme", "sub-a")].identity
     assert identity is not None
     assert machine.known[("acme", "sub-a")].named == {identity[0]}
-    assert world.reads.count <= 1
+    assert submission_world.reads.count <= 1
     machine.a_submission_names_one_task()

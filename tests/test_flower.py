@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import ast
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +16,8 @@ from surehand.agents.context import SessionContext
 from surehand.config import Settings
 from surehand.facade import Surehand
 from surehand.model import Admission, Bucket
-from tests.procs import Proc, RedisServer, free_port, private_redis, spawn, start_worker, wait_until
+from tests.procs import RedisServer, start_worker, wait_until
+from tests.shared.flower import start_flower
 
 pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parent.parent
@@ -26,12 +27,6 @@ def interrupted_charge(ctx: SessionContext) -> str:
     """An agent whose effect never returns: the intent (no key, no probe) stays open."""
     ctx.operation("charge_card", {"amount_cents": 500}, lambda: time.sleep(3600))
     return "unreachable"
-
-
-@pytest.fixture
-def broker(tmp_path: Path) -> Iterator[RedisServer]:
-    with private_redis(tmp_path) as server:
-        yield server
 
 
 def environment(tmp_path: Path, broker: RedisServer, agents: str) -> dict[str, str]:
@@ -46,24 +41,6 @@ def environment(tmp_path: Path, broker: RedisServer, agents: str) -> dict[str, s
         "PYTHONPATH": str(REPO),
         "FLOWER_UNAUTHENTICATED_API": "true",  # Flower 2 serves /api only with auth or this
     }
-
-
-def start_flower(env: Mapping[str, str], log: Path) -> tuple[Proc, str]:
-    port = free_port()
-    proc = spawn(["flower", "--port", str(port)], env, log)
-    url = f"http://127.0.0.1:{port}"
-
-    def ready() -> bool:
-        if proc.returncode is not None or "Connected to redis" not in proc.output():
-            return proc.returncode is not None
-        try:
-            return httpx.get(f"{url}/healthcheck", timeout=1).status_code == 200
-        except httpx.TransportError:
-            return False
-
-    wait_until(ready, timeout=60, interval=0.2, what="Flower to start")
-    assert proc.returncode is None, proc.output()
-    return proc, url
 
 
 def flower_tasks(url: str, name: str) -> list[dict[str, Any]]:

@@ -6,10 +6,6 @@ not depend on the machine's speed; a paused owner is simulated by simply not run
 heartbeat.
 """
 
-# Fixtures are imported by name and then requested as parameters of the same name, which
-# pyflakes reads as a redefinition.
-# ruff: noqa: F811
-
 from __future__ import annotations
 
 import threading
@@ -22,13 +18,7 @@ import redis
 from surehand.errors import LeaseLost, LeaseUnavailable
 from surehand.queue.heartbeat import Heartbeat
 from surehand.queue.leases import LeaseStore
-from tests.redis_fixtures import (  # noqa: F401
-    delete_namespace,
-    fake_lease_store,
-    lease_store,
-    namespace,
-    redis_client,
-)
+from tests.redis_fixtures import delete_namespace
 
 TASK = "TASK-20260101-001"
 ME = "attempt-a"

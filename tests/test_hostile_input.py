@@ -10,7 +10,6 @@ and lone surrogates are refused in every string.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -28,33 +27,16 @@ from surehand.requests import TASK_ID_RE
 from surehand.store import Store, events, receipts, tasks
 from surehand.store.schema import interruption_cases, reports
 from surehand.store.schema import tasks as task_table
-from tests.recovery_helpers import Rig, rig
-from tests.test_recovery import held_task
+from tests.recovery_helpers import Rig, held_task
+from tests.shared.doors import LOOPBACK, TENANT
 
-__all__ = ["rig"]  # fixture
-
-TENANT = "acme"
 TASK = {"sender": "PM", "recipient": "DEV", "subject": "Fix login", "body": "It fails."}
 GROWS = "\u0344"  # one character that NFC turns into two (U+0308 U+0301)
 LONG_TASK_ID = "TASK-20260101-" + "1" * 19  # 33 characters: one more than the column holds
 EXIT_INVALID = 5
 
-LOOPBACK = ("127.0.0.1", 50000)  # the token-less API answers loopback clients only
 
-
-@pytest.fixture
-def sh(store: Store) -> Iterator[Surehand]:
-    """The Python door on each database (the local ADMIN of tenant acme)."""
-    handle = Surehand(database_url=store.url, tenant=TENANT)
-    yield handle
-    handle.close()
-
-
-@pytest.fixture
-def http(sh: Surehand) -> Iterator[TestClient]:
-    """The HTTP door on the same store, open local-ADMIN mode."""
-    with TestClient(create_app(sh), base_url="http://127.0.0.1", client=LOOPBACK) as client:
-        yield client
+pytestmark = pytest.mark.sh_settings(tenant=TENANT)
 
 
 def counts(sh: Surehand) -> tuple[int, int]:

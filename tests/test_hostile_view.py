@@ -9,8 +9,6 @@ The probes are in ``tests/hostile_view.py``. In the fallback (``none``) the test
 docs/agents/sandbox.md says that mode promises: the quotas hold, the view is the host's.
 """
 
-# ruff: noqa: F811  (test functions take the fixtures imported below)
-
 from __future__ import annotations
 
 import functools
@@ -31,12 +29,9 @@ from surehand.store import Store
 from tests import hostile_view
 from tests.procs import RedisServer, running, start_worker, wait_until
 from tests.session_helpers import attempts_of, read_task, reports_of
+from tests.shared.hostile_agents import AGENT, Deployment
+from tests.shared.workers import worker_env
 from tests.skips import missing
-from tests.test_agent_groups import reconciling_client  # noqa: F401  (fixture)
-from tests.test_hostile_agents import AGENT, Deployment, deployment  # noqa: F401  (fixture)
-from tests.test_workers import broker, worker_env  # noqa: F401  (fixture)
-
-pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[1]
 HOME = Path(os.path.expanduser("~"))
@@ -52,28 +47,29 @@ SECRETS = [  # what an agent must never see of the host
 NEEDED = ["/etc/passwd", "/etc/resolv.conf", str(view.PACKAGE / "__init__.py")]
 
 
-@pytest.fixture
-def hostile_settings() -> dict[str, str]:
-    """Small quotas and tmpfs for the hostile worker, watched often."""
-    return {
-        "SUREHAND_AGENT_DISK_MIB": str(QUOTA_MIB),
-        "SUREHAND_AGENT_DISK_FILES": str(QUOTA_FILES),
-        "SUREHAND_AGENT_TMPFS_MIB": str(TMPFS_MIB),
-        "SUREHAND_AGENT_QUOTA_CHECK_SECONDS": "0.25",
-    }
+# Small quotas and tmpfs for the hostile worker, watched often.
+HOSTILE_SETTINGS = {
+    "SUREHAND_AGENT_DISK_MIB": str(QUOTA_MIB),
+    "SUREHAND_AGENT_DISK_FILES": str(QUOTA_FILES),
+    "SUREHAND_AGENT_TMPFS_MIB": str(TMPFS_MIB),
+    "SUREHAND_AGENT_QUOTA_CHECK_SECONDS": "0.25",
+}
+pytestmark = [pytest.mark.slow, pytest.mark.hostile_settings(**HOSTILE_SETTINGS)]
 
 
-def stopped_over_quota(deployment: Deployment, task_id: str, setting: str) -> dict[str, Any]:
+def stopped_over_quota(
+    hostile_deployment: Deployment, task_id: str, setting: str
+) -> dict[str, Any]:
     """How a flooding TASK ended: every attempt interrupted by its quota, naming ``setting``,
     its directory gone; the TASK held once the interruptions repeat."""
-    attempts = attempts_of(deployment.store, task_id)
-    sessions = deployment.tmp_path / "sessions"
+    attempts = attempts_of(hostile_deployment.store, task_id)
+    sessions = hostile_deployment.tmp_path / "sessions"
     return {
         "causes": {(a.state, a.cause) for a in attempts},
         "names_the_setting": all(setting in (a.error or "") for a in attempts),
         "directories_left": [a.attempt_id for a in attempts if (sessions / a.attempt_id).exists()],
-        "held": read_task(deployment.store, task_id).hold is not None,
-        "reports": len(reports_of(deployment.store, task_id)),
+        "held": read_task(hostile_deployment.store, task_id).hold is not None,
+        "reports": len(reports_of(hostile_deployment.store, task_id)),
     }
 
 
@@ -87,41 +83,52 @@ STOPPED = {
 
 
 def test_a_flooding_agent_is_stopped_by_its_quota_while_a_sibling_and_new_tasks_work(
-    deployment: Deployment,
+    hostile_deployment: Deployment,
 ) -> None:
-    bwrap = deployment.mode == "bwrap"
-    sibling = deployment.submit("sleep", seconds=6)
+    bwrap = hostile_deployment.mode == "bwrap"
+    sibling = hostile_deployment.submit("sleep", seconds=6)
     floods = {
-        "disk": deployment.submit("disk_flood", mib=QUOTA_MIB * 8),
-        "files": deployment.submit("files_flood", files=QUOTA_FILES * 10),
+        "disk": hostile_deployment.submit("disk_flood", mib=QUOTA_MIB * 8),
+        "files": hostile_deployment.submit("files_flood", files=QUOTA_FILES * 10),
     }
     if bwrap:  # the fallback has no /tmp of its own: nothing of the session to count there
-        floods["tmp_files"] = deployment.submit(
+        floods["tmp_files"] = hostile_deployment.submit(
             "files_flood", files=QUOTA_FILES * 10, where="/tmp", hold=30
         )
     for name, task_id in [*floods.items(), ("sibling", sibling)]:
         wait_until(
-            functools.partial(deployment.finished, task_id), timeout=180, what=f"the {name} TASK"
+            functools.partial(hostile_deployment.finished, task_id),
+            timeout=180,
+            what=f"the {name} TASK",
         )
-    later = deployment.run("sleep", seconds=0.1)  # a new TASK after the floods
+    later = hostile_deployment.run("sleep", seconds=0.1)  # a new TASK after the floods
 
-    assert stopped_over_quota(deployment, floods["disk"], "SUREHAND_AGENT_DISK_MIB") == STOPPED
-    assert stopped_over_quota(deployment, floods["files"], "SUREHAND_AGENT_DISK_FILES") == STOPPED
+    assert (
+        stopped_over_quota(hostile_deployment, floods["disk"], "SUREHAND_AGENT_DISK_MIB") == STOPPED
+    )
+    assert (
+        stopped_over_quota(hostile_deployment, floods["files"], "SUREHAND_AGENT_DISK_FILES")
+        == STOPPED
+    )
     if bwrap:
-        tmp_files = stopped_over_quota(deployment, floods["tmp_files"], "SUREHAND_AGENT_DISK_FILES")
+        tmp_files = stopped_over_quota(
+            hostile_deployment, floods["tmp_files"], "SUREHAND_AGENT_DISK_FILES"
+        )
         assert tmp_files == STOPPED
-    assert deployment.findings(sibling) == {"slept": 6}
-    assert deployment.findings(later) == {"slept": 0.1}
-    assert deployment.worker.returncode is None
+    assert hostile_deployment.findings(sibling) == {"slept": 6}
+    assert hostile_deployment.findings(later) == {"slept": 0.1}
+    assert hostile_deployment.worker.returncode is None
 
 
-@pytest.mark.parametrize("deployment", ["bwrap"], indirect=True)  # the fallback has no tmpfs
+@pytest.mark.parametrize(
+    "hostile_deployment", ["bwrap"], indirect=True
+)  # the fallback has no tmpfs
 def test_the_sandboxs_tmpfs_mounts_are_sized_and_the_rest_is_read_only(
-    deployment: Deployment,
+    hostile_deployment: Deployment,
 ) -> None:
-    task_id = deployment.run("tmpfs_flood", mib=TMPFS_MIB * 4)
+    task_id = hostile_deployment.run("tmpfs_flood", mib=TMPFS_MIB * 4)
 
-    found = deployment.findings(task_id)
+    found = hostile_deployment.findings(task_id)
 
     full = "No space left on device"
     assert {place: seen["refused"] for place, seen in found.items()} == {
@@ -133,21 +140,23 @@ def test_the_sandboxs_tmpfs_mounts_are_sized_and_the_rest_is_read_only(
 
 
 def test_the_agent_sees_no_home_no_checkout_and_no_secrets_of_the_host(
-    deployment: Deployment,
+    hostile_deployment: Deployment,
 ) -> None:
-    task_id = deployment.run("view", paths=[*SECRETS, *NEEDED])
+    task_id = hostile_deployment.run("view", paths=[*SECRETS, *NEEDED])
 
-    found = deployment.findings(task_id)
+    found = hostile_deployment.findings(task_id)
 
     on_host = [path for path in SECRETS if os.path.lexists(path)]
     assert len(on_host) >= 4, on_host  # the test looks for what is really there
-    if deployment.mode == "none":  # docs/agents/sandbox.md: the host's files, as the worker's user
+    if (
+        hostile_deployment.mode == "none"
+    ):  # docs/agents/sandbox.md: the host's files, as the worker's user
         kind = {path: seen.split(":")[0] for path, seen in found["paths"].items()}
         assert kind == {path: hostile_view.seen_as(path).split(":")[0] for path in found["paths"]}
         return
     assert {path: found["paths"][path] for path in SECRETS} == dict.fromkeys(SECRETS, "absent")
     assert all(found["paths"][path].startswith(("read", "listed")) for path in NEEDED), found
-    assert set(found["root"]) <= allowed_top_level(deployment.tmp_path), found["root"]
+    assert set(found["root"]) <= allowed_top_level(hostile_deployment.tmp_path), found["root"]
     assert found["writes"] == dict.fromkeys(
         ("/", "/etc", "/usr", "/dev"), "refused: Read-only file system"
     )

@@ -36,9 +36,7 @@ from surehand.model import (
 )
 from surehand.store import Store, attempts
 from tests.procs import terminate_backends
-from tests.recovery_helpers import GRACE_SECONDS, Rig, rig
-
-__all__ = ["rig"]  # fixture
+from tests.recovery_helpers import GRACE_SECONDS, Rig
 
 FENCED = Session.fenced
 SETTLE_TRY = Session._settle_try

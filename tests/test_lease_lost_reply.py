@@ -2,8 +2,6 @@
 finding 5): the runner's retry finds its own attempt in the key and runs the session, instead
 of rolling its own first attempt back as "lease stayed held by another attempt"."""
 
-# ruff: noqa: F811  (test functions take the fixtures imported below)
-
 from __future__ import annotations
 
 from typing import Any
@@ -14,13 +12,7 @@ from surehand.agents.context import SessionContext
 from surehand.errors import LeaseUnavailable
 from surehand.model import AttemptState, Bucket
 from surehand.queue.leases import LeaseStore
-from tests.session_helpers import (  # noqa: F401  (harness fixtures)
-    Harness,
-    attempts_of,
-    committed_task,
-    harness,
-    read_task,
-)
+from tests.session_helpers import Harness, attempts_of, committed_task, read_task
 
 
 def lose_the_first_reply(monkeypatch: pytest.MonkeyPatch, leases: LeaseStore) -> list[str]:

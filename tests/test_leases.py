@@ -4,10 +4,6 @@ Leases are liveness only (fencing lives in the store), but their compare-then-ac
 hold exactly: only the holder renews or releases, and a key is held by at most one attempt.
 """
 
-# Fixtures are imported by name and then requested as parameters of the same name, which
-# pyflakes reads as a redefinition.
-# ruff: noqa: F811
-
 from __future__ import annotations
 
 import threading
@@ -24,12 +20,6 @@ from surehand.queue.keys import generation_key, lease_key
 from surehand.queue.leases import LeaseStore
 from surehand.queue.redis_client import POOL_CONNECTIONS, connect_redis, shared_fake_server
 from tests.procs import private_redis
-from tests.redis_fixtures import (  # noqa: F401
-    fake_lease_store,
-    lease_store,
-    namespace,
-    redis_client,
-)
 
 TASK = "TASK-20260101-001"
 TTL_MS = 30_000

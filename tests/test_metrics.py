@@ -24,7 +24,7 @@ def sample(name: str, **labels: str) -> float:
 
 
 @pytest.fixture
-def sh(tmp_path: Path) -> Iterator[Surehand]:
+def fast_heartbeat_sh(tmp_path: Path) -> Iterator[Surehand]:
     settings = Settings(
         database_url=f"sqlite:///{tmp_path / 'db.sqlite3'}",
         work_dir=tmp_path / "sessions",
@@ -37,50 +37,58 @@ def sh(tmp_path: Path) -> Iterator[Surehand]:
     handle.close()
 
 
-def test_submissions_by_disposition(sh: Surehand) -> None:
+def test_submissions_by_disposition(fast_heartbeat_sh: Surehand) -> None:
     before = {d: sample("surehand_submissions_total", disposition=d) for d in ("created", "reused")}
     args = {"sender": "PM", "recipient": "DEV", "subject": "x", "client_submission_id": "m-1"}
-    sh.write_task(**args)
-    sh.write_task(**args)
-    sh.write_task(**{**args, "subject": "y"})
+    fast_heartbeat_sh.write_task(**args)
+    fast_heartbeat_sh.write_task(**args)
+    fast_heartbeat_sh.write_task(**{**args, "subject": "y"})
     assert sample("surehand_submissions_total", disposition="created") == before["created"] + 1
     assert sample("surehand_submissions_total", disposition="reused") == before["reused"] + 1
     assert sample("surehand_submissions_total", disposition="conflict") >= 1
 
 
-def test_sessions_are_counted_by_outcome_from_the_celery_task(sh: Surehand) -> None:
-    register_demo(sh.registry)
-    task_id = str(sh.write_task(sender="PM", recipient="DEV", subject="count me").task_id)
+def test_sessions_are_counted_by_outcome_from_the_celery_task(fast_heartbeat_sh: Surehand) -> None:
+    register_demo(fast_heartbeat_sh.registry)
+    task_id = str(
+        fast_heartbeat_sh.write_task(sender="PM", recipient="DEV", subject="count me").task_id
+    )
     before = sample("surehand_sessions_total", outcome="settled")
     # apply() runs the task body through Celery's tracer, which sends task_postrun.
-    result = sh.celery.tasks["surehand.run_session"].apply(args=(task_id,)).get()
+    result = fast_heartbeat_sh.celery.tasks["surehand.run_session"].apply(args=(task_id,)).get()
     assert result["outcome"] == "settled"
     assert sample("surehand_sessions_total", outcome="settled") == before + 1
 
 
-def test_lease_renew_failures_are_counted(sh: Surehand) -> None:
+def test_lease_renew_failures_are_counted(fast_heartbeat_sh: Surehand) -> None:
     def loses_its_lease(ctx: SessionContext) -> str:
-        sh.leases.client.delete(sh.leases.key(ctx.task.task_id))  # as if it expired
+        fast_heartbeat_sh.leases.client.delete(
+            fast_heartbeat_sh.leases.key(ctx.task.task_id)
+        )  # as if it expired
         ctx.wait_cancelled(5)
         return "stopped"
 
-    sh.registry.register("DEV", loses_its_lease)
-    task_id = str(sh.write_task(sender="PM", recipient="DEV", subject="lose it").task_id)
+    fast_heartbeat_sh.registry.register("DEV", loses_its_lease)
+    task_id = str(
+        fast_heartbeat_sh.write_task(sender="PM", recipient="DEV", subject="lose it").task_id
+    )
     before = sample("surehand_lease_renew_failures_total")
-    assert sh.run_session(task_id).outcome == "lease_lost"
+    assert fast_heartbeat_sh.run_session(task_id).outcome == "lease_lost"
     assert sample("surehand_lease_renew_failures_total") >= before + 1
 
 
-def test_reconciler_passes_lost_sessions_and_admissions(sh: Surehand) -> None:
-    task_id = str(sh.write_task(sender="PM", recipient="DEV", subject="vanish").task_id)
-    session = claim(sh.services, task_id, worker="gone", message_id=None)
+def test_reconciler_passes_lost_sessions_and_admissions(fast_heartbeat_sh: Surehand) -> None:
+    task_id = str(
+        fast_heartbeat_sh.write_task(sender="PM", recipient="DEV", subject="vanish").task_id
+    )
+    session = claim(fast_heartbeat_sh.services, task_id, worker="gone", message_id=None)
     assert session is not None  # running, but no lease was ever taken: the owner is gone
     passes = sample("surehand_reconcile_pass_seconds_count")
     lost = sample("surehand_lost_sessions_total")
     admitted = sample("surehand_admissions_total", disposition="reexecute")
     deadline = time.monotonic() + 10
     while sample("surehand_lost_sessions_total") == lost and time.monotonic() < deadline:
-        sh.reconcile()
+        fast_heartbeat_sh.reconcile()
         time.sleep(0.1)
     assert sample("surehand_lost_sessions_total") == lost + 1
     assert sample("surehand_admissions_total", disposition="reexecute") == admitted + 1

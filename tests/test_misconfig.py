@@ -39,43 +39,10 @@ from surehand.errors import (
 from surehand.store import Store
 from tests.conftest import PG_URL, REDIS_URL, require
 from tests.procs import SUREHAND, free_port, private_redis, spawn, wait_until
+from tests.shared.misconfig import REPO, UNUSED_REDIS, sqlite_url, surehand
 
-REPO = Path(__file__).resolve().parent.parent
 SERVICE_VARIABLES = ("SUREHAND_BROKER_URL", "SUREHAND_REDIS_URL")
-UNUSED_REDIS = "redis://127.0.0.1:1/0"  # never contacted: the refusals come first
 EXIT_RETRY = 75
-
-
-def surehand(
-    cwd: Path, *args: str, code: int | None = None, **env: str
-) -> subprocess.CompletedProcess[str]:
-    """``python -m surehand ARGS`` in ``cwd`` with no SUREHAND_* setting but ``env``."""
-    base = {k: v for k, v in os.environ.items() if not k.startswith(("SUREHAND_", "FLOWER_"))}
-    done = subprocess.run(
-        [*SUREHAND, *args],
-        env={**base, "PYTHONPATH": str(REPO), "COLUMNS": "250", **env},
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    if code is not None:
-        assert done.returncode == code, f"{args}: {done.returncode}\n{done.stdout}\n{done.stderr}"
-    assert "Traceback" not in done.stderr, done.stderr
-    return done
-
-
-def sqlite_url(path: Path) -> str:
-    return f"sqlite:///{path}"
-
-
-@pytest.fixture
-def store_url(tmp_path: Path) -> str:
-    """An existing, migrated SQLite store."""
-    url = sqlite_url(tmp_path / "surehand.sqlite3")
-    surehand(tmp_path, "db", "upgrade", code=0, SUREHAND_DATABASE_URL=url)
-    return url
 
 
 # -- finding 2: deployment commands need shared services --------------------------------------

@@ -1,8 +1,6 @@
 """Operations: the intent is committed before the effect runs and the outcome after it; what a
 TASK already recorded for the same name and args decides whether the effect may run again."""
 
-# ruff: noqa: F811  (test functions take the fixtures imported below)
-
 from __future__ import annotations
 
 import hashlib
@@ -25,7 +23,6 @@ from tests.session_helpers import (
     Harness,
     claimed,
     committed_task,
-    harness,  # noqa: F401  (harness fixtures)
     marker_operation_args,
     operate_in_process,
     operations_of,

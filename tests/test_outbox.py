@@ -29,20 +29,9 @@ from surehand.errors import PublishFailed
 from surehand.model import Disposition, Task
 from surehand.store import Store, outbox, tasks
 from surehand.testing import ManualClock
-from tests.procs import RedisServer, free_port, private_redis, running, spawn, wait_until
+from tests.procs import free_port, private_redis, running, spawn, wait_until
+from tests.shared.outbox import _answers, _session_messages, api_env, pending, published
 from tests.submission_helpers import TENANT, Recording, request
-
-
-def pending(store: Store) -> int:
-    with store.snapshot() as connection:
-        return outbox.pending(connection)
-
-
-def published(store: Store, task_id: str) -> bool:
-    with store.snapshot() as connection:
-        task = tasks.get(connection, task_id)
-    assert task is not None
-    return task.published
 
 
 def create(services: Services, sid: str) -> str:
@@ -215,21 +204,6 @@ def test_creates_committed_during_the_spacing_are_published_in_one_batch(
     assert sorted(batches.batches[1]) == sorted(rest)
 
 
-def api_env(store: Store, server: RedisServer, *, publisher: str) -> dict[str, str]:
-    """A ``surehand api`` on ``store`` with ``server`` as its broker and lease Redis."""
-    return {
-        "SUREHAND_DATABASE_URL": store.url,
-        "SUREHAND_BROKER_URL": server.url,
-        "SUREHAND_REDIS_URL": server.url.rsplit("/", 1)[0] + "/1",
-        "SUREHAND_API_PUBLISHER": publisher,
-    }
-
-
-def _session_messages(client: redis.Redis) -> int:
-    keys = client.keys("surehand.DEV*")
-    return sum(int(client.llen(key)) for key in keys if client.type(key) == b"list")
-
-
 def test_an_api_process_killed_after_the_commit_is_dispatched_once_by_the_next(
     store: Store, tmp_path: Path
 ) -> None:
@@ -260,10 +234,3 @@ def test_an_api_process_killed_after_the_commit_is_dispatched_once_by_the_next(
         client = redis.Redis.from_url(server.url)
         assert _session_messages(client) == 1
         client.close()
-
-
-def _answers(port: int) -> bool:
-    try:
-        return httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200
-    except httpx.TransportError:
-        return False

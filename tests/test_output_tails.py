@@ -2,8 +2,6 @@
 printed, shown by the console, ``surehand show`` and the API; a held TASK whose attempt
 declared nothing asks its approver "run again, or stop here?"."""
 
-# ruff: noqa: F811  (test functions take the fixtures imported below)
-
 from __future__ import annotations
 
 import re
@@ -17,14 +15,8 @@ from surehand.agents.outputs import TAIL
 from surehand.api import create_app
 from surehand.facade import Surehand
 from surehand.model import Admission, AttemptState
-from tests.session_helpers import (  # noqa: F401  (harness fixtures)
-    Harness,
-    attempts_of,
-    committed_task,
-    harness,
-    read_task,
-)
-from tests.test_ui import csrf_of, sign_in
+from tests.session_helpers import Harness, attempts_of, committed_task, read_task
+from tests.shared.ui import csrf_of, sign_in
 
 TOKENS = "pm=alice:PM:default,dev=dave:DEV:default"
 REASON = "the spec names no staging cluster; nothing to rotate"

@@ -11,23 +11,9 @@ import pytest
 from surehand.agents.context import SessionContext
 from surehand.errors import ValidationFailed
 from surehand.model import Admission, Bucket, CaseState, EffectFact, OperationState
-from tests.git_remotes import Remote, git, make_remote
-from tests.recovery_helpers import Rig, any_rig
-
-__all__ = ["any_rig"]  # fixture
-
-
-@pytest.fixture
-def remote(tmp_path: Path) -> Remote:
-    made = make_remote(tmp_path)
-    git(made.bare, "config", "core.logAllRefUpdates", "always")  # count every update
-    made.commit("base")
-    made.push()
-    return made
-
-
-def push_args(remote: Remote, commit: str, url: str | None = None) -> dict[str, str]:
-    return {"remote": url or remote.url, "ref": "refs/heads/feature", "commit": commit}
+from tests.git_remotes import Remote, git
+from tests.recovery_helpers import Rig
+from tests.shared.probe_admission import interrupted_push, push_args
 
 
 def updates(remote: Remote, ref: str = "refs/heads/feature") -> int:
@@ -49,16 +35,6 @@ def pushing_agent(rig: Rig, remote: Remote, commit: str) -> None:
         return f"pushed in attempt {ctx.attempt.number}"
 
     rig.sh.agent("DEV")(agent)
-
-
-def interrupted_push(rig: Rig, remote: Remote, commit: str, url: str | None = None) -> str:
-    task_id = rig.new_task()
-    session = rig.claim(task_id)
-    rig.intent(
-        session, "git.push", args={"ref": "feature"}, probe="git.push",
-        probe_args=push_args(remote, commit, url),
-    )  # fmt: skip
-    return task_id
 
 
 def test_a_push_that_reached_the_remote_is_confirmed_and_reconciled_without_a_hold(

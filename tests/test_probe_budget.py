@@ -6,9 +6,7 @@ asked; their effects are unknown and the TASK is held for its approver."""
 from __future__ import annotations
 
 from surehand.model import Admission, EffectFact, Operation, OperationState
-from tests.recovery_helpers import Rig, rig
-
-__all__ = ["rig"]  # fixture
+from tests.recovery_helpers import Rig
 
 
 def test_probes_past_the_admissions_bound_are_not_asked_and_the_task_is_held(rig: Rig) -> None:

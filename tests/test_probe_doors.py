@@ -14,11 +14,9 @@ from surehand.agents.context import SessionContext, SessionPort
 from surehand.dispatcher.claims import claim
 from surehand.facade import Surehand
 from surehand.mcp.session_server import SessionMcp
-from tests.session_helpers import claimed, committed_task, harness, operations_of
-from tests.test_cli import Cli, cli
-from tests.test_session_mcp import call, granted, mcp, sh, structured
-
-__all__ = ["cli", "harness", "mcp", "sh"]  # fixtures
+from tests.session_helpers import claimed, committed_task, operations_of
+from tests.shared.cli import Cli
+from tests.shared.session_mcp import call, granted, structured
 
 COMMIT = "a" * 40
 PUSH_ARGS = {"remote": "file:///srv/app.git", "ref": "main", "commit": COMMIT}
@@ -27,11 +25,11 @@ PUSH_ARGS = {"remote": "file:///srv/app.git", "ref": "main", "commit": COMMIT}
 @pytest.fixture
 def inside(cli: Cli) -> Iterator[tuple[dict[str, str], str]]:
     """What a session's program has (its grant's URL and token), and its TASK's id."""
-    sh = cli.sh
-    task_id = str(sh.write_task(sender="PM", recipient="DEV", subject="x").task_id)
-    session = claim(sh.services, task_id, worker="test", message_id=None)
+    harness_sh = cli.sh
+    task_id = str(harness_sh.write_task(sender="PM", recipient="DEV", subject="x").task_id)
+    session = claim(harness_sh.services, task_id, worker="test", message_id=None)
     assert session is not None
-    door = SessionMcp.shared(sh.services)
+    door = SessionMcp.shared(harness_sh.services)
     ctx = SessionContext(
         task=session.task, attempt=session.attempt, port=cast(SessionPort, None),
         cancelled=threading.Event(),
@@ -77,10 +75,10 @@ def test_surehand_effect_refuses_bad_probe_arguments_before_running_anything(
 
 
 def test_effect_begin_takes_probe_args_and_refuses_bad_ones_naming_the_field(
-    sh: Surehand, mcp: SessionMcp
+    harness_sh: Surehand, mcp: SessionMcp
 ) -> None:
-    task_id = committed_task(sh)
-    grant, _ = granted(mcp, claimed(sh.services, task_id))
+    task_id = committed_task(harness_sh)
+    grant, _ = granted(mcp, claimed(harness_sh.services, task_id))
     begin = {"name": "push", "args": {}, "probe": "git.push"}
 
     bad = call(grant, "effect_begin", {**begin, "probe_args": {**PUSH_ARGS, "commit": "HEAD"}})
@@ -92,5 +90,5 @@ def test_effect_begin_takes_probe_args_and_refuses_bad_ones_naming_the_field(
     assert "commit" in structured(bad)["error"]["detail"]
     assert structured(unknown)["error"]["field"] == "probe"
     assert structured(good)["status"] == "begun"
-    [op] = operations_of(sh.store, task_id)
+    [op] = operations_of(harness_sh.store, task_id)
     assert (op.probe, op.probe_args) == ("git.push", {**PUSH_ARGS, "ref": "refs/heads/main"})

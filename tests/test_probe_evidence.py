@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -10,26 +9,12 @@ from rich.console import Console
 
 from surehand.api import create_app
 from surehand.cli.render import probes_table
-from surehand.store import Store
-from surehand.testing import ManualClock
-from tests.git_remotes import Remote, make_remote
-from tests.recovery_helpers import Rig, open_rig
-from tests.test_console_actions import TOKENS, signed_in
-from tests.test_probe_admission import interrupted_push
+from tests.git_remotes import Remote
+from tests.recovery_helpers import Rig
+from tests.shared.console_actions import TOKENS, signed_in
+from tests.shared.probe_admission import interrupted_push
 
-
-@pytest.fixture
-def rig(store: Store, clock: ManualClock, tmp_path: Path) -> Iterator[Rig]:
-    with open_rig(store, clock, tmp_path, api_tokens=TOKENS) as built:
-        yield built
-
-
-@pytest.fixture
-def remote(tmp_path: Path) -> Remote:
-    made = make_remote(tmp_path)
-    made.commit("base")
-    made.push()
-    return made
+pytestmark = pytest.mark.rig(api_tokens=TOKENS)
 
 
 def held_push(rig: Rig, remote: Remote, tmp_path: Path) -> str:

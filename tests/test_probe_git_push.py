@@ -16,7 +16,7 @@ from surehand.agents.probes.args import GitPushArgs
 from surehand.agents.probes.fetch import Destinations
 from surehand.agents.probes.git_push import GitPushProbe, network_destination
 from tests.fake_forge import FakeApi, serve
-from tests.git_remotes import Remote, git, git_daemon, make_remote, plant_hooks
+from tests.git_remotes import Remote, git, git_daemon, plant_hooks
 
 ZERO = "0" * 40
 
@@ -43,14 +43,6 @@ def redirecting(target: str) -> Iterator[int]:
     finally:
         server.shutdown()
         server.server_close()
-
-
-@pytest.fixture
-def remote(tmp_path: Path) -> Remote:
-    made = make_remote(tmp_path)
-    made.commit("first")
-    made.push()
-    return made
 
 
 def ask(url: str, ref: str, commit: str) -> tuple[bool | None, dict[str, object]]:

@@ -17,9 +17,7 @@ from surehand.model import Admission, Bucket, EffectFact
 from tests.deployment import Deployment
 from tests.git_remotes import Remote, git, git_daemon, make_remote
 from tests.push_agents import REMOTE_ENV, WORK_ENV
-from tests.test_probes_processes import decided, deployment, killed_then_succeeded
-
-__all__ = ["deployment"]  # fixture
+from tests.shared.probes_processes import decided, killed_then_succeeded
 
 pytestmark = [
     pytest.mark.slow,
@@ -29,7 +27,7 @@ pytestmark = [
 
 
 @pytest.fixture
-def remote(tmp_path: Path) -> Remote:
+def daemon_remote(tmp_path: Path) -> Remote:
     made = make_remote(tmp_path / "git")
     git(made.bare, "config", "core.logAllRefUpdates", "always")
     git(made.bare, "config", "daemon.receivepack", "true")
@@ -38,8 +36,8 @@ def remote(tmp_path: Path) -> Remote:
     return made
 
 
-def updates(remote: Remote, task_id: str) -> int:
-    log = remote.bare / "logs" / "refs" / "heads" / task_id
+def updates(daemon_remote: Remote, task_id: str) -> int:
+    log = daemon_remote.bare / "logs" / "refs" / "heads" / task_id
     return len(log.read_text().splitlines()) if log.exists() else 0
 
 
@@ -53,72 +51,76 @@ def updates(remote: Remote, task_id: str) -> int:
     ids=["pushed-then-killed", "killed-before-push"],
 )
 def test_an_interrupted_push_is_decided_by_the_built_in_probe_and_happens_once(
-    deployment: Deployment,
-    remote: Remote,
+    probes_deployment: Deployment,
+    daemon_remote: Remote,
     transport: str,
     crash_at: str,
     admission: Admission,
     attempts: int,
 ) -> None:
     with ExitStack() as stack:
-        url = remote.url
+        url = daemon_remote.url
         if transport == "git-daemon":
-            url = f"{stack.enter_context(git_daemon(remote.bare.parent))}/remote.git"
+            url = f"{stack.enter_context(git_daemon(daemon_remote.bare.parent))}/remote.git"
             # The agent's remote is on the worker's loopback: only an entry naming it admits it.
-            deployment.env["SUREHAND_PROBE_EGRESS"] = url.removeprefix("git://").split("/")[0]
-        deployment.env.update(
-            {"SUREHAND_AGENTS": "DEV=tests.push_agents:push", WORK_ENV: str(remote.work),
+            probes_deployment.env["SUREHAND_PROBE_EGRESS"] = url.removeprefix("git://").split("/")[
+                0
+            ]
+        probes_deployment.env.update(
+            {"SUREHAND_AGENTS": "DEV=tests.push_agents:push", WORK_ENV: str(daemon_remote.work),
              REMOTE_ENV: url}
         )  # fmt: skip
-        sh = Surehand(database_url=deployment.store.url)  # no probe here; runs no admission
-        doomed = deployment.worker(SUREHAND_CRASH_AT=crash_at)
-        task_id = killed_then_succeeded(deployment, sh, doomed, "Push", "Push the work.")
+        sh = Surehand(database_url=probes_deployment.store.url)  # no probe here; runs no admission
+        doomed = probes_deployment.worker(SUREHAND_CRASH_AT=crash_at)
+        task_id = killed_then_succeeded(probes_deployment, sh, doomed, "Push", "Push the work.")
 
-        case = decided(sh, task_id, deployment)
+        case = decided(sh, task_id, probes_deployment)
 
         assert case.admission is admission
         assert case.effect_fact is not EffectFact.UNKNOWN
         [asked] = case.effect_refs["probes"]
         assert asked["probe"] == "git.push@1"
         assert asked["answer"] == ("present" if attempts == 1 else "absent")
-        deployment.wait(lambda: sh.get_task(task_id).bucket is Bucket.REVIEW, "the REPORT")
+        probes_deployment.wait(lambda: sh.get_task(task_id).bucket is Bucket.REVIEW, "the REPORT")
         assert sh.get_task(task_id).hold is None
-        assert updates(remote, task_id) == 1  # the remote saw one push, never two
+        assert updates(daemon_remote, task_id) == 1  # the remote saw one push, never two
         assert len(sh.attempts(task_id)) == attempts
         sh.close()
 
 
 def test_many_pushes_under_worker_kills_need_no_person_and_each_happens_once(
-    deployment: Deployment, remote: Remote
+    probes_deployment: Deployment, daemon_remote: Remote
 ) -> None:
     """Chaos: six TASKs push; two workers die at their first push (one after it landed, one
     before it ran), killing whatever else they were running mid-session; a clean worker then
     takes over. Holds that need a person: 0; every TASK's ref updated exactly once."""
-    deployment.env.update(
-        {"SUREHAND_AGENTS": "DEV=tests.push_agents:push", WORK_ENV: str(remote.work),
-         REMOTE_ENV: remote.url,
+    probes_deployment.env.update(
+        {"SUREHAND_AGENTS": "DEV=tests.push_agents:push", WORK_ENV: str(daemon_remote.work),
+         REMOTE_ENV: daemon_remote.url,
          # A dead worker's prefetched messages are lost (early ack): published again soon.
          "SUREHAND_REPUBLISH_AFTER_SECONDS": "5"}
     )  # fmt: skip
-    sh = Surehand(database_url=deployment.store.url)
+    sh = Surehand(database_url=probes_deployment.store.url)
     doomed = [
-        deployment.worker(SUREHAND_CRASH_AT="operation.after_effect"),
-        deployment.worker(SUREHAND_CRASH_AT="operation.after_intent"),
+        probes_deployment.worker(SUREHAND_CRASH_AT="operation.after_effect"),
+        probes_deployment.worker(SUREHAND_CRASH_AT="operation.after_intent"),
     ]
-    deployment.beat()
+    probes_deployment.beat()
     task_ids = [
         str(sh.write_task(sender="PM", recipient="DEV", subject=f"Push {n}", body="Push.").task_id)
         for n in range(6)
     ]
-    deployment.wait(lambda: all(p.returncode is not None for p in doomed), "both workers to die")
-    deployment.worker()
+    probes_deployment.wait(
+        lambda: all(p.returncode is not None for p in doomed), "both workers to die"
+    )
+    probes_deployment.worker()
 
     def all_reviewed() -> bool:
         return all(sh.get_task(task_id).bucket is Bucket.REVIEW for task_id in task_ids)
 
-    deployment.wait(all_reviewed, "every TASK's REPORT", timeout=120)
+    probes_deployment.wait(all_reviewed, "every TASK's REPORT", timeout=120)
     assert [sh.get_task(task_id).hold for task_id in task_ids] == [None] * 6
-    assert [updates(remote, task_id) for task_id in task_ids] == [1] * 6
+    assert [updates(daemon_remote, task_id) for task_id in task_ids] == [1] * 6
     cases = [case for task_id in task_ids for case in sh.cases(task_id=task_id)]
     assert len(cases) >= 2  # each doomed worker's session at least
     assert all(case.admission is not Admission.HOLD_FOR_REVIEW for case in cases)

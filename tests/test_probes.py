@@ -23,9 +23,7 @@ from surehand.facade import Surehand
 from surehand.store import Store
 from tests import probes_agents
 from tests.procs import SUREHAND
-from tests.recovery_helpers import Rig, rig
-
-__all__ = ["rig"]  # fixture
+from tests.recovery_helpers import Rig
 
 REPO = Path(__file__).resolve().parent.parent
 LEDGER = "tests.probes_agents:ledger"

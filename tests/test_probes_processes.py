@@ -14,58 +14,21 @@ every 0.5 s.
 
 from __future__ import annotations
 
-import signal
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from surehand.facade import Surehand
-from surehand.model import Admission, Bucket, EffectFact, InterruptionCase, OperationState
-from surehand.store import Store
-from tests.deployment import Deployment, deployed
+from surehand.model import Admission, Bucket, EffectFact, OperationState
+from tests.deployment import Deployment
 from tests.probes_agents import EFFECTS_ENV, PROBE_ENV, charged
-from tests.procs import Proc
+from tests.shared.probes_processes import decided, killed_then_succeeded
 
 pytestmark = [
     pytest.mark.slow,
     pytest.mark.timeout(180),
     pytest.mark.parametrize("store", ["postgres"], indirect=True),
 ]
-
-
-@pytest.fixture
-def deployment(store: Store, tmp_path: Path) -> Iterator[Deployment]:
-    env = {
-        "SUREHAND_AGENTS": "DEV=tests.probes_agents:charge",
-        EFFECTS_ENV: str(tmp_path / "ledger.jsonl"),
-    }
-    with deployed(store, tmp_path, "probes", env) as built:
-        yield built
-
-
-def decided(sh: Surehand, task_id: str, deployment: Deployment) -> InterruptionCase:
-    def ready() -> bool:
-        found = sh.cases(task_id=task_id)
-        return bool(found) and found[0].admission not in (None, Admission.NOT_ADMITTED)
-
-    deployment.wait(ready, f"the interruption case of {task_id} to be decided")
-    [case] = sh.cases(task_id=task_id)
-    return case
-
-
-def killed_then_succeeded(
-    deployment: Deployment, sh: Surehand, doomed: Proc, subject: str, body: str
-) -> str:
-    """Start beat, write a TASK for DEV, wait until ``doomed`` SIGKILLed itself at its crash
-    point and start a clean worker; the TASK's id."""
-    deployment.beat()
-    task_id = sh.write_task(sender="PM", recipient="DEV", subject=subject, body=body).task_id
-    assert task_id is not None
-    deployment.wait(lambda: doomed.returncode is not None, "the first worker to die")
-    assert doomed.returncode == -signal.SIGKILL, doomed.output()[-2000:]
-    deployment.worker()
-    return task_id
 
 
 REGISTRATIONS = {
@@ -88,21 +51,23 @@ REGISTRATIONS = {
     ids=["effect-present", "effect-absent"],
 )
 def test_a_probe_registered_the_documented_way_decides_in_a_worker_and_beat_deployment(
-    deployment: Deployment,
+    probes_deployment: Deployment,
     registration: str,
     crash_at: str,
     admission: Admission,
     charges: list[int],
 ) -> None:
-    deployment.env.update(REGISTRATIONS[registration])
-    probe = deployment.env[PROBE_ENV]
-    sh = Surehand(database_url=deployment.store.url)  # no probe here; runs no admission
-    doomed = deployment.worker(SUREHAND_CRASH_AT=crash_at)
+    probes_deployment.env.update(REGISTRATIONS[registration])
+    probe = probes_deployment.env[PROBE_ENV]
+    sh = Surehand(database_url=probes_deployment.store.url)  # no probe here; runs no admission
+    doomed = probes_deployment.worker(SUREHAND_CRASH_AT=crash_at)
     [announced] = [line for line in doomed.output().splitlines() if "probes registered" in line]
     assert probe in announced
-    task_id = killed_then_succeeded(deployment, sh, doomed, "Charge acme", "Charge acme once.")
+    task_id = killed_then_succeeded(
+        probes_deployment, sh, doomed, "Charge acme", "Charge acme once."
+    )
 
-    case = decided(sh, task_id, deployment)
+    case = decided(sh, task_id, probes_deployment)
 
     assert case.admission is admission
     assert case.effect_fact is not EffectFact.UNKNOWN
@@ -114,9 +79,9 @@ def test_a_probe_registered_the_documented_way_decides_in_a_worker_and_beat_depl
         "source": f"probe:{probe}",
     }
     assert interrupted.state is (OperationState.SUCCEEDED if present else OperationState.FAILED)
-    deployment.wait(lambda: sh.get_task(task_id).bucket is Bucket.REVIEW, "the REPORT")
+    probes_deployment.wait(lambda: sh.get_task(task_id).bucket is Bucket.REVIEW, "the REPORT")
     assert sh.get_task(task_id).hold is None
     # The ledger's own record: charged exactly once, by the attempt admission allowed.
-    assert charged(task_id, Path(deployment.env[EFFECTS_ENV])) == charges
+    assert charged(task_id, Path(probes_deployment.env[EFFECTS_ENV])) == charges
     assert len(sh.attempts(task_id)) == max(charges)
     sh.close()

@@ -19,8 +19,8 @@ from surehand.dispatcher import publisher_process
 from surehand.dispatcher.publisher_process import PublisherProcess
 from surehand.store import Store
 from tests.procs import Proc, RedisServer, free_port, private_redis, running, spawn, wait_until
+from tests.shared.outbox import _answers, _session_messages, api_env, pending, published
 from tests.submission_helpers import request
-from tests.test_outbox import _answers, _session_messages, api_env, pending, published
 
 MODULE = "surehand.publisher_child"
 
@@ -46,7 +46,7 @@ class Api:
 
 
 @pytest.fixture
-def api(store: Store, tmp_path: Path) -> Iterator[Api]:
+def api_process(store: Store, tmp_path: Path) -> Iterator[Api]:
     with private_redis(tmp_path) as server:
         env = api_env(store, server, publisher="process")
         port = free_port()
@@ -71,47 +71,53 @@ def publishers_of(parent: int) -> list[int]:
     return found
 
 
-def one_publisher(api: Api) -> int:
-    wait_until(lambda: len(publishers_of(api.proc.process.pid)) == 1, timeout=30, what="it")
-    [pid] = publishers_of(api.proc.process.pid)
+def one_publisher(api_process: Api) -> int:
+    wait_until(lambda: len(publishers_of(api_process.proc.process.pid)) == 1, timeout=30, what="it")
+    [pid] = publishers_of(api_process.proc.process.pid)
     return pid
 
 
-def test_creates_are_published_once_each_by_the_child_process(store: Store, api: Api) -> None:
-    one_publisher(api)
+def test_creates_are_published_once_each_by_the_child_process(
+    store: Store, api_process: Api
+) -> None:
+    one_publisher(api_process)
 
-    created = [api.create(f"process-{n}") for n in range(5)]
+    created = [api_process.create(f"process-{n}") for n in range(5)]
 
     wait_until(lambda: all(published(store, t) for t in created), timeout=30, what="publish")
     assert pending(store) == 0
-    assert api.messages() == 5
+    assert api_process.messages() == 5
 
 
-def test_a_killed_publisher_is_replaced_and_no_create_waits_for_it(store: Store, api: Api) -> None:
-    first = one_publisher(api)
+def test_a_killed_publisher_is_replaced_and_no_create_waits_for_it(
+    store: Store, api_process: Api
+) -> None:
+    first = one_publisher(api_process)
     os.kill(first, signal.SIGKILL)
-    wait_until(lambda: publishers_of(api.proc.process.pid) == [], timeout=30, what="its end")
-    created = [api.create("after-the-kill")]
+    wait_until(
+        lambda: publishers_of(api_process.proc.process.pid) == [], timeout=30, what="its end"
+    )
+    created = [api_process.create("after-the-kill")]
 
     # Each create finds the publisher gone: the API starts another (at most once a second,
     # so a create may find it not yet replaced and publish its TASK itself).
     def replaced() -> bool:
-        if publishers_of(api.proc.process.pid):
+        if publishers_of(api_process.proc.process.pid):
             return True
-        created.append(api.create(f"meanwhile-{len(created)}"))
+        created.append(api_process.create(f"meanwhile-{len(created)}"))
         return False
 
     wait_until(replaced, timeout=30, interval=0.3, what="another publisher")
     wait_until(lambda: all(published(store, t) for t in created), timeout=30, what="publish")
-    assert one_publisher(api) != first
-    assert api.messages() == len(created)
+    assert one_publisher(api_process) != first
+    assert api_process.messages() == len(created)
 
 
-def test_the_publisher_process_ends_with_its_api(api: Api) -> None:
-    child = one_publisher(api)
+def test_the_publisher_process_ends_with_its_api(api_process: Api) -> None:
+    child = one_publisher(api_process)
 
-    os.kill(api.proc.process.pid, signal.SIGKILL)  # the API alone, not its process group
-    api.proc.process.wait(timeout=30)
+    os.kill(api_process.proc.process.pid, signal.SIGKILL)  # the API alone, not its process group
+    api_process.proc.process.wait(timeout=30)
 
     # The pipe's write end died with the API: the child reads end-of-file and exits.
     wait_until(lambda: not _alive(child), timeout=30, what="the publisher to end")

@@ -14,22 +14,11 @@ from surehand.agents.workspaces import Spec, prepare
 from surehand.facade import Surehand
 from surehand.mcp.session_server import SessionMcp
 from surehand.model import RetryPolicy
-from tests.git_remotes import Remote, git, make_remote, plant_hooks
-from tests.session_helpers import claimed, committed_task, harness, operations_of
-from tests.test_session_hooks import decision, granted, hook
-from tests.test_session_mcp import mcp, sh
-
-__all__ = ["harness", "mcp", "sh"]  # fixtures
+from tests.git_remotes import Remote, git, plant_hooks
+from tests.session_helpers import claimed, committed_task, operations_of
+from tests.shared.session_hooks import decision, granted, hook
 
 BRANCH = "surehand/TASK-1"
-
-
-@pytest.fixture
-def remote(tmp_path: Path) -> Remote:
-    made = make_remote(tmp_path)
-    made.commit("base")
-    made.push()
-    return made
 
 
 @pytest.fixture
@@ -176,11 +165,11 @@ def test_a_request_whose_key_does_not_cover_all_it_sends_is_not_keyed(
 
 
 def test_the_hooks_journal_a_recognised_push_as_a_probed_intent(
-    sh: Surehand, mcp: SessionMcp, clone: Clone, remote: Remote
+    harness_sh: Surehand, mcp: SessionMcp, clone: Clone, remote: Remote
 ) -> None:
-    task_id = committed_task(sh)
+    task_id = committed_task(harness_sh)
     policy = HookPolicy(allowed=("mcp__surehand", "Bash"), clone=clone)
-    grant = granted(mcp, claimed(sh.services, task_id), policy)
+    grant = granted(mcp, claimed(harness_sh.services, task_id), policy)
     head = git(clone.path, "rev-parse", "HEAD")
 
     push = {"command": f"git push origin {BRANCH}"}
@@ -190,7 +179,7 @@ def test_the_hooks_journal_a_recognised_push_as_a_probed_intent(
     plain = {"command": "make deploy"}
     assert decision(hook(grant, "pre", "toolu_3", plain, cwd=str(clone.path))).startswith("allow")
 
-    pushed, keyed, unrecognised = operations_of(sh.store, task_id)
+    pushed, keyed, unrecognised = operations_of(harness_sh.store, task_id)
     assert pushed.name == "claude:Bash"
     assert pushed.probe == "git.push"
     assert pushed.probe_args == {

@@ -39,16 +39,7 @@ from surehand.store import Store
 from surehand.store import cases as case_rows
 from surehand.testing import ManualClock
 from tests.pool_watch import watch_pools
-from tests.recovery_helpers import (
-    CHARGE_ARGS,
-    GRACE_SECONDS,
-    Rig,
-    SwitchableLeases,
-    open_rig,
-    rig,
-)
-
-__all__ = ["rig"]  # fixture
+from tests.recovery_helpers import CHARGE_ARGS, GRACE_SECONDS, Rig, SwitchableLeases, open_rig
 
 
 def missing_since(rig: Rig, session: Session) -> Any:

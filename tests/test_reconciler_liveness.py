@@ -10,9 +10,7 @@ from collections.abc import Collection
 
 from surehand.dispatcher.reconciler import Reconciler
 from surehand.model import AttemptState
-from tests.recovery_helpers import GRACE_SECONDS, Rig, rig
-
-__all__ = ["rig"]  # fixture
+from tests.recovery_helpers import GRACE_SECONDS, Rig
 
 
 def _past_grace(rig: Rig) -> tuple[str, str]:

@@ -48,9 +48,7 @@ from surehand.model import (
 )
 from surehand.store import Store, tasks
 from surehand.testing import ManualClock
-from tests.recovery_helpers import CHARGE_ARGS, GRACE_SECONDS, Rig, open_rig, rig
-
-__all__ = ["rig"]  # fixture
+from tests.recovery_helpers import CHARGE_ARGS, GRACE_SECONDS, Rig, held_task, open_rig
 
 
 def charging_agent(rig: Rig, key: str | None = None) -> None:
@@ -66,16 +64,6 @@ def charging_agent(rig: Rig, key: str | None = None) -> None:
 
     rig.sh.agent("DEV")(agent)
     rig.sh.agent("PM")(agent)
-
-
-def held_task(rig: Rig, sender: str = "PM", recipient: str = "DEV") -> tuple[str, Session]:
-    """A TASK held for review: its session died with an open intent and no key or probe."""
-    task_id = rig.new_task(sender=sender, recipient=recipient)
-    session = rig.claim(task_id)
-    rig.intent(session, "charge")
-    case = rig.lose(task_id)
-    assert case.admission is Admission.HOLD_FOR_REVIEW
-    return task_id, session
 
 
 def cli(store: Store, *args: str) -> Any:

@@ -1,8 +1,6 @@
 """Retry on evidence (issue 32, item 4): a role's retry policy, applied by admission, with an
 injected clock (the backoff is respected without sleeping)."""
 
-# ruff: noqa: F811  (test functions take the fixtures imported below)
-
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -26,13 +24,12 @@ from surehand.model import (
     EventKind,
 )
 from surehand.testing import ManualClock
-from tests.session_helpers import (  # noqa: F401  (harness fixtures)
+from tests.session_helpers import (
     Harness,
     attempts_of,
     committed_task,
     events_of,
     failing_with_an_open_intent,
-    harness,
     read_task,
 )
 

@@ -4,11 +4,9 @@ TASK ends in review after two automatic retries, each published by the reconcile
 backoff passed (no worker sleeps on it). One that always fails is held after max_attempts,
 every error listed."""
 
-# ruff: noqa: F811  (test functions take the fixtures imported below)
-
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -18,9 +16,7 @@ from surehand.model import AttemptCause, Bucket, EventKind, Task
 from surehand.store import Store
 from tests.procs import RedisServer, running, start_worker, wait_until
 from tests.session_helpers import attempts_of, events_of, read_task
-from tests.test_workers import broker, reconciler_handle, worker_env  # noqa: F401  (fixture)
-
-pytestmark = pytest.mark.slow
+from tests.shared.workers import worker_env
 
 BACKOFF = {
     "retry_backoff_seconds": "0.5",
@@ -36,11 +32,7 @@ echo "rotated the keys on run $n"
 """
 
 
-@pytest.fixture
-def deciding_client(store: Store, broker: RedisServer) -> Iterator[Surehand]:
-    """The reconciler's process: it decides admissions, so it has the retry settings."""
-    with reconciler_handle(store, broker, **BACKOFF) as handle:
-        yield handle
+pytestmark = [pytest.mark.slow, pytest.mark.retry_settings(**BACKOFF)]
 
 
 def flaky_worker_env(

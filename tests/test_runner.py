@@ -2,8 +2,6 @@
 settle, and every way a session ends without settling (agent exception, lost lease, a
 successor that took over, a lease held by someone else)."""
 
-# ruff: noqa: F811  (test functions take the fixtures imported below)
-
 from __future__ import annotations
 
 import threading
@@ -35,16 +33,14 @@ from surehand.model import (
 from surehand.queue.celery_app import SESSION_TASK_NAME
 from surehand.testing import ManualClock
 from tests.procs import wait_until
-from tests.session_helpers import (  # noqa: F401  (harness fixtures)
+from tests.session_helpers import (
     Harness,
     attempts_of,
     claimed,
     committed_task,
     events_of,
-    harness,
     operations_of,
     read_task,
-    redis_harness,
     reports_of,
     rows_of,
 )

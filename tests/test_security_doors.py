@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import inspect
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import anyio
@@ -34,21 +33,12 @@ TASK = {"sender": "PM", "recipient": "DEV", "subject": "Fix login"}
 PROBLEM_MEMBERS = {"type", "title", "status", "detail", "code", "retryable"}
 
 
+pytestmark = pytest.mark.sh_settings(api_tokens=TOKENS)
+
+
 def make_sh(store: Store, **settings: Any) -> Surehand:
     config = Settings(database_url=store.url).model_copy(update=settings)
     return Surehand(settings=config)
-
-
-@pytest.fixture
-def sh(store: Store) -> Iterator[Surehand]:
-    handle = make_sh(store, api_tokens=TOKENS)
-    yield handle
-    handle.close()
-
-
-@pytest.fixture
-def app(sh: Surehand) -> FastAPI:
-    return create_app(sh)
 
 
 def client(app: FastAPI, token: str | None = "tok-pm", host: str = "127.0.0.1") -> TestClient:

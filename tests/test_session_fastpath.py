@@ -8,8 +8,6 @@ the agent's return commits before the REPORT whenever admission would read it (t
 operations).
 """
 
-# ruff: noqa: F811  (test functions take the fixtures imported below)
-
 from __future__ import annotations
 
 import threading
@@ -44,13 +42,12 @@ from surehand.model import (
 from surehand.store import attempts, creation, session_writes, tasks
 from surehand.store import schema as tables
 from surehand.store.driver import DriverStatement
-from tests.session_helpers import (  # noqa: F401  (harness fixtures)
+from tests.session_helpers import (
     Harness,
     attempts_of,
     claimed,
     committed_task,
     events_of,
-    harness,
     read_task,
     reports_of,
 )

@@ -4,8 +4,6 @@ setting, nothing is written, and the session goes on working otherwise; a journa
 the budget refuses is denied, never let through. Issue 29 measured 105 one-MiB progress
 revisions and 105 intents in 20 s from one session; the last test floods a real worker so."""
 
-# ruff: noqa: F811  (test functions take the fixtures imported below)
-
 from __future__ import annotations
 
 import json
@@ -24,20 +22,17 @@ from surehand.mcp.session_tools import Grant
 from surehand.model import ReportStatus
 from surehand.store import Store
 from tests.procs import RedisServer, running, start_worker
-from tests.session_helpers import (  # noqa: F401  (harness fixtures)
+from tests.session_helpers import (
     Harness,
     claimed,
     committed_task,
-    harness,
     operations_of,
-    read_task,
     reports_of,
 )
-from tests.test_agent_clis_real import settled_by
-from tests.test_agent_groups import reconciling_client  # noqa: F401  (fixture)
-from tests.test_session_hooks import DEPLOY, decision, granted, hook
-from tests.test_session_mcp import call, structured
-from tests.test_workers import broker, worker_env  # noqa: F401  (fixture)
+from tests.shared.agent_clis import settled_by
+from tests.shared.session_hooks import DEPLOY, decision, granted, hook
+from tests.shared.session_mcp import call, structured
+from tests.shared.workers import worker_env
 
 SMALL = SessionLimits(max_operations=2, max_reports=2, max_bytes=MIB, calls_per_minute=5)
 

@@ -1,99 +1,39 @@
 """The session MCP server: an agent declares its own effects over MCP, fenced like
 ``ctx.operation``; a token acts for its own attempt only, and only while it runs."""
 
-# ruff: noqa: F811  (test functions take the fixtures imported below)
-
 from __future__ import annotations
 
 import json
 import sys
-import threading
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, cast
 
 import anyio
 import httpx
-import httpx2
 import pytest
-from mcp import Client
-from mcp.client.streamable_http import streamable_http_client
 
-from surehand.agents.context import SessionContext, SessionPort
-from surehand.dispatcher.sessions import Session
 from surehand.facade import Surehand
 from surehand.mcp.session_server import SessionMcp
-from surehand.mcp.session_tools import Grant
 from surehand.model import EventKind, OperationState
-from tests.session_helpers import (  # noqa: F401  (harness fixtures)
+from tests.session_helpers import (
     Harness,
     attempts_of,
     claimed,
     committed_task,
     events_of,
-    harness,
     operations_of,
     reports_of,
 )
+from tests.shared.session_mcp import _calls, call, granted, structured
 
 AGENT = Path(__file__).parent / "mcp_agent.py"
 TICKET = {"project": "OPS", "title": "Rotate the API keys"}
 
 
-def structured(result: Any) -> dict[str, Any]:
-    data = result.structured_content
-    assert isinstance(data, dict), result
-    return data
-
-
-async def _calls(grant: Grant, url: str, calls: list[tuple[str, dict[str, Any]]]) -> list[Any]:
-    headers = {"Authorization": f"Bearer {grant.token}"}
-    async with (
-        httpx2.AsyncClient(headers=headers) as http,
-        Client(streamable_http_client(url, http_client=http)) as client,
-    ):
-        return [await client.call_tool(tool, args) for tool, args in calls]
-
-
-def call(grant: Grant, tool: str, args: dict[str, Any], *, url: str | None = None) -> Any:
-    """One tool call with ``grant``'s token (on its own URL unless ``url`` says otherwise)."""
-    [result] = anyio.run(_calls, grant, url or grant.url, [(tool, args)])
-    return result
-
-
-@pytest.fixture
-def sh(harness: Harness, monkeypatch: pytest.MonkeyPatch) -> Surehand:
-    monkeypatch.setattr("surehand.dispatcher.sessions.STORE_RETRY_DELAYS", ())
-    return harness.surehand()
-
-
-@pytest.fixture
-def mcp(sh: Surehand) -> Iterator[SessionMcp]:
-    server = SessionMcp(sh.services)
-    yield server
-    server.stop()
-
-
-def context_of(session: Session, cancelled: threading.Event | None = None) -> SessionContext:
-    """The context a worker would give ``session``'s agent."""
-    return SessionContext(
-        task=session.task,
-        attempt=session.attempt,
-        port=cast(SessionPort, None),
-        cancelled=cancelled or threading.Event(),
-    )
-
-
-def granted(mcp: SessionMcp, session: Session) -> tuple[Grant, threading.Event]:
-    cancelled = threading.Event()
-    return mcp.grant(context_of(session, cancelled)), cancelled
-
-
 def test_an_effect_begun_and_ended_over_mcp_is_recorded_and_then_already_done(
-    sh: Surehand, mcp: SessionMcp
+    harness_sh: Surehand, mcp: SessionMcp
 ) -> None:
-    task_id = committed_task(sh)
-    grant, _ = granted(mcp, claimed(sh.services, task_id))
+    task_id = committed_task(harness_sh)
+    grant, _ = granted(mcp, claimed(harness_sh.services, task_id))
     begin = ("effect_begin", {"name": "ticket.create", "args": TICKET, "idempotency_key": "k1"})
 
     first, brief = anyio.run(_calls, grant, grant.url, [begin, ("recovery_brief", {})])
@@ -109,7 +49,7 @@ def test_an_effect_begun_and_ended_over_mcp_is_recorded_and_then_already_done(
     assert structured(again)["status"] == "already_done"
     assert structured(again)["receipt"] == "OPS-1"
     assert structured(twice)["status"] == "already_recorded"
-    [op] = operations_of(sh.store, task_id)
+    [op] = operations_of(harness_sh.store, task_id)
     assert (op.name, op.state, op.external_receipt) == (
         "ticket.create",
         OperationState.SUCCEEDED,
@@ -119,10 +59,10 @@ def test_an_effect_begun_and_ended_over_mcp_is_recorded_and_then_already_done(
 
 
 def test_a_stale_attempts_mcp_call_is_refused_and_leaves_a_stale_owner_fenced_event(
-    sh: Surehand, mcp: SessionMcp
+    harness_sh: Surehand, mcp: SessionMcp
 ) -> None:
-    task_id = committed_task(sh)
-    session = claimed(sh.services, task_id)
+    task_id = committed_task(harness_sh)
+    session = claimed(harness_sh.services, task_id)
     grant, _ = granted(mcp, session)
     session.fail(RuntimeError("the agent raised"))  # attempt 1 no longer owns the TASK
 
@@ -132,17 +72,17 @@ def test_a_stale_attempts_mcp_call_is_refused_and_leaves_a_stale_owner_fenced_ev
     error = structured(refused)["error"]
     assert error["code"] == "stale_owner"
     assert "no longer owns the TASK" in error["detail"]
-    assert operations_of(sh.store, task_id) == []
-    [fenced] = events_of(sh.store, task_id, EventKind.STALE_OWNER_FENCED)
+    assert operations_of(harness_sh.store, task_id) == []
+    [fenced] = events_of(harness_sh.store, task_id, EventKind.STALE_OWNER_FENCED)
     assert fenced.data["write"] == "operation_intent:ticket.create"
 
 
 def test_a_token_cannot_act_on_another_task_or_after_its_attempt_ends(
-    sh: Surehand, mcp: SessionMcp
+    harness_sh: Surehand, mcp: SessionMcp
 ) -> None:
-    task_a, task_b = committed_task(sh), committed_task(sh)
-    grant_a, _ = granted(mcp, claimed(sh.services, task_a))
-    grant_b, _ = granted(mcp, claimed(sh.services, task_b))
+    task_a, task_b = committed_task(harness_sh), committed_task(harness_sh)
+    grant_a, _ = granted(mcp, claimed(harness_sh.services, task_a))
+    grant_b, _ = granted(mcp, claimed(harness_sh.services, task_b))
     body = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
     bearer_a = {"Authorization": f"Bearer {grant_a.token}"}
 
@@ -155,23 +95,25 @@ def test_a_token_cannot_act_on_another_task_or_after_its_attempt_ends(
     after = httpx.post(grant_a.url, json=body, headers=bearer_a)
     assert after.status_code == 401
     assert httpx.post(grant_b.url, json=body).status_code == 401  # no token at all
-    assert [r.status.value for r in reports_of(sh.store, task_a)] == ["in_progress"]
-    assert reports_of(sh.store, task_b) == []
+    assert [r.status.value for r in reports_of(harness_sh.store, task_a)] == ["in_progress"]
+    assert reports_of(harness_sh.store, task_b) == []
 
 
-def test_a_session_that_lost_its_lease_is_refused_every_call(sh: Surehand, mcp: SessionMcp) -> None:
-    task_id = committed_task(sh)
-    grant, cancelled = granted(mcp, claimed(sh.services, task_id))
+def test_a_session_that_lost_its_lease_is_refused_every_call(
+    harness_sh: Surehand, mcp: SessionMcp
+) -> None:
+    task_id = committed_task(harness_sh)
+    grant, cancelled = granted(mcp, claimed(harness_sh.services, task_id))
     cancelled.set()
 
     refused = call(grant, "report", {"body": "done", "status": "done"})
 
     assert structured(refused)["error"]["code"] == "lease_lost"
-    assert reports_of(sh.store, task_id) == []
+    assert reports_of(harness_sh.store, task_id) == []
 
 
-def test_unknown_arguments_are_refused_as_a_problem(sh: Surehand, mcp: SessionMcp) -> None:
-    grant, _ = granted(mcp, claimed(sh.services, committed_task(sh)))
+def test_unknown_arguments_are_refused_as_a_problem(harness_sh: Surehand, mcp: SessionMcp) -> None:
+    grant, _ = granted(mcp, claimed(harness_sh.services, committed_task(harness_sh)))
 
     refused = call(grant, "effect_begin", {"name": "x", "args": {}, "task_id": "TASK-1"})
 
@@ -184,25 +126,25 @@ def test_a_command_agent_speaks_mcp_to_its_session_and_its_token_dies_with_it(
     harness: Harness, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("AGENT_TEST_DIR", str(tmp_path))
-    sh = harness.surehand(
+    harness_sh = harness.surehand(
         agents="DEV=command",
         command_agent=f"{sys.executable} {AGENT} finish",
         agent_env="AGENT_TEST_DIR",
         agent_bind=f"{tmp_path},{AGENT}:ro",  # its ledger, and the agent (the view has no tests)
     )
-    task_id = committed_task(sh)
+    task_id = committed_task(harness_sh)
 
-    outcome = sh.run_session(task_id)
+    outcome = harness_sh.run_session(task_id)
 
     assert outcome.outcome == "settled", outcome
     assert (tmp_path / "ledger.txt").read_text().splitlines() == [
         "created Rotate the API keys (attempt 1)"
     ]
-    [op] = operations_of(sh.store, task_id)
+    [op] = operations_of(harness_sh.store, task_id)
     assert (op.state, op.external_receipt) == (OperationState.SUCCEEDED, "OPS-1")
-    [report] = reports_of(sh.store, task_id)
+    [report] = reports_of(harness_sh.store, task_id)
     assert report.body == "created ticket OPS-1"
-    [attempt] = attempts_of(sh.store, task_id)
+    [attempt] = attempts_of(harness_sh.store, task_id)
     work_dir = harness.work_dir / attempt.attempt_id
     config = json.loads((work_dir / ".mcp.json").read_text())
     url = config["mcpServers"]["surehand"]["url"]
@@ -220,23 +162,23 @@ def test_a_command_agent_that_returns_with_its_effect_still_open_is_held_not_set
     harness: Harness, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("AGENT_TEST_DIR", str(tmp_path))
-    sh = harness.surehand(
+    harness_sh = harness.surehand(
         agents="DEV=command",
         command_agent=f"{sys.executable} {AGENT} forget_end",
         agent_env="AGENT_TEST_DIR",
         agent_bind=f"{tmp_path},{AGENT}:ro",  # its ledger, and the agent (the view has no tests)
         lost_grace_seconds=0.0,
     )
-    task_id = committed_task(sh)
+    task_id = committed_task(harness_sh)
 
-    outcome = sh.run_session(task_id)
-    sh.reconcile()
+    outcome = harness_sh.run_session(task_id)
+    harness_sh.reconcile()
 
     assert outcome.outcome == "failed", outcome
-    [op] = operations_of(sh.store, task_id)
+    [op] = operations_of(harness_sh.store, task_id)
     assert op.state is OperationState.INTENT
-    [case] = sh.cases()
+    [case] = harness_sh.cases()
     assert case.admission is not None
     assert case.admission.value == "hold_for_review"
     assert f"operation {op.operation_id} 'ticket.create'" in case.effect_refs["why"]
-    assert reports_of(sh.store, task_id) == []
+    assert reports_of(harness_sh.store, task_id) == []

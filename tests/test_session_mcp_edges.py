@@ -4,8 +4,6 @@ a stale attempt leaves one event however often it calls; ``effect_begin`` is ide
 an attempt; an agent that returns with an effect still open is held; the port range is a
 setting; the session server has a name of its own."""
 
-# ruff: noqa: F811  (test functions take the fixtures imported below)
-
 from __future__ import annotations
 
 import socket
@@ -29,18 +27,16 @@ from surehand.mcp.session_server import SERVER_NAME, SessionMcp, ports_of
 from surehand.mcp.session_tools import Grant
 from surehand.mcp.tools import build_server
 from surehand.model import Admission, AttemptState, Bucket, EffectFact, EventKind, OperationState
-from tests.session_helpers import (  # noqa: F401  (harness fixtures)
+from tests.session_helpers import (
     Harness,
     attempts_of,
     claimed,
     committed_task,
     events_of,
-    harness,
     operations_of,
     read_task,
     reports_of,
 )
-from tests.test_session_mcp import mcp, sh  # noqa: F401  (the handle and its session server)
 
 TICKET = {"project": "OPS", "title": "Rotate the API keys"}
 BEGIN = {"name": "ticket.create", "args": TICKET}
@@ -93,9 +89,9 @@ def granted(mcp: SessionMcp, session: Session) -> tuple[Grant, SessionContext]:
 
 
 def test_a_stale_owner_answer_stops_the_session_and_revokes_its_token_with_the_reason(
-    sh: Surehand, mcp: SessionMcp
+    harness_sh: Surehand, mcp: SessionMcp
 ) -> None:
-    session = claimed(sh.services, committed_task(sh))
+    session = claimed(harness_sh.services, committed_task(harness_sh))
     grant, ctx = granted(mcp, session)
     session.fail(RuntimeError("the agent raised"))  # attempt 1 no longer owns the TASK
 
@@ -111,10 +107,10 @@ def test_a_stale_owner_answer_stops_the_session_and_revokes_its_token_with_the_r
 
 
 def test_a_lease_lost_answer_stops_the_session_and_revokes_its_token(
-    sh: Surehand, mcp: SessionMcp
+    harness_sh: Surehand, mcp: SessionMcp
 ) -> None:
-    task_id = committed_task(sh)
-    grant, ctx = granted(mcp, claimed(sh.services, task_id))
+    task_id = committed_task(harness_sh)
+    grant, ctx = granted(mcp, claimed(harness_sh.services, task_id))
     ctx.interrupt()  # what the heartbeat does when the lease cannot be renewed
 
     refused = call(grant, "report", {"body": "done"})
@@ -123,23 +119,23 @@ def test_a_lease_lost_answer_stops_the_session_and_revokes_its_token(
     assert ctx.stopped is not None
     assert ctx.stopped[0] == "lease_lost"
     assert "lease_lost" in refusal(grant)
-    assert reports_of(sh.store, task_id) == []
+    assert reports_of(harness_sh.store, task_id) == []
 
 
 def test_the_official_client_shows_why_a_token_of_an_ended_session_is_refused(
-    sh: Surehand, mcp: SessionMcp
+    harness_sh: Surehand, mcp: SessionMcp
 ) -> None:
-    grant, _ = granted(mcp, claimed(sh.services, committed_task(sh)))
+    grant, _ = granted(mcp, claimed(harness_sh.services, committed_task(harness_sh)))
     mcp.revoke(grant)  # the session ended
 
     assert "this token's session has ended" in refusal(grant)
 
 
 def test_the_official_client_shows_why_a_token_is_refused_on_another_tasks_url(
-    sh: Surehand, mcp: SessionMcp
+    harness_sh: Surehand, mcp: SessionMcp
 ) -> None:
-    grant_a, _ = granted(mcp, claimed(sh.services, committed_task(sh)))
-    grant_b, _ = granted(mcp, claimed(sh.services, committed_task(sh)))
+    grant_a, _ = granted(mcp, claimed(harness_sh.services, committed_task(harness_sh)))
+    grant_b, _ = granted(mcp, claimed(harness_sh.services, committed_task(harness_sh)))
     crossed = Grant(grant_a.token, grant_b.url, grant_a.session, lambda: False)
 
     assert f"this token acts on {grant_a.task_id} only" in refusal(crossed)
@@ -148,9 +144,9 @@ def test_the_official_client_shows_why_a_token_is_refused_on_another_tasks_url(
 # -- 2: a stale attempt leaves one event, however often it calls -----------------------------
 
 
-def test_concurrent_refused_writes_of_a_stale_attempt_leave_one_event(sh: Surehand) -> None:
-    task_id = committed_task(sh)
-    session = claimed(sh.services, task_id)
+def test_concurrent_refused_writes_of_a_stale_attempt_leave_one_event(harness_sh: Surehand) -> None:
+    task_id = committed_task(harness_sh)
+    session = claimed(harness_sh.services, task_id)
     session.fail(RuntimeError("the agent raised"))
     refused: list[str] = []
 
@@ -167,46 +163,46 @@ def test_concurrent_refused_writes_of_a_stale_attempt_leave_one_event(sh: Sureha
         thread.join()
 
     assert refused == ["StaleOwner"] * 8
-    [fenced] = events_of(sh.store, task_id, EventKind.STALE_OWNER_FENCED)
+    [fenced] = events_of(harness_sh.store, task_id, EventKind.STALE_OWNER_FENCED)
     assert (fenced.attempt_id, fenced.data["write"]) == (session.attempt.attempt_id, "report")
 
 
 def test_a_stale_agent_calling_again_and_again_over_mcp_leaves_one_event(
-    sh: Surehand, mcp: SessionMcp
+    harness_sh: Surehand, mcp: SessionMcp
 ) -> None:
-    task_id = committed_task(sh)
-    session = claimed(sh.services, task_id)
+    task_id = committed_task(harness_sh)
+    session = claimed(harness_sh.services, task_id)
     session.fail(RuntimeError("the agent raised"))
     grants = [granted(mcp, session)[0] for _ in range(5)]  # as if it had five tokens
 
     answers = [data(call(grant, "effect_begin", BEGIN))["error"]["code"] for grant in grants]
 
     assert answers == ["stale_owner"] * 5
-    assert len(events_of(sh.store, task_id, EventKind.STALE_OWNER_FENCED)) == 1
+    assert len(events_of(harness_sh.store, task_id, EventKind.STALE_OWNER_FENCED)) == 1
 
 
 # -- 3: effect_begin is idempotent within an attempt -----------------------------------------
 
 
 def test_effect_begin_twice_in_one_attempt_answers_the_same_operation(
-    sh: Surehand, mcp: SessionMcp
+    harness_sh: Surehand, mcp: SessionMcp
 ) -> None:
-    task_id = committed_task(sh)
-    grant, _ = granted(mcp, claimed(sh.services, task_id))
+    task_id = committed_task(harness_sh)
+    grant, _ = granted(mcp, claimed(harness_sh.services, task_id))
 
     first, again = anyio.run(_calls, grant, [("effect_begin", BEGIN), ("effect_begin", BEGIN)])
 
     assert data(first)["status"] == data(again)["status"] == "begun"
     assert data(again)["operation_id"] == data(first)["operation_id"]
-    [op] = operations_of(sh.store, task_id)
+    [op] = operations_of(harness_sh.store, task_id)
     assert op.state is OperationState.INTENT
 
 
 def test_concurrent_effect_begins_of_one_effect_in_one_attempt_get_one_operation(
-    sh: Surehand, mcp: SessionMcp
+    harness_sh: Surehand, mcp: SessionMcp
 ) -> None:
-    task_id = committed_task(sh)
-    grant, _ = granted(mcp, claimed(sh.services, task_id))
+    task_id = committed_task(harness_sh)
+    grant, _ = granted(mcp, claimed(harness_sh.services, task_id))
     ids: list[int] = []
 
     def begin() -> None:
@@ -218,15 +214,15 @@ def test_concurrent_effect_begins_of_one_effect_in_one_attempt_get_one_operation
     for thread in threads:
         thread.join()
 
-    [op] = operations_of(sh.store, task_id)
+    [op] = operations_of(harness_sh.store, task_id)
     assert ids == [op.operation_id] * 8
 
 
 def test_the_same_effect_declared_under_another_key_in_one_attempt_is_refused(
-    sh: Surehand, mcp: SessionMcp
+    harness_sh: Surehand, mcp: SessionMcp
 ) -> None:
-    task_id = committed_task(sh)
-    grant, _ = granted(mcp, claimed(sh.services, task_id))
+    task_id = committed_task(harness_sh)
+    grant, _ = granted(mcp, claimed(harness_sh.services, task_id))
     keyed = {**BEGIN, "idempotency_key": "k1", "retry_policy": "keyed"}
     other_key = {**keyed, "idempotency_key": "k2"}
 
@@ -238,26 +234,30 @@ def test_the_same_effect_declared_under_another_key_in_one_attempt_is_refused(
     error = data(refused)["error"]
     assert "already begun in this attempt" in error["detail"]
     assert "'k1'" in error["detail"]
-    [op] = operations_of(sh.store, task_id)
+    [op] = operations_of(harness_sh.store, task_id)
     assert op.idempotency_key == "k1"
 
 
-def test_the_same_name_with_other_args_is_another_effect(sh: Surehand, mcp: SessionMcp) -> None:
-    task_id = committed_task(sh)
-    grant, _ = granted(mcp, claimed(sh.services, task_id))
+def test_the_same_name_with_other_args_is_another_effect(
+    harness_sh: Surehand, mcp: SessionMcp
+) -> None:
+    task_id = committed_task(harness_sh)
+    grant, _ = granted(mcp, claimed(harness_sh.services, task_id))
     other = {"name": "ticket.create", "args": {**TICKET, "title": "Rotate the DB password"}}
 
     first, second = anyio.run(_calls, grant, [("effect_begin", BEGIN), ("effect_begin", other)])
 
     assert data(first)["operation_id"] != data(second)["operation_id"]
-    assert [op.state for op in operations_of(sh.store, task_id)] == [OperationState.INTENT] * 2
+    assert [op.state for op in operations_of(harness_sh.store, task_id)] == [
+        OperationState.INTENT
+    ] * 2
 
 
 # -- 4: an agent that returns with an effect still open is held ------------------------------
 
 
 def test_an_agent_that_returns_with_an_effect_still_open_is_held_with_a_case_naming_it(
-    sh: Surehand, mcp: SessionMcp
+    harness_sh: Surehand, mcp: SessionMcp
 ) -> None:
     def forgets_effect_end(ctx: SessionContext) -> str:
         grant = mcp.grant(ctx)  # what the command agent hands its program
@@ -267,32 +267,32 @@ def test_an_agent_that_returns_with_an_effect_still_open_is_held_with_a_case_nam
             mcp.revoke(grant)
         return f"created the ticket (operation {begun['operation_id']})"
 
-    sh.registry.register("DEV", forgets_effect_end)
-    task_id = committed_task(sh)
+    harness_sh.registry.register("DEV", forgets_effect_end)
+    task_id = committed_task(harness_sh)
 
-    outcome = sh.run_session(task_id)
-    sh.reconcile()
+    outcome = harness_sh.run_session(task_id)
+    harness_sh.reconcile()
 
     assert outcome.outcome == "failed", outcome
-    [op] = operations_of(sh.store, task_id)
+    [op] = operations_of(harness_sh.store, task_id)
     assert op.state is OperationState.INTENT
-    [attempt] = attempts_of(sh.store, task_id)
+    [attempt] = attempts_of(harness_sh.store, task_id)
     assert attempt.state is AttemptState.FAILED
     assert attempt.agent_returned  # its result is kept: a review "present" reports from it
-    [case] = sh.cases()
+    [case] = harness_sh.cases()
     assert (case.effect_fact, case.admission) == (EffectFact.UNKNOWN, Admission.HOLD_FOR_REVIEW)
     assert [o["operation_id"] for o in case.effect_refs["operations"]] == [op.operation_id]
     assert f"operation {op.operation_id} 'ticket.create'" in case.effect_refs["why"]
-    task = read_task(sh.store, task_id)
+    task = read_task(harness_sh.store, task_id)
     assert (task.bucket, task.hold is not None) == (Bucket.ACTIVE, True)
-    assert reports_of(sh.store, task_id) == []
+    assert reports_of(harness_sh.store, task_id) == []
 
-    reviewed = sh.review(case.case_id, effect="present", note="OPS-9 exists", actor="PM")
+    reviewed = harness_sh.review(case.case_id, effect="present", note="OPS-9 exists", actor="PM")
 
     assert reviewed.admission is Admission.RECONCILE_ONLY
-    [report] = reports_of(sh.store, task_id)
+    [report] = reports_of(harness_sh.store, task_id)
     assert f"created the ticket (operation {op.operation_id})" in report.body
-    assert read_task(sh.store, task_id).bucket is Bucket.REVIEW
+    assert read_task(harness_sh.store, task_id).bucket is Bucket.REVIEW
 
 
 # -- 6: the port range is a setting ----------------------------------------------------------
@@ -317,8 +317,8 @@ def test_the_session_server_listens_inside_its_port_range(harness: Harness) -> N
     with socket.socket() as taken:  # the first is taken: it moves on to the next
         taken.bind(("127.0.0.1", ports[0]))
         taken.listen()
-        sh = harness.surehand(session_mcp_ports=f"{ports[0]}-{ports[-1]}")
-        server = SessionMcp(sh.services)
+        harness_sh = harness.surehand(session_mcp_ports=f"{ports[0]}-{ports[-1]}")
+        server = SessionMcp(harness_sh.services)
         try:
             port, _ = server.door()
         finally:
@@ -368,11 +368,11 @@ async def _server_name(grant: Grant) -> str:
 
 
 def test_the_session_server_and_the_operators_server_have_distinct_names(
-    sh: Surehand, mcp: SessionMcp
+    harness_sh: Surehand, mcp: SessionMcp
 ) -> None:
-    grant, _ = granted(mcp, claimed(sh.services, committed_task(sh)))
+    grant, _ = granted(mcp, claimed(harness_sh.services, committed_task(harness_sh)))
 
     assert anyio.run(_server_name, grant) == SERVER_NAME == "surehand-session"
-    assert build_server(sh).name == "surehand"
+    assert build_server(harness_sh).name == "surehand"
     # Agent CLIs name the tools after the configuration's key, which did not change.
     assert SESSION_TOOLS == f"mcp__{presets.SERVER_NAME}__" == "mcp__surehand__"

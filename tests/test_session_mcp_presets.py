@@ -3,8 +3,6 @@ MCP config files they produce, and the final message captured as the REPORT. Sta
 ``claude`` and ``codex`` programs record what they were given; no LLM runs. Also the
 "Recovery" section a successor's TASK.md gets."""
 
-# ruff: noqa: F811  (test functions take the fixtures imported below)
-
 from __future__ import annotations
 
 import json
@@ -24,13 +22,7 @@ from surehand.agents.presets import (
 )
 from surehand.errors import ConfigError
 from surehand.fcop.render import render_recovery
-from tests.session_helpers import (  # noqa: F401  (harness fixtures)
-    Harness,
-    attempts_of,
-    committed_task,
-    harness,
-    reports_of,
-)
+from tests.session_helpers import Harness, attempts_of, committed_task, reports_of
 
 URL = "http://127.0.0.1:4242/tasks/TASK-20260101-001/mcp"
 

@@ -2,8 +2,6 @@
 the Recovery section of its TASK.md and ``recovery_brief()`` name what the records say, and the
 effect runs where admission allows it, once."""
 
-# ruff: noqa: F811  (test functions take the fixtures imported below)
-
 from __future__ import annotations
 
 import json
@@ -16,7 +14,7 @@ import pytest
 from surehand.agents.command import CommandAgent
 from surehand.model import Admission, Bucket, EffectFact, OperationState, RetryPolicy
 from surehand.runtime import session_door
-from tests.recovery_helpers import Rig, rig  # noqa: F401  (fixture)
+from tests.recovery_helpers import Rig
 
 pytestmark = pytest.mark.slow
 

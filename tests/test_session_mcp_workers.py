@@ -3,8 +3,6 @@ the worker is SIGKILLed: an effect begun but not ended holds the TASK for review
 ended before the kill is ``already_done`` for the successor, which is briefed on it, and the
 ticket ledger the agent writes shows the effect once (seed 003)."""
 
-# ruff: noqa: F811  (test functions take the fixtures imported below)
-
 from __future__ import annotations
 
 import json
@@ -29,8 +27,7 @@ from surehand.model import (
 from surehand.store import Store
 from tests.procs import Proc, RedisServer, running, start_worker, wait_until
 from tests.session_helpers import attempts_of, events_of, operations_of, read_task, reports_of
-from tests.test_agent_groups import reconciling_client  # noqa: F401  (fixture)
-from tests.test_workers import broker, worker_env  # noqa: F401  (fixture)
+from tests.shared.workers import worker_env
 
 pytestmark = pytest.mark.slow
 

@@ -7,8 +7,6 @@ epoch 2, and then every late write from the old owner is refused with ``StaleOwn
 ``stale_owner_fenced`` event naming the stale attempt and changes nothing of the successor's.
 """
 
-# ruff: noqa: F811  (test functions take the fixtures imported below)
-
 from __future__ import annotations
 
 import threading
@@ -33,16 +31,14 @@ from surehand.model import (
     RetryPolicy,
 )
 from tests.procs import wait_until
-from tests.session_helpers import (  # noqa: F401  (harness fixtures)
+from tests.session_helpers import (
     Harness,
     attempts_of,
     claim_in_processes,
     claimed,
     committed_task,
     events_of,
-    harness,
     read_task,
-    redis_harness,
     reports_of,
     rows_of,
 )

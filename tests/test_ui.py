@@ -28,10 +28,9 @@ from surehand.model import Admission, Bucket, EventKind
 from surehand.store import Store
 from surehand.testing import ManualClock
 from tests.recovery_helpers import Rig, open_rig
+from tests.shared.ui import TOKENS, browser, csrf_of, sign_in
 
-TOKENS = "pm=alice:PM:default,dev=dave:DEV:default,admin=ann:ADMIN:default,other=olga:PM:globex"
 UI_DIR = Path(surehand.ui.__file__).parent
-CSRF = re.compile(r'name="csrf_token" value="([^"]+)"')
 
 
 @pytest.fixture
@@ -45,12 +44,8 @@ def held_rig(store: Store, clock: ManualClock, tmp_path: Path) -> Iterator[tuple
 
 
 @pytest.fixture
-def app(held_rig: tuple[Rig, str]) -> FastAPI:
+def held_app(held_rig: tuple[Rig, str]) -> FastAPI:
     return create_app(held_rig[0].sh)
-
-
-def browser(app: FastAPI, host: str = "127.0.0.1") -> TestClient:
-    return TestClient(app, base_url=f"http://{host}", follow_redirects=False)
 
 
 def use_cookie(client: TestClient, value: str, name: str = "surehand_console") -> None:
@@ -59,27 +54,10 @@ def use_cookie(client: TestClient, value: str, name: str = "surehand_console") -
     client.cookies.set(name, value, path="/ui")
 
 
-def csrf_of(html: str) -> str:
-    found = CSRF.search(html)
-    assert found is not None, html[:2000]
-    return found.group(1)
-
-
-def sign_in(client: TestClient, token: str) -> str:
-    """Sign in with ``token``; returns the session's CSRF token (from the board's sign-out)."""
-    form = client.get("/ui/sign-in")
-    assert form.status_code == 200
-    answer = client.post("/ui/sign-in", data={"token": token, "csrf_token": csrf_of(form.text)})
-    assert answer.status_code == 303, answer.text
-    board = client.get("/ui/")
-    assert board.status_code == 200, board.text
-    return csrf_of(board.text)
-
-
 def test_pages_need_a_session_and_the_cookie_is_httponly_lax_and_holds_only_an_id(
-    app: FastAPI,
+    held_app: FastAPI,
 ) -> None:
-    client = browser(app)
+    client = browser(held_app)
     assert client.get("/ui/").headers["location"] == "/ui/sign-in?next=%2Fui%2F"
     form = client.get("/ui/sign-in")
     cookie = form.headers["set-cookie"].lower()
@@ -97,9 +75,9 @@ def test_pages_need_a_session_and_the_cookie_is_httponly_lax_and_holds_only_an_i
 
 
 def test_a_forged_or_foreign_cookie_is_not_a_session(
-    app: FastAPI, held_rig: tuple[Rig, str]
+    held_app: FastAPI, held_rig: tuple[Rig, str]
 ) -> None:
-    client = browser(app)
+    client = browser(held_app)
     sign_in(client, "dev")
     use_cookie(client, "x" * 43)
     assert client.get("/ui/").status_code == 303
@@ -109,9 +87,11 @@ def test_a_forged_or_foreign_cookie_is_not_a_session(
     assert client.get("/ui/").status_code == 303
 
 
-def test_the_board_shows_the_held_task_with_counts(app: FastAPI, held_rig: tuple[Rig, str]) -> None:
+def test_the_board_shows_the_held_task_with_counts(
+    held_app: FastAPI, held_rig: tuple[Rig, str]
+) -> None:
     _rig, task_id = held_rig
-    client = browser(app)
+    client = browser(held_app)
     sign_in(client, "pm")
     board = client.get("/ui/").text
     assert f'data-task="{task_id}"' in board
@@ -150,17 +130,17 @@ class Visit:
         return self.rig.case_of(self.task_id).review is not None
 
 
-def visit(app: FastAPI, held_rig: tuple[Rig, str], token: str) -> Visit:
+def visit(held_app: FastAPI, held_rig: tuple[Rig, str], token: str) -> Visit:
     rig, task_id = held_rig
-    client = browser(app)
+    client = browser(held_app)
     csrf = sign_in(client, token)
     return Visit(client, csrf, rig, task_id, rig.case_of(task_id).case_id)
 
 
 def test_the_case_page_shows_evidence_and_both_outcomes(
-    app: FastAPI, held_rig: tuple[Rig, str]
+    held_app: FastAPI, held_rig: tuple[Rig, str]
 ) -> None:
-    pm = visit(app, held_rig, "pm")
+    pm = visit(held_app, held_rig, "pm")
     page = pm.case_page().text
     assert pm.rig.case_of(pm.task_id).prior_lease_id in page  # in the technical record
     assert "open intent without key or probe" in page
@@ -174,9 +154,9 @@ def test_the_case_page_shows_evidence_and_both_outcomes(
 
 
 def test_a_dev_sees_no_review_form_and_cannot_post_one(
-    app: FastAPI, held_rig: tuple[Rig, str]
+    held_app: FastAPI, held_rig: tuple[Rig, str]
 ) -> None:
-    dev = visit(app, held_rig, "dev")
+    dev = visit(held_app, held_rig, "dev")
     page = dev.case_page().text
     assert 'id="review-form"' not in page
     assert "you act as DEV" in page
@@ -185,8 +165,10 @@ def test_a_dev_sees_no_review_form_and_cannot_post_one(
     assert not dev.reviewed()
 
 
-def test_another_tenants_task_and_case_answer_404(app: FastAPI, held_rig: tuple[Rig, str]) -> None:
-    other = visit(app, held_rig, "other")
+def test_another_tenants_task_and_case_answer_404(
+    held_app: FastAPI, held_rig: tuple[Rig, str]
+) -> None:
+    other = visit(held_app, held_rig, "other")
     task_id = other.task_id
     for path in (
         f"/ui/tasks/{task_id}",
@@ -203,20 +185,22 @@ def test_another_tenants_task_and_case_answer_404(app: FastAPI, held_rig: tuple[
     assert not other.reviewed()
 
 
-def test_a_form_without_its_csrf_token_is_refused(app: FastAPI, held_rig: tuple[Rig, str]) -> None:
-    pm = visit(app, held_rig, "pm")
+def test_a_form_without_its_csrf_token_is_refused(
+    held_app: FastAPI, held_rig: tuple[Rig, str]
+) -> None:
+    pm = visit(held_app, held_rig, "pm")
     assert pm.review(effect="absent", note="checked the ledger").status_code == 403
     wrong = pm.review(csrf_token="not-the-token", effect="absent", note="checked the ledger")
     assert wrong.status_code == 403
     assert pm.client.post("/ui/sign-out").status_code == 403
-    assert browser(app).post("/ui/sign-in", data={"token": "pm"}).status_code == 403
+    assert browser(held_app).post("/ui/sign-in", data={"token": "pm"}).status_code == 403
     assert not pm.reviewed()
 
 
 def test_a_review_goes_through_admission_and_its_outcome_is_shown(
-    app: FastAPI, held_rig: tuple[Rig, str]
+    held_app: FastAPI, held_rig: tuple[Rig, str]
 ) -> None:
-    pm = visit(app, held_rig, "pm")
+    pm = visit(held_app, held_rig, "pm")
     blank = pm.review(csrf_token=pm.csrf, effect="absent", note="  ")
     assert blank.status_code == 400
     assert "note" in blank.text
@@ -238,9 +222,9 @@ def test_a_review_goes_through_admission_and_its_outcome_is_shown(
     assert audit.count('class="card decision"') == 2  # the hold, then the reexecute
 
 
-def test_show_json_is_what_the_cli_shows(app: FastAPI, held_rig: tuple[Rig, str]) -> None:
+def test_show_json_is_what_the_cli_shows(held_app: FastAPI, held_rig: tuple[Rig, str]) -> None:
     rig, task_id = held_rig
-    client = browser(app)
+    client = browser(held_app)
     sign_in(client, "pm")
     shown = client.get(f"/ui/tasks/{task_id}/show.json").json()
     cli_out = CliRunner().invoke(
@@ -258,9 +242,9 @@ def test_show_json_is_what_the_cli_shows(app: FastAPI, held_rig: tuple[Rig, str]
     assert client.get(f"/ui/tasks/{task_id}/live").text.count("<section") == 6
 
 
-def test_the_console_answers_only_allowed_hosts(app: FastAPI) -> None:
-    assert browser(app, host="evil.example").get("/ui/sign-in").status_code == 421
-    client = browser(app)
+def test_the_console_answers_only_allowed_hosts(held_app: FastAPI) -> None:
+    assert browser(held_app, host="evil.example").get("/ui/sign-in").status_code == 421
+    client = browser(held_app)
     origin = {"Origin": "http://evil.example"}
     assert client.get("/ui/sign-in", headers=origin).status_code == 403
 
@@ -270,9 +254,9 @@ def test_open_mode_signs_in_the_local_admin_on_loopback_only(
 ) -> None:
     with open_rig(store, clock, tmp_path) as rig:
         task_id = rig.new_task()
-        app = create_app(rig.sh)
-        local = TestClient(app, base_url="http://127.0.0.1", client=("127.0.0.1", 5000))
-        remote = TestClient(app, base_url="http://127.0.0.1", client=("192.0.2.7", 5000))
+        held_app = create_app(rig.sh)
+        local = TestClient(held_app, base_url="http://127.0.0.1", client=("127.0.0.1", 5000))
+        remote = TestClient(held_app, base_url="http://127.0.0.1", client=("192.0.2.7", 5000))
         for client in (local, remote):
             client.follow_redirects = False
         form = local.get("/ui/sign-in").text
@@ -282,7 +266,7 @@ def test_open_mode_signs_in_the_local_admin_on_loopback_only(
         assert "local" in board.text
         assert task_id in board.text
         assert "Continue as local ADMIN" not in remote.get("/ui/sign-in").text
-        fresh = TestClient(app, base_url="http://127.0.0.1", client=("127.0.0.1", 5001))
+        fresh = TestClient(held_app, base_url="http://127.0.0.1", client=("127.0.0.1", 5001))
         anonymous = csrf_of(fresh.get("/ui/sign-in").text)  # a valid form, posted remotely
         use_cookie(remote, fresh.cookies["surehand_signin"], "surehand_signin")
         assert remote.post("/ui/sign-in", data={"csrf_token": anonymous}).status_code == 403

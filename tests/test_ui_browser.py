@@ -17,7 +17,6 @@ temporary directory); the test prints where.
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -29,11 +28,11 @@ import pytest
 from tests.skips import missing
 
 try:
-    from playwright.sync_api import Browser, Page, sync_playwright
+    from playwright.sync_api import Browser, Page
 except ImportError:  # the dev extra has it
     missing("playwright (pip install -e '.[dev]')")
 from tests.procs import Proc, wait_until
-from tests.test_up import start_up, stop
+from tests.shared.up import start_up, stop
 from tests.ui_agents import EFFECTS_ENV, started
 
 pytestmark = pytest.mark.slow
@@ -49,24 +48,6 @@ FAST = {
 }
 WIDTHS = {1280: 900, 390: 844}
 WAIT_MS = 60_000
-
-
-def chromium_path() -> str:
-    """Debian's chromium, or skip (locally) / fail (in CI)."""
-    found = shutil.which("chromium")
-    if found:
-        return found
-    missing("chromium (apt-get install chromium): the browser tests drive it")
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Browser]:
-    executable = chromium_path()
-    args = ["--no-sandbox"] if os.geteuid() == 0 else []  # Chromium's sandbox refuses root
-    with sync_playwright() as playwright:
-        launched = playwright.chromium.launch(executable_path=executable, args=args)
-        yield launched
-        launched.close()
 
 
 @pytest.fixture

@@ -20,7 +20,6 @@ from typer.testing import CliRunner
 
 from surehand.api import create_app
 from surehand.cli import app as cli_app
-from surehand.config import Settings
 from surehand.dispatcher.recovery import REFUSAL_WINDOW
 from surehand.errors import ConfigError, Forbidden, IllegalTransition, NotAuthorized
 from surehand.facade import Surehand
@@ -28,11 +27,7 @@ from surehand.model import Action, AttemptState, EventKind
 from surehand.principals import Principal
 from surehand.store import Store, tasks
 from surehand.testing import ManualClock
-from tests.recovery_helpers import GRACE_SECONDS, Rig, open_rig, rig
-from tests.test_hostile_input import http
-from tests.test_recovery import held_task
-
-__all__ = ["http", "rig"]  # fixtures (http on this module's sh, which knows the tokens)
+from tests.recovery_helpers import GRACE_SECONDS, Rig, held_task, open_rig
 
 TOKENS = "tok-pm=alice:PM:acme,tok-dev=dan:DEV:acme,tok-admin=root:ADMIN:acme"
 TASK = {"sender": "PM", "recipient": "DEV", "subject": "Fix login", "body": "It fails."}
@@ -40,15 +35,11 @@ DEV = Principal("dan", "DEV", "acme")
 EXIT_REFUSED = 6
 
 
+pytestmark = pytest.mark.sh_settings(api_tokens=TOKENS, tenant="acme")
+
+
 def bearer(token: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {token}"}
-
-
-@pytest.fixture
-def sh(store: Store) -> Iterator[Surehand]:
-    handle = Surehand(settings=Settings(database_url=store.url, tenant="acme", api_tokens=TOKENS))
-    yield handle
-    handle.close()
 
 
 @pytest.fixture

@@ -3,8 +3,6 @@ TASK, chosen per role; a successor finds its predecessor's tree; a program commi
 inside the sandbox, never writes the repository's own checkout or git directory, and nothing it
 plants in its clone runs when the worker uses git outside the sandbox."""
 
-# ruff: noqa: F811  (test functions take the fixtures imported below)
-
 from __future__ import annotations
 
 import shutil
@@ -19,16 +17,10 @@ from surehand.agents.command import CommandAgent
 from surehand.agents.context import SessionContext
 from surehand.agents.workspaces import Spec, Workspaces, prepare, publish
 from surehand.errors import ConfigError
-from tests.session_helpers import (  # noqa: F401  (harness fixture)
-    Harness,
-    claimed,
-    committed_task,
-    harness,
-    reports_of,
-)
+from tests.session_helpers import Harness, claimed, committed_task, reports_of
+from tests.shared.command_agent import command_surehand
+from tests.shared.session_mcp import context_of
 from tests.skips import missing
-from tests.test_command_agent import command_surehand
-from tests.test_session_mcp import context_of
 
 
 def git(repo: Path, *args: str) -> str:
