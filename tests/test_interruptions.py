@@ -20,7 +20,7 @@ from sqlalchemy import Connection
 
 from surehand.agents.context import EffectResult, SessionContext
 from surehand.dispatcher import sessions as sessions_module
-from surehand.dispatcher.runner import SessionOutcome, interruption_in
+from surehand.dispatcher.session_exits import SessionOutcome, interruption_in
 from surehand.dispatcher.sessions import Session
 from surehand.errors import SessionInterrupted, StoreUnavailable
 from surehand.model import (
