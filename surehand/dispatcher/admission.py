@@ -57,7 +57,7 @@ from surehand.model import (
 )
 from surehand.queue.leases import LeaseStore
 from surehand.requests import ReportRequest
-from surehand.store import attempts, cases, dependencies, events, operations, tasks
+from surehand.store import attempts, cases, dependencies, events, operations, task_moves, tasks
 
 log = logging.getLogger(__name__)
 
@@ -366,7 +366,7 @@ def _hold(
 ) -> None:
     reason = f"effect {evidence.fact.value}: {evidence.refs.get('why', 'needs review')}"
     now = services.clock.now()
-    if not tasks.update_if(
+    if not task_moves.update_if(
         connection,
         task.task_id,
         expect={"revision": task.revision},
@@ -423,7 +423,7 @@ def _cancel(connection: Connection, services: Services, case: InterruptionCase, 
 def _release_hold(connection: Connection, services: Services, task: Task) -> Task:
     assert task.hold is not None
     now = services.clock.now()
-    tasks.update_if(
+    task_moves.update_if(
         connection,
         task.task_id,
         expect={"hold_case_id": task.hold.case_id},
