@@ -78,8 +78,8 @@ MUTATIONS = (
         "admission-takes-unreachable-redis-as-owner-gone",
         "a successor is admitted only on evidence (Redis answered: the owner's lease is gone)",
         "surehand/dispatcher/admission.py",
-        "            return True\n\n    def _run_probes",
-        "            return False  # MUTANT: no answer, no owner\n\n    def _run_probes",
+        "            return True\n\n\ndef _still_waiting",
+        "            return False  # MUTANT: no answer, no owner\n\n\ndef _still_waiting",
         PROTOCOL,
     ),
     Mutation(
