@@ -19,6 +19,7 @@ import pytest
 from sqlalchemy import Connection
 
 from surehand.agents.context import EffectResult, SessionContext
+from surehand.dispatcher import session_settle
 from surehand.dispatcher import sessions as sessions_module
 from surehand.dispatcher.session_exits import SessionOutcome, interruption_in
 from surehand.dispatcher.sessions import Session
@@ -41,7 +42,7 @@ from tests.recovery_helpers import GRACE_SECONDS, Rig, rig
 __all__ = ["rig"]  # fixture
 
 FENCED = Session.fenced
-SETTLE_TRY = Session._settle_try
+SETTLE_TRY = session_settle._settle_try
 
 
 class Faults:
@@ -88,7 +89,7 @@ def faults(monkeypatch: pytest.MonkeyPatch) -> Faults:
         return settled
 
     monkeypatch.setattr(Session, "fenced", fenced)
-    monkeypatch.setattr(Session, "_settle_try", settle_try)
+    monkeypatch.setattr(session_settle, "_settle_try", settle_try)
     monkeypatch.setattr(sessions_module, "STORE_RETRY_DELAYS", (0.0, 0.0))  # three tries
     return injected
 

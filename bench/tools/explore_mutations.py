@@ -106,11 +106,11 @@ MUTATIONS = (
     Mutation(
         "agent-failure-ends-attempt-without-case",
         "no TASK in active without a running attempt, an open case or a hold",
-        "surehand/dispatcher/sessions.py",
-        "            self._end(connection, state, error, cause)\n"
-        "            self._open_case(connection)\n",
-        "            self._end(connection, state, error, cause)\n"
-        "            # MUTANT: the reconciler's safety net opens the case\n",
+        "surehand/dispatcher/attempt_ends.py",
+        "        _end(session, connection, state, error, cause)\n"
+        "        _open_case(session, connection)\n",
+        "        _end(session, connection, state, error, cause)\n"
+        "        # MUTANT: the reconciler's safety net opens the case\n",
         PROTOCOL,
     ),
     Mutation(
