@@ -25,7 +25,8 @@ from surehand.dispatcher.submissions import write_task
 from surehand.fcop.render import render_task
 from surehand.model import DIGEST_SCHEMA_VERSION, Bucket, Disposition, task_path
 from surehand.store import Store, migrate, receipts, schema, task_columns, tasks
-from surehand.store.schema import UTCDateTime, metadata
+from surehand.store.column_types import UTCDateTime
+from surehand.store.schema import metadata
 from surehand.testing import ManualClock
 from tests.submission_helpers import TENANT, fields_of, request
 

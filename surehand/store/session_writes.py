@@ -51,10 +51,10 @@ from sqlalchemy import (
 from surehand.model import AttemptState, Bucket, Task
 from surehand.store import attempts as attempt_rows
 from surehand.store import task_columns, task_moves
+from surehand.store.column_types import UTCDateTime
 from surehand.store.driver import DriverStatement, common_binds, own_params
 from surehand.store.fence import attempt_is_current, task_is_owned
 from surehand.store.schema import (
-    UTCDateTime,
     attempts,
     operations,
     reports,
