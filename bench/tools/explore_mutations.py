@@ -124,8 +124,8 @@ MUTATIONS = (
     Mutation(
         "review-by-anyone-releases-hold",
         "a held TASK is released only by its approver's review",
-        "surehand/dispatcher/recovery.py",
-        '        _check_approver(task, request.actor, f"review {request.case_id}")\n',
+        "surehand/dispatcher/reviews.py",
+        '    check_approver(task, request.actor, f"review {request.case_id}")\n',
         "",
         PROTOCOL,
     ),
