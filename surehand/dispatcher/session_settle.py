@@ -53,7 +53,7 @@ def _settled_before(session: Session) -> Task | None:
 
 
 def _settle_try(session: Session, result: Any, to_review: bool) -> Task:
-    """One try of :meth:`settle`: the one-write settle, else the general path."""
+    """One try of :func:`settle`: the one-write settle, else the general path."""
     settlement = settling.Settlement(
         attempt=session.attempt,
         request=session.report_request(report_body(result), ReportStatus.DONE, None),
