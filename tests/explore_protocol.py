@@ -33,13 +33,13 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 from surehand.config import Settings
 from surehand.crashpoints import CrashPoint
 from surehand.dispatcher.admission import Admitter
+from surehand.dispatcher.agent_port import AgentPort as _Port
 from surehand.dispatcher.claims import claim
 from surehand.dispatcher.context import Services
 from surehand.dispatcher.effects import unsettled
 from surehand.dispatcher.lifecycle import approvers
 from surehand.dispatcher.reconciler import Reconciler
 from surehand.dispatcher.recovery import Recovery
-from surehand.dispatcher.runner import _Port
 from surehand.dispatcher.sessions import Session
 from surehand.dispatcher.submissions import write_task
 from surehand.errors import (

@@ -41,7 +41,7 @@ from surehand.model import (
     task_path,
 )
 from surehand.requests import parse_task_request
-from surehand.store import Store, numbering, receipts, tasks
+from surehand.store import Store, numbering, receipts, task_columns, task_moves, tasks
 from surehand.store import schema as tables
 
 REPO = Path(__file__).resolve().parent.parent
@@ -143,7 +143,7 @@ def task_ids(store: Store) -> list[str]:
 def move_bucket(store: Store, task_id: str, to: Bucket, now: datetime) -> None:
     """Move a TASK to another bucket behind write_task's back (as a lifecycle move would)."""
     with store.transaction() as connection:
-        moved = tasks.update_if(
+        moved = task_moves.update_if(
             connection,
             task_id,
             expect={"bucket": Bucket.INBOX.value},
@@ -193,7 +193,7 @@ def seed_task(
     if tampered:
         document += "edited by hand\n"
     with store.transaction() as connection:
-        row = tasks.new_row(
+        row = task_columns.new_row(
             task_id=task_id,
             tenant=tenant,
             fields=fields,
@@ -203,7 +203,7 @@ def seed_task(
             document_digest=document_digest,
             now=now,
         )
-        tasks.insert_row(connection, row)
+        task_columns.insert_row(connection, row)
     return document_digest
 
 

@@ -24,7 +24,7 @@ from surehand.dispatcher.context import Services
 from surehand.dispatcher.submissions import write_task
 from surehand.errors import ValidationFailed
 from surehand.model import Action, Bucket, EventKind, Task
-from surehand.store import Store, outbox, tasks
+from surehand.store import Store, outbox, task_moves, tasks
 from surehand.store import schema as tables
 from tests.procs import SUREHAND
 from tests.session_helpers import claimed, committed_task, events_of, read_task, task_request
@@ -207,7 +207,7 @@ def test_an_archived_dependency_leaves_the_dependant_held_for_its_approver(
         connection.execute(
             tables.outbox.delete()  # the release's message was lost with its publisher
         )
-        tasks.update_if(
+        task_moves.update_if(
             connection, qa, expect={}, values={"published": False}, now=services.clock.now()
         )
     actions.transition(

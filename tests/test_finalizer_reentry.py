@@ -12,7 +12,7 @@ from celery import Celery
 from sqlalchemy import Engine, create_engine
 
 from surehand.queue import broker_pools
-from surehand.store.engine import acquire_engine, release_engine
+from surehand.store.shared_engines import acquire_engine, release_engine
 
 
 def finishes(work: threading.Thread) -> bool:

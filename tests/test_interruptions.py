@@ -19,8 +19,9 @@ import pytest
 from sqlalchemy import Connection
 
 from surehand.agents.context import EffectResult, SessionContext
+from surehand.dispatcher import session_settle
 from surehand.dispatcher import sessions as sessions_module
-from surehand.dispatcher.runner import SessionOutcome, interruption_in
+from surehand.dispatcher.session_exits import SessionOutcome, interruption_in
 from surehand.dispatcher.sessions import Session
 from surehand.errors import SessionInterrupted, StoreUnavailable
 from surehand.model import (
@@ -39,7 +40,7 @@ from tests.procs import terminate_backends
 from tests.recovery_helpers import GRACE_SECONDS, Rig
 
 FENCED = Session.fenced
-SETTLE_TRY = Session._settle_try
+SETTLE_TRY = session_settle._settle_try
 
 
 class Faults:
@@ -86,7 +87,7 @@ def faults(monkeypatch: pytest.MonkeyPatch) -> Faults:
         return settled
 
     monkeypatch.setattr(Session, "fenced", fenced)
-    monkeypatch.setattr(Session, "_settle_try", settle_try)
+    monkeypatch.setattr(session_settle, "_settle_try", settle_try)
     monkeypatch.setattr(sessions_module, "STORE_RETRY_DELAYS", (0.0, 0.0))  # three tries
     return injected
 

@@ -19,7 +19,7 @@ from surehand.errors import (
     ValidationFailed,
 )
 from surehand.model import SYSTEM, Action, Bucket, EventKind, Fence, Task, TaskEvent
-from surehand.store import events, tasks
+from surehand.store import events, task_moves, tasks
 from surehand.testing import ManualClock
 
 PATH_TO = {
@@ -315,7 +315,7 @@ def test_reject_and_reopen_start_a_new_rework_round(
 
 def _hold(services: Services, task_id: str) -> None:
     with services.store.transaction() as connection:
-        held = tasks.update_if(
+        held = task_moves.update_if(
             connection,
             task_id,
             expect={},

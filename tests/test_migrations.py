@@ -24,8 +24,9 @@ from surehand.dispatcher.context import Services
 from surehand.dispatcher.submissions import write_task
 from surehand.fcop.render import render_task
 from surehand.model import DIGEST_SCHEMA_VERSION, Bucket, Disposition, task_path
-from surehand.store import Store, migrate, receipts, schema, tasks
-from surehand.store.schema import UTCDateTime, metadata
+from surehand.store import Store, migrate, receipts, schema, task_columns, tasks
+from surehand.store.column_types import UTCDateTime
+from surehand.store.schema import metadata
 from surehand.testing import ManualClock
 from tests.submission_helpers import TENANT, fields_of, request
 
@@ -142,7 +143,7 @@ def _task_row(task_id: str, sid: str | None, tenant: str = TENANT) -> dict[str, 
     data = request(client_submission_id=sid) if sid else request(subject="Unrelated")
     fields = fields_of(data)
     document = render_task(task_id, fields, created_at=DAY, submission_id=sid)
-    return tasks.new_row(
+    return task_columns.new_row(
         task_id=task_id,
         tenant=tenant,
         fields=fields,

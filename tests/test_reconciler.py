@@ -359,9 +359,9 @@ def test_each_pass_republishes_an_admitted_successor_until_it_is_claimed(
         assert inbox_id in published
         published.clear()
         with r.store.transaction() as connection:
-            from surehand.store import tasks
+            from surehand.store import task_moves
 
-            tasks.update_if(
+            task_moves.update_if(
                 connection,
                 inbox_id,
                 expect={"bucket": "inbox"},

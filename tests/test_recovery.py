@@ -46,7 +46,7 @@ from surehand.model import (
     RetryPolicy,
     Task,
 )
-from surehand.store import Store, tasks
+from surehand.store import Store, task_moves
 from surehand.testing import ManualClock
 from tests.recovery_helpers import CHARGE_ARGS, GRACE_SECONDS, Rig, held_task, open_rig
 
@@ -429,7 +429,7 @@ def bump_revision(rig: Rig, task_id: str) -> int:
     """A change to the TASK after admission decided (any compare-and-set bumps the revision)."""
     task = rig.task(task_id)
     with rig.store.transaction() as connection:
-        assert tasks.update_if(
+        assert task_moves.update_if(
             connection,
             task_id,
             expect={"revision": task.revision},

@@ -13,10 +13,10 @@ import pytest
 from celery.exceptions import Retry
 
 from surehand.agents.context import SessionContext
-from surehand.dispatcher import claims
+from surehand.dispatcher import claims, late_writes
 from surehand.dispatcher import runner as runner_module
 from surehand.dispatcher.recovery import loss_grace
-from surehand.dispatcher.runner import SessionOutcome
+from surehand.dispatcher.session_exits import SessionOutcome
 from surehand.dispatcher.sessions import MAX_REFUSED_LATE, Session
 from surehand.dispatcher.worker import CLAIM_RETRY_SECONDS
 from surehand.errors import LeaseLost, StoreUnavailable
@@ -443,9 +443,9 @@ def test_a_lost_session_repeats_its_end_while_the_store_is_unreachable_for_a_bou
         REAL_INTERRUPT(self, interrupted, **kwargs)
 
     monkeypatch.setattr(Session, "interrupt", unreachable_then_real)
-    monkeypatch.setattr(runner_module, "LATE_WRITE_MAX_DELAY", 0.01)
-    monkeypatch.setattr(runner_module, "LATE_WRITE_MIN_SECONDS", 0.5)
-    monkeypatch.setattr(runner_module, "LATE_WRITE_TTLS", 0)
+    monkeypatch.setattr(late_writes, "LATE_WRITE_MAX_DELAY", 0.01)
+    monkeypatch.setattr(late_writes, "LATE_WRITE_MIN_SECONDS", 0.5)
+    monkeypatch.setattr(late_writes, "LATE_WRITE_TTLS", 0)
     sh = redis_harness.surehand()
     task_id, old_run, _ = _lost_while_a_successor_took_over(sh, background, monkeypatch)
 

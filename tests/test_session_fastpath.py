@@ -39,7 +39,7 @@ from surehand.model import (
     RetryPolicy,
     Task,
 )
-from surehand.store import attempts, creation, session_writes, tasks
+from surehand.store import attempts, creation, session_writes, task_moves, tasks
 from surehand.store import schema as tables
 from surehand.store.driver import DriverStatement
 from tests.session_helpers import (
@@ -398,7 +398,7 @@ def test_a_held_task_is_not_settled(services: Services) -> None:
 
 def _hold(services: Services, task_id: str) -> None:
     with services.store.transaction() as connection:
-        assert tasks.update_if(
+        assert task_moves.update_if(
             connection,
             task_id,
             expect={},

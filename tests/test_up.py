@@ -13,7 +13,7 @@ import pytest
 from sqlalchemy import update
 
 from surehand.facade import Surehand
-from surehand.store import tasks
+from surehand.store import task_publishing
 from surehand.store.schema import tasks as tasks_table
 from tests.procs import RedisServer, spawn, wait_until
 from tests.shared.up import env_for, events, run, start_up, stop
@@ -78,7 +78,7 @@ def test_up_republishes_waiting_tasks_and_stops_on_sigterm(tmp_path: Path) -> No
     sh = Surehand(database_url=f"sqlite:///{tmp_path / 'surehand.sqlite3'}")
     task_id = str(sh.write_task(sender="PM", recipient="QA", subject="Left over").task_id)
     with sh.store.transaction() as connection:
-        tasks.set_published(connection, task_id, sh.services.clock.now())
+        task_publishing.set_published(connection, task_id, sh.services.clock.now())
     proc, _ready = start_up(tmp_path, "--no-api")
     try:
         wait_until(lambda: sh.get_task(task_id).bucket.value == "review", timeout=30)

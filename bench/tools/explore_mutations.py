@@ -78,8 +78,8 @@ MUTATIONS = (
         "admission-takes-unreachable-redis-as-owner-gone",
         "a successor is admitted only on evidence (Redis answered: the owner's lease is gone)",
         "surehand/dispatcher/admission.py",
-        "            return True\n\n    def _run_probes",
-        "            return False  # MUTANT: no answer, no owner\n\n    def _run_probes",
+        "            return True\n\n\ndef _still_waiting",
+        "            return False  # MUTANT: no answer, no owner\n\n\ndef _still_waiting",
         PROTOCOL,
     ),
     Mutation(
@@ -106,11 +106,11 @@ MUTATIONS = (
     Mutation(
         "agent-failure-ends-attempt-without-case",
         "no TASK in active without a running attempt, an open case or a hold",
-        "surehand/dispatcher/sessions.py",
-        "            self._end(connection, state, error, cause)\n"
-        "            self._open_case(connection)\n",
-        "            self._end(connection, state, error, cause)\n"
-        "            # MUTANT: the reconciler's safety net opens the case\n",
+        "surehand/dispatcher/attempt_ends.py",
+        "        _end(session, connection, state, error, cause)\n"
+        "        _open_case(session, connection)\n",
+        "        _end(session, connection, state, error, cause)\n"
+        "        # MUTANT: the reconciler's safety net opens the case\n",
         PROTOCOL,
     ),
     Mutation(
@@ -124,8 +124,8 @@ MUTATIONS = (
     Mutation(
         "review-by-anyone-releases-hold",
         "a held TASK is released only by its approver's review",
-        "surehand/dispatcher/recovery.py",
-        '        _check_approver(task, request.actor, f"review {request.case_id}")\n',
+        "surehand/dispatcher/reviews.py",
+        '    check_approver(task, request.actor, f"review {request.case_id}")\n',
         "",
         PROTOCOL,
     ),

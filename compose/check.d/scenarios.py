@@ -449,7 +449,7 @@ def late_write(stack: Stack, task_id: str, worker: str) -> str | None:
     late effect refused (the worker's log line), the session's end (its outcome ``stale`` in
     Celery's log line), and in the store exactly one ``stale_owner_fenced`` event, attempt 1's
     under epoch 2: the session's end of attempt, submitted with its old epoch once the store
-    is reachable and fenced there (runner.py, ``_lease_lost``), naming the late effect its
+    is reachable and fenced there (late_writes.py, ``lease_lost``), naming the late effect its
     agent was refused (``refused_after_lease_lost``)."""
     found = late_write_evidence(stack, task_id, worker)
     if len(found["fenced"]) > 1:

@@ -18,8 +18,8 @@ from surehand.dispatcher.recovery import Recovery
 from surehand.errors import NotAuthorized, StaleDecision, TaskNotFound, ValidationFailed
 from surehand.model import AttemptCause, EventKind, InterruptionCase, Task, usd_text
 from surehand.principals import Principal, acting_for
-from surehand.store import attempts, cases, events, tasks
-from surehand.store.tasks import microusd
+from surehand.store import attempts, cases, events, task_moves, tasks
+from surehand.store.task_columns import microusd
 
 
 def raise_budget(
@@ -41,7 +41,7 @@ def raise_budget(
         if task is None:
             raise TaskNotFound(f"no {request.task_id} here; `surehand tasks` lists them")
         _check(task, request)
-        if not tasks.update_if(
+        if not task_moves.update_if(
             connection,
             task.task_id,
             expect={"revision": task.revision},

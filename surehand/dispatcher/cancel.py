@@ -50,7 +50,7 @@ from surehand.model import (
 )
 from surehand.principals import Principal, acting_for
 from surehand.requests import ReportRequest
-from surehand.store import attempts, cases, dependencies, events, operations, tasks
+from surehand.store import attempts, cases, dependencies, events, operations, task_moves, tasks
 
 Admit = Callable[[str], InterruptionCase]
 
@@ -127,7 +127,7 @@ def _record(
     """Check the edge, then write the request once (compare-and-set)."""
     lifecycle.check_edge(task, Action.CANCEL)
     now = services.clock.now()
-    written = tasks.update_returning(
+    written = task_moves.update_returning(
         connection,
         task.task_id,
         expect={"revision": task.revision, "cancel_requested_at": None},

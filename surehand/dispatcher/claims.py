@@ -32,7 +32,16 @@ from surehand.model import (
     Fence,
     Task,
 )
-from surehand.store import attempts, cases, events, operations, pauses, tasks
+from surehand.store import (
+    attempts,
+    cases,
+    events,
+    operations,
+    pauses,
+    task_moves,
+    task_publishing,
+    tasks,
+)
 from surehand.store.fence import next_epoch
 
 # -- claiming --------------------------------------------------------------------------------
@@ -119,7 +128,7 @@ def _park(services: Services, task_id: str) -> None:
     """A TASK refused because its role is paused waits unpublished: the sweep leaves paused
     roles alone, and ``resume`` publishes what waited."""
     with services.store.one_write() as connection:
-        tasks.set_unpublished(connection, task_id)
+        task_publishing.set_unpublished(connection, task_id)
 
 
 def _is_rework(connection: Connection, task: Task) -> bool:
@@ -157,7 +166,7 @@ def _start_attempt(
     number = next_epoch(task.epoch)
     now = services.clock.now()
     expected = {"epoch": task.epoch, "revision": task.revision, **expect}
-    if not tasks.update_if(
+    if not task_moves.update_if(
         connection, task.task_id, expect=expected, values={"epoch": number, **values}, now=now
     ):
         raise Conflict(f"{task.task_id} changed while its next attempt was being claimed")

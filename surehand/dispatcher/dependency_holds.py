@@ -29,7 +29,7 @@ from surehand.dispatcher import lifecycle
 from surehand.dispatcher.context import Services
 from surehand.errors import Conflict, IllegalTransition, TaskNotFound
 from surehand.model import SYSTEM, Action, Bucket, EventKind, Task
-from surehand.store import dependencies, tasks
+from surehand.store import dependencies, task_moves, tasks
 from surehand.store.schema import outbox, task_dependencies
 
 
@@ -70,7 +70,7 @@ def _unhold(
 ) -> Task:
     now = services.clock.now()
     assert task.hold is not None
-    if not tasks.update_if(
+    if not task_moves.update_if(
         connection,
         task.task_id,
         expect={"hold_case_id": task.hold.case_id},
@@ -94,7 +94,7 @@ def clear_for_cancel(connection: Connection, task: Task, now: datetime) -> Task:
     if not dependencies.is_dependency_hold(task):
         return task
     assert task.hold is not None
-    tasks.update_if(
+    task_moves.update_if(
         connection,
         task.task_id,
         expect={"hold_case_id": task.hold.case_id},

@@ -30,7 +30,7 @@ from surehand.dispatcher.context import Services
 from surehand.errors import PublishFailed, SurehandError
 from surehand.model import SYSTEM, Bucket, EventKind, Task
 from surehand.roles import role_problem
-from surehand.store import dependencies, events, outbox, tasks
+from surehand.store import dependencies, events, outbox, task_publishing, tasks
 
 log = logging.getLogger(__name__)
 
@@ -85,7 +85,7 @@ def _mark(services: Services, task: Task, reason: str, error: str) -> None:
     metrics.observe_dispatch_failure(reason)
     now = services.clock.now()
     with services.store.transaction() as connection:
-        written = tasks.set_dispatch_error(connection, task, error, now)
+        written = task_publishing.set_dispatch_error(connection, task, error, now)
         if written and task.dispatch_error != error:
             row = events.row(
                 task_id=task.task_id,
@@ -105,7 +105,7 @@ def _cleared(services: Services, task: Task) -> None:
     """A TASK marked before was published: drop the mark and say so in its history."""
     now = services.clock.now()
     with services.store.transaction() as connection:
-        if not tasks.set_dispatch_error(connection, task, None, now):
+        if not task_publishing.set_dispatch_error(connection, task, None, now):
             return
         events.insert(
             connection,
@@ -159,7 +159,7 @@ def _publish_recorded(services: Services, task_id: str, *, force: bool = False) 
         return False
     # One UPDATE: in autocommit on Postgres (one round trip, as durable as a transaction).
     with services.store.one_write() as connection:
-        tasks.set_published(connection, task_id, services.clock.now())
+        task_publishing.set_published(connection, task_id, services.clock.now())
     return True
 
 
@@ -213,7 +213,7 @@ def drain_outbox(services: Services, limit: int = OUTBOX_BATCH) -> int:
     while True:
         with services.store.transaction() as connection:
             taken = outbox.take(connection, limit)
-            waiting = tasks.waiting_to_publish(connection, taken)
+            waiting = task_publishing.waiting_to_publish(connection, taken)
         done, refused = _publish_batch(services, waiting)
         published += done
         if refused or len(taken) < limit:
@@ -228,7 +228,7 @@ def _publish_batch(services: Services, waiting: list[Task]) -> tuple[int, bool]:
         done, refused = _publish_together(services, waiting)
     if done:
         with services.store.one_write() as connection:
-            tasks.set_published_many(connection, done, services.clock.now())
+            task_publishing.set_published_many(connection, done, services.clock.now())
     return len(done), refused
 
 
@@ -298,12 +298,12 @@ def sweep(services: Services, limit: int = 500) -> int:
     drained = drain_outbox(services)
     cutoff = services.clock.now() - back_off(services)
     with services.store.snapshot() as connection:
-        pending = tasks.unpublished_inbox(
+        pending = task_publishing.unpublished_inbox(
             connection, limit=limit, published_before=cutoff, failed_before=cutoff
         )
     published = sum(_publish_recorded(services, task.task_id) for task in pending)
     with services.store.snapshot() as connection:
-        metrics.observe_undispatchable(tasks.count_undispatchable(connection))
+        metrics.observe_undispatchable(task_publishing.count_undispatchable(connection))
     return drained + published
 
 
@@ -320,7 +320,7 @@ def republish_inbox(services: Services) -> int:
 def undispatchable(services: Services, tenant: str | None = None, limit: int = 100) -> list[Task]:
     """TASKs marked undispatchable (oldest mark first), for ``surehand check`` and the doors."""
     with services.store.snapshot() as connection:
-        return tasks.undispatchable(connection, tenant=tenant, limit=limit)
+        return task_publishing.undispatchable(connection, tenant=tenant, limit=limit)
 
 
 def unclaimed_roles(services: Services, tenant: str | None = None) -> list[UnclaimedRole]:
@@ -328,7 +328,7 @@ def unclaimed_roles(services: Services, tenant: str | None = None) -> list[Uncla
     after that long, no running worker serves the role (or all of its workers are busy)."""
     before = services.clock.now() - back_off(services)
     with services.store.snapshot() as connection:
-        rows = tasks.unclaimed_by_role(connection, created_before=before, tenant=tenant)
+        rows = task_publishing.unclaimed_by_role(connection, created_before=before, tenant=tenant)
     return [UnclaimedRole(role, count, oldest) for role, count, oldest in rows]
 
 

@@ -5,7 +5,7 @@ open intents name). Read through the service layer like every other read (querie
 from __future__ import annotations
 
 from surehand.dispatcher.context import Services
-from surehand.store import migrate, operations, tasks
+from surehand.store import migrate, operations, task_publishing
 
 
 def is_ready(services: Services) -> bool:
@@ -29,7 +29,7 @@ def newest_revision() -> str:
 def count_undispatchable(services: Services) -> int:
     """How many TASKs, of every tenant, the sweep skips because they cannot be dispatched."""
     with services.store.snapshot() as connection:
-        return tasks.count_undispatchable(connection)
+        return task_publishing.count_undispatchable(connection)
 
 
 def probes_of_open_intents(services: Services) -> dict[str, list[str]]:

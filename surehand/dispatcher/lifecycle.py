@@ -35,7 +35,7 @@ from surehand.errors import (
     ValidationFailed,
 )
 from surehand.model import ADMIN, PM, SYSTEM, Action, Bucket, EventKind, Fence, Task
-from surehand.store import dependencies, events, session_writes, tasks
+from surehand.store import dependencies, events, session_writes, task_moves
 from surehand.store import reports as report_rows
 from surehand.store.fence import opening, task_expectation
 
@@ -291,7 +291,7 @@ def claim(
     the refusal).
     """
     source, target = EDGES[Action.CLAIM]
-    assert (source, target) == (Bucket.INBOX, Bucket.ACTIVE)  # what tasks.CLAIM_INBOX does
+    assert (source, target) == (Bucket.INBOX, Bucket.ACTIVE)  # what task_moves.CLAIM_INBOX does
     data = _event_data(Action.CLAIM, {}, None)
     # The statement opens the fence: it fills in the event's epoch.
     event = move_event(task_id, Move(Action.CLAIM, by=SYSTEM, now=now), (source, target), data)
@@ -330,7 +330,9 @@ def _compare_and_set(
     now: datetime,
 ) -> Task:
     expect = {"bucket": task.bucket.value, "revision": task.revision, **fenced}
-    moved = tasks.update_returning(connection, task.task_id, expect=expect, values=values, now=now)
+    moved = task_moves.update_returning(
+        connection, task.task_id, expect=expect, values=values, now=now
+    )
     if moved is None:
         raise Conflict(
             f"{task.task_id} changed since revision {task.revision} was read; re-read it and "

@@ -20,7 +20,7 @@ from surehand.model import ADMIN, PM
 from surehand.model.pauses import Pause
 from surehand.principals import Principal, acting_for
 from surehand.requests import validate_tenant
-from surehand.store import pauses, tasks
+from surehand.store import pauses, task_publishing
 
 PAUSERS = frozenset({ADMIN, PM})
 
@@ -72,7 +72,7 @@ def resume_role(
     scope = validate_tenant(tenant)
     with services.store.transaction() as connection:
         pauses.remove(connection, scope, request.role)
-        waiting = tasks.unpublish_role(connection, scope, request.role)
+        waiting = task_publishing.unpublish_role(connection, scope, request.role)
     sweep(services)
     return waiting
 

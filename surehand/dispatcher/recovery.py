@@ -4,12 +4,8 @@
 by a unique key, so two reconcilers produce one case). ``recover`` is a caller's request; a
 server-side classifier reads durable state to tell an interruption from normal rework, which
 keeps its own lifecycle paths. ``review`` records an approver's statement of the effect and runs
-admission again on it. All of them end in :meth:`Admitter.admit`.
-
-*Review* here is an approver's ruling on a case (the effect is ``present`` or ``absent``), which
-releases its hold; it is not the ``review`` bucket, where a returned TASK waits for approve or
-reject (:mod:`surehand.dispatcher.lifecycle`), nor a session's choice to settle there
-(``Session.settle(to_review=...)``).
+admission again on it (:mod:`surehand.dispatcher.reviews`). All of them end in
+:meth:`Admitter.admit`.
 
 Who may ask: a recover request belongs to the TASK's approvers (the runtime recovers through
 the reconciler, which calls :meth:`Recovery.lose`), a review to its approvers alone. A caller
@@ -27,20 +23,16 @@ from typing import Any
 
 from sqlalchemy import Connection
 
-from surehand.call_requests import Effect, RecoverRequest, ReviewRequest, parse
+from surehand.call_requests import Effect, RecoverRequest, parse
 from surehand.config import Settings
+from surehand.dispatcher import reviews
 from surehand.dispatcher.admission import Admitter, Unset
 from surehand.dispatcher.context import Services
-from surehand.dispatcher.effects import unsettled
-from surehand.dispatcher.lifecycle import approvers
+from surehand.dispatcher.reviews import check_approver
 from surehand.errors import (
-    CaseNotFound,
     DuplicateKey,
     LeaseUnavailable,
-    NotAuthorized,
-    RecoveryError,
     TaskNotFound,
-    ValidationFailed,
 )
 from surehand.model import (
     INTERRUPTED_ENDS,
@@ -51,12 +43,11 @@ from surehand.model import (
     CaseState,
     EventKind,
     InterruptionCase,
-    Operation,
     Task,
     case_id_for,
 )
 from surehand.principals import Principal, acting_for
-from surehand.store import attempts, cases, events, operations, tasks
+from surehand.store import attempts, cases, events, tasks
 
 REFUSAL_WINDOW = timedelta(hours=1)  # a repeated not_admitted request is recorded once per this
 
@@ -187,7 +178,7 @@ class Recovery:
         acting = acting_for(principal, request.actor, "actor")
         task_id, actor = request.task_id, request.actor
         task, current = self._read(task_id, tenant)
-        _check_approver(task, actor, "recover")
+        check_approver(task, actor, "recover")
         return self._recover(task, current, Asker(actor, acting))
 
     def _recover(self, task: Task, current: Attempt | None, asker: Asker) -> RecoveryOutcome:
@@ -281,123 +272,17 @@ class Recovery:
         principal: Principal | None = None,
         operations: Mapping[int, Effect] | None = None,
     ) -> InterruptionCase:
-        """An approver states whether a held case's effects happened; admission runs again.
-
-        ``effect`` (``"present"`` or ``"absent"``) answers every unsettled operation of the
-        interrupted attempt, or ``operations`` answers each by its id (``effect`` then those
-        not listed); ``note`` says how it was checked. ValidationFailed otherwise, and for an
-        unsettled operation left unanswered; a refused review writes nothing.
-        """
-        request = parse(
-            ReviewRequest,
-            case_id=case_id,
+        """An approver states whether a held case's effects happened; admission runs again
+        (:func:`.reviews.review`)."""
+        return reviews.review(
+            self.admitter,
+            case_id,
             effect=effect,
-            operations=dict(operations or {}),
             note=note,
             actor=actor,
-        )
-        acting = acting_for(principal, request.actor, "actor")
-        case, task = self._held_case(request.case_id, tenant)
-        _check_approver(task, request.actor, f"review {request.case_id}")
-        self._record_review(case, task, request, acting)
-        name = acting.get("principal")
-        return self.admitter.admit(
-            request.case_id, decided_by=request.actor, principal=str(name) if name else None
-        )
-
-    def _held_case(self, case_id: str, tenant: str | None) -> tuple[InterruptionCase, Task]:
-        with self.services.store.snapshot() as connection:
-            case = cases.get(connection, case_id)
-            task = tasks.get(connection, case.task_id, tenant=tenant) if case else None
-        if case is None or task is None:
-            raise CaseNotFound(f"no interruption case {case_id}; `surehand cases` lists them")
-        if case.state is not CaseState.OPEN or case.admission is not Admission.HOLD_FOR_REVIEW:
-            raise RecoveryError(
-                f"case {case_id} is not held for review (admission "
-                f"{case.admission.value if case.admission else 'pending'}, {case.state.value})"
-            )
-        return case, task
-
-    def _record_review(
-        self,
-        case: InterruptionCase,
-        task: Task,
-        request: ReviewRequest,
-        acting: dict[str, object],
-    ) -> None:
-        note, actor = request.note, request.actor
-        now = self.services.clock.now()
-        with self.services.store.transaction() as connection:
-            ops = operations.for_attempt(connection, case.interrupted_attempt_id)
-            answers = _answers(request, ops)
-            effect = _overall(request.effect, answers)
-            review: dict[str, Any] = {"effect": effect, "note": note, "by": actor}
-            review.update(at=now.isoformat(), **_by(acting))
-            if request.operations:
-                review["operations"] = {str(op_id): said for op_id, said in answers.items()}
-            cases.set_review(connection, case.case_id, review)
-            # The reviewed fact becomes the record of every unsettled operation of the
-            # interrupted attempt (open, or raised with an unknown effect), so a later session
-            # of this TASK neither repeats a present effect nor refuses an absent one.
-            for op_id, said in answers.items():
-                operations.confirm(
-                    connection,
-                    op_id,
-                    present=said == "present",
-                    source={"source": f"review:{actor}", "note": note, **_by(acting)},
-                    now=now,
-                )
-            events.insert(
-                connection,
-                events.row(
-                    task_id=task.task_id,
-                    kind=EventKind.REVIEW,
-                    by=actor,
-                    at=now,
-                    reason=note,
-                    data={"case_id": case.case_id, "effect": effect, **acting},
-                ),
-            )
-
-
-def _answers(request: ReviewRequest, ops: list[Operation]) -> dict[int, str]:
-    """The answer for each operation a review speaks for (open, or raised: :func:`unsettled`),
-    from ``operations`` or else ``effect``; ValidationFailed for one left unanswered or an id
-    that is not an unsettled operation of the attempt."""
-    open_ids = {op.operation_id: op for op in ops if unsettled(op)}
-    stray = sorted(set(request.operations) - set(open_ids))
-    if stray:
-        raise ValidationFailed(
-            "operations", f"{stray[0]} is not an unsettled operation of this case"
-        )
-    answers: dict[int, str] = {}
-    for op_id, op in open_ids.items():
-        said = request.operations.get(op_id, request.effect)
-        if said is None:
-            raise ValidationFailed("operations", f"say present or absent for {op.name} ({op_id})")
-        answers[op_id] = said
-    return answers
-
-
-def _overall(effect: str | None, answers: Mapping[int, str]) -> str:
-    """What the review says as a whole: ``present``/``absent`` when every answer agrees."""
-    said = set(answers.values()) or {effect or "absent"}
-    return said.pop() if len(said) == 1 else "mixed"
-
-
-def _by(acting: Mapping[str, Any]) -> dict[str, Any]:
-    return {"principal": acting["principal"]} if acting.get("principal") else {}
-
-
-def _check_approver(task: Task, actor: str, what: str) -> None:
-    """NotAuthorized unless ``actor`` is one of the TASK's approvers."""
-    allowed = approvers(task)
-    if actor not in allowed:
-        raise NotAuthorized(
-            f"{actor} may not {what} on {task.task_id}; only its approvers "
-            f"({', '.join(sorted(allowed))}) may",
-            actor=actor,
-            allowed=sorted(allowed),
+            tenant=tenant,
+            principal=principal,
+            operations=operations,
         )
 
 

@@ -1,7 +1,8 @@
 """A *session* is the execution of one attempt by a worker; it holds the TASK's lease while it
 runs, and every write it makes is fenced by its epoch: operations, REPORTs, settle, fail,
-interrupt, rollback, wait. (The claim that starts a session: ``dispatcher/claims.py``; what a
-settle writes: ``dispatcher/settling.py``.)
+interrupt, rollback, wait. (The claim that starts a session: ``dispatcher/claims.py``; how it
+settles: ``dispatcher/session_settle.py``, and what a settle writes: ``dispatcher/settling.py``;
+how its attempt ends otherwise: ``dispatcher/attempt_ends.py``.)
 
 A write is applied only while its attempt is the TASK's current running attempt. A write that
 matches nothing is rolled back, leaves a ``stale_owner_fenced`` event naming the stale attempt
@@ -30,36 +31,27 @@ from sqlalchemy import Connection
 
 from surehand import metrics
 from surehand.agents.context import Cancellation
-from surehand.crashpoints import CrashPoint, crash_point
-from surehand.dispatcher import lifecycle, settling
+from surehand.dispatcher import attempt_ends, session_settle
 from surehand.dispatcher.context import Services
-from surehand.dispatcher.reports import jsonable, report_body, write_report_in
+from surehand.dispatcher.reports import jsonable, write_report_in
 from surehand.errors import (
-    EffectLeftOpen,
     SessionInterrupted,
     StaleOwner,
     StoreUnavailable,
 )
 from surehand.model import (
-    SYSTEM,
-    Action,
     Attempt,
     AttemptCause,
-    AttemptState,
-    Bucket,
     EventKind,
-    OperationState,
     ReportStatus,
     Task,
     WriteReportResult,
-    case_id_for,
 )
 from surehand.requests import ReportRequest, parse_report_request
-from surehand.store import attempts, cases, events, operations, tasks
+from surehand.store import attempts, events, tasks
 
 log = logging.getLogger(__name__)
 _T = TypeVar("_T")
-_NOT_RETURNED: Any = object()  # the agent did not return (None is a result it may return)
 
 # Waits before each repeat of a write the store could not confirm: about 7 s in all, enough
 # for a killed connection (the pool reconnects at once) or a quick failover; a longer outage
@@ -79,7 +71,7 @@ class Session:
     # Set when the runtime could not record this session's work past its retries: the session
     # ends interrupted even if the agent caught the error and went on (or returned).
     interruption: SessionInterrupted | None = None
-    # What the agent tried after the lease was lost, refused before it ran (``_Port``): kept
+    # What the agent tried after the lease was lost, refused before it ran (``AgentPort``): kept
     # with the attempt's end, so the store, not only a log, says the late write was stopped.
     refused_late: list[str] = field(default_factory=list)
     # Set when the session is stopped on purpose (a cancel request, a time limit): its attempt
@@ -148,19 +140,21 @@ class Session:
         try:
             with self.services.store.transaction() as connection:
                 if not attempts.fence(connection, self.attempt.fence):
-                    raise StaleOwner(self._stale_message(write))
+                    raise StaleOwner(self.stale_message(write))
                 yield connection
         except StaleOwner:
-            self._record_stale(write)
+            self.record_stale(write)
             raise
 
-    def _stale_message(self, write: str) -> str:
+    def stale_message(self, write: str) -> str:
+        """Why ``write`` was refused: this attempt no longer owns the TASK."""
         return (
             f"{write} by attempt {self.attempt.number} ({self.attempt.attempt_id}) of "
             f"{self.task_id} was fenced: that attempt no longer owns the TASK"
         )
 
-    def _record_stale(self, write: str) -> None:
+    def record_stale(self, write: str) -> None:
+        """Record (once per attempt and kind of write) that ``write`` was fenced."""
         metrics.observe_fenced_write()
         with self.services.store.transaction() as connection:
             current = tasks.get(connection, self.task_id)
@@ -185,106 +179,16 @@ class Session:
                     },
                 ),
             )
-        log.warning("%s", self._stale_message(write))
+        log.warning("%s", self.stale_message(write))
 
     def current_task(self, connection: Connection) -> Task:
         task = tasks.get(connection, self.task_id)
         assert task is not None  # fenced: the row exists and is ours
         return task
 
-    # -- settling -----------------------------------------------------------------------------
-
     def settle(self, result: Any, *, to_review: bool) -> Task:
-        """The agent returned ``result``: record the return, write it as the REPORT, move the
-        TASK to ``review`` (``to_review``) or straight to ``done``, and end the attempt as
-        succeeded. The one way a session settles (what it writes: :mod:`.settling`).
-
-        The return is fenced and recorded first. If the attempt recorded operations, the
-        return commits on its own before the REPORT is written: admission then reads "all
-        settled and the agent returned" and writes the REPORT from records instead of running
-        the agent again (RA-7). Without operations, admission answers ``reexecute`` whether or
-        not the return was recorded, so the return, the REPORT, the move and the end of the
-        attempt commit together -- as one statement on Postgres when the common case holds.
-
-        Repeated while the store cannot confirm it (see :meth:`retrying`): a repeat first
-        looks whether the earlier try committed (this attempt succeeded), and then returns the
-        TASK as settled and writes nothing.
-        """
-        return self.retrying(
-            "settle",
-            lambda repeat: (
-                (self._settled_before() if repeat else None) or self._settle_try(result, to_review)
-            ),
-        )
-
-    def _settled_before(self) -> Task | None:
-        with self.services.store.snapshot() as connection:
-            mine = attempts.get(connection, self.attempt.attempt_id)
-            if mine is None or mine.state is not AttemptState.SUCCEEDED:
-                return None
-            return self.current_task(connection)
-
-    def _settle_try(self, result: Any, to_review: bool) -> Task:
-        """One try of :meth:`settle`: the one-write settle, else the general path."""
-        settlement = settling.Settlement(
-            attempt=self.attempt,
-            request=self._report_request(report_body(result), ReportStatus.DONE, None),
-            returned=jsonable(result),
-            action=Action.SUBMIT if to_review else Action.FINISH,
-            end=settling.AttemptEnd(AttemptState.SUCCEEDED, self.services.clock.now()),
-        )
-        settled = settling.write_at_once(self.services, self.task, settlement)
-        if settled is None:
-            settled = self._return_then_settle(settlement)
-        if settled is None:  # the return committed alone: the attempt has operations
-            crash_point(CrashPoint.SESSION_AFTER_RETURN)
-            self._refuse_open_intents()
-            with self.fenced("settle") as connection:
-                settled = self._settle_in(connection, settlement)
-        return settled
-
-    def _return_then_settle(self, settlement: settling.Settlement) -> Task | None:
-        """Fence and record the return; without operations, settle in the same transaction
-        and return the TASK. With operations, commit the return alone and return None."""
-        try:
-            with self.services.store.transaction() as connection:
-                has_operations = attempts.fence_and_record_return(
-                    connection, self.attempt.fence, settlement.returned
-                )
-                if has_operations is None:
-                    raise StaleOwner(self._stale_message("record_return"))
-                if not has_operations:
-                    return self._settle_in(connection, settlement)
-        except StaleOwner:
-            self._record_stale("record_return")
-            raise
-        return None
-
-    def _settle_in(self, connection: Connection, settlement: settling.Settlement) -> Task:
-        moved = settling.write_in(connection, self.services, settlement)
-        # The general path's move to done may have queued dependants (lifecycle.apply); the
-        # one-write settle is refused for a TASK that has any.
-        self.may_release = moved.bucket is Bucket.DONE
-        return moved
-
-    def _refuse_open_intents(self) -> None:
-        """A return is no clean end while an effect the agent began has no outcome: raise
-        ``EffectLeftOpen`` naming them (the runner ends the attempt ``agent_failed`` with its
-        case, and admission holds it: the effect fact is unknown). The return stays recorded,
-        so a review ``present`` writes the REPORT from records, with the agent's result."""
-        with self.services.store.snapshot() as connection:
-            left = [
-                op
-                for op in operations.for_attempt(connection, self.attempt.attempt_id)
-                if op.state is OperationState.INTENT
-            ]
-        if left:
-            named = ", ".join(f"operation {op.operation_id} {op.name!r}" for op in left)
-            raise EffectLeftOpen(
-                f"the agent returned with {named} begun and never ended (effect_begin without "
-                "effect_end): whether it happened is unknown, so the TASK is held for review",
-                operation_ids=[op.operation_id for op in left],
-            )
+        """The agent returned ``result``: settle (:func:`.session_settle.settle`)."""
+        return session_settle.settle(self, result, to_review=to_review)
 
     def record_details(self) -> None:
         """Write :attr:`details` now (before a settle, which does not carry them)."""
@@ -292,125 +196,26 @@ class Session:
             attempts.set_details(connection, self.attempt.attempt_id, jsonable(self.details))
 
     def rollback(self, why: str) -> None:
-        """Undo a claim whose session never started work (e.g. its lease stayed taken): the
-        attempt fails and the TASK goes back to ``inbox``, unpublished, for the sweep."""
-        with self.fenced("rollback") as connection:
-            move = lifecycle.Move(
-                Action.ROLLBACK,
-                by=SYSTEM,
-                now=self.services.clock.now(),
-                reason=why,
-                fence=self.attempt.fence,
-                unpublished=True,
-            )
-            lifecycle.apply(connection, self.current_task(connection), move)
-            self._end(connection, AttemptState.FAILED, why, AttemptCause.NOT_STARTED)
+        """Undo a claim whose session never started work (:func:`.attempt_ends.rollback`)."""
+        attempt_ends.rollback(self, why)
 
     def wait_in(self, connection: Connection, waiting_for: Sequence[str]) -> Task:
-        """End this attempt as having returned to wait for ``waiting_for`` (child TASKs): the
-        TASK goes back to ``inbox``, unpublished, and the attempt succeeds -- in the caller's
-        fenced transaction, which also records what it waits for
-        (:func:`surehand.dispatcher.delegation.wait_for`)."""
-        why = f"waiting for its children {', '.join(waiting_for)} to be done"
-        move = lifecycle.Move(
-            Action.WAIT,
-            by=SYSTEM,
-            now=self.services.clock.now(),
-            reason=why,
-            fence=self.attempt.fence,
-            unpublished=True,
-        )
-        moved = lifecycle.apply(connection, self.current_task(connection), move)
-        self._end(connection, AttemptState.SUCCEEDED, None, AttemptCause.RETURNED)
-        return moved
+        """End this attempt to wait for child TASKs (:func:`.attempt_ends.wait_in`)."""
+        return attempt_ends.wait_in(self, connection, waiting_for)
 
     def fail(self, error: BaseException) -> None:
-        """The agent raised: end the attempt ``failed`` (cause ``agent_failed``) and open its
-        interruption case in the same transaction. The TASK stays in ``active``; admission
-        holds it for its approver, so it is visible and never retried blindly (DESIGN.md
-        section 5: no TASK sits in active without a running attempt, an open case or a hold).
-        Repeated while the store cannot confirm it, like every session write."""
-        why = f"{type(error).__name__}: {error}"
-        self.retrying(
-            "fail",
-            lambda repeat: self._end_with_case(
-                AttemptState.FAILED, AttemptCause.AGENT_FAILED, why, write="fail", repeat=repeat
-            ),
-        )
+        """The agent raised: end the attempt ``failed`` (:func:`.attempt_ends.fail`)."""
+        attempt_ends.fail(self, error)
 
     def interrupt(
         self,
         interruption: SessionInterrupted,
         *,
-        returned: Any = _NOT_RETURNED,
+        returned: Any = attempt_ends.NOT_RETURNED,
         repeat: bool = False,
     ) -> None:
-        """The runtime could not record or renew: end the attempt ``interrupted`` with its
-        cause and open its case, which admission decides from the effect facts. ``returned``:
-        the agent's result, when it returned and only the settle could not be recorded (then
-        admission can write the REPORT from records instead of running the agent again).
-
-        One try per call: the caller decides whether to repeat it (``repeat`` True first looks
-        whether an earlier try committed). If it fails, the attempt stays ``running`` and the
-        reconciler finds it once its lease is gone (one case either way: a case is unique per
-        attempt)."""
-        self._end_with_case(
-            AttemptState.INTERRUPTED,
-            AttemptCause(interruption.cause),
-            f"{type(interruption).__name__}: {interruption}",
-            write="interrupt",
-            repeat=repeat,
-            returned=returned,
-        )
-
-    def _end_with_case(
-        self,
-        state: AttemptState,
-        cause: AttemptCause,
-        error: str,
-        *,
-        write: str,
-        repeat: bool,
-        returned: Any = _NOT_RETURNED,
-    ) -> None:
-        if repeat and self._ended_as(state):
-            return  # the earlier try committed; only its reply was lost
-        with self.fenced(write) as connection:
-            if returned is not _NOT_RETURNED:
-                attempts.record_return(connection, self.attempt.attempt_id, jsonable(returned))
-            if self.details:
-                attempts.set_details(connection, self.attempt.attempt_id, jsonable(self.details))
-            self._end(connection, state, error, cause)
-            self._open_case(connection)
-
-    def _ended_as(self, state: AttemptState) -> bool:
-        with self.services.store.snapshot() as connection:
-            mine = attempts.get(connection, self.attempt.attempt_id)
-        return mine is not None and mine.state is state
-
-    def _open_case(self, connection: Connection) -> None:
-        # Imported here: recovery imports admission, which imports this module.
-
-        cases.open_case(
-            connection,
-            case_id=case_id_for(self.attempt),
-            task_id=self.task_id,
-            attempt_id=self.attempt.attempt_id,
-            epoch=self.attempt.number,
-            lease_id=self.attempt.lease_id,
-            revision=self.current_task(connection).revision,
-            now=self.services.clock.now(),
-        )
-
-    def _end(
-        self,
-        connection: Connection,
-        state: AttemptState,
-        error: str | None,
-        cause: AttemptCause | None = None,
-    ) -> None:
-        end = settling.AttemptEnd(state, self.services.clock.now(), error, cause)
-        end.write(connection, self.attempt)
+        """End the attempt ``interrupted`` (:func:`.attempt_ends.interrupt`)."""
+        attempt_ends.interrupt(self, interruption, returned=returned, repeat=repeat)
 
     def report(
         self, body: str, status: ReportStatus, submission_id: str | None
@@ -432,11 +237,11 @@ class Session:
             connection,
             self.services,
             self.current_task(connection),
-            self._report_request(body, status, submission_id),
+            self.report_request(body, status, submission_id),
             attempt_id=self.attempt.attempt_id,
         )
 
-    def _report_request(
+    def report_request(
         self, body: str, status: ReportStatus, submission_id: str | None
     ) -> ReportRequest:
         # Validated like every door's request: a body the agent made (a NUL, a lone

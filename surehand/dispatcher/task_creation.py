@@ -27,7 +27,7 @@ from surehand.model import (
     TaskFields,
     WriteTaskResult,
 )
-from surehand.store import creation, dependencies, events, tasks
+from surehand.store import creation, dependencies, events, task_columns
 
 
 @dataclass(frozen=True)
@@ -97,7 +97,7 @@ def insert_task(
     (with ``receipt``, the committed receipt first: :func:`surehand.store.creation.insert_created`);
     returns the document digest."""
     text, document_digest = document
-    row = tasks.new_row(
+    row = task_columns.new_row(
         task_id=task_id,
         tenant=tenant,
         fields=fields,

@@ -34,7 +34,8 @@ if TYPE_CHECKING:
 
     from surehand.dispatcher.reconciler import PassReport, Reconciler
     from surehand.dispatcher.recovery import Recovery, RecoveryOutcome
-    from surehand.dispatcher.runner import SessionOutcome, SessionRunner
+    from surehand.dispatcher.runner import SessionRunner
+    from surehand.dispatcher.session_exits import SessionOutcome
     from surehand.queue.leases import LeaseStore
 
 _ACTING_LOCK = threading.Lock()

@@ -23,13 +23,11 @@ from surehand.store import counters, creation, migrate, receipts
 from surehand.store.engine import (
     DEFAULT_POOL_SIZE,
     DEFAULT_POOL_TIMEOUT,
-    EngineLeases,
     make_autocommit_engine,
     make_engine,
-    one_statement,
-    snapshot,
-    transaction,
 )
+from surehand.store.shared_engines import EngineLeases
+from surehand.store.transactions import one_statement, snapshot, transaction
 
 if TYPE_CHECKING:
     from surehand.config import Settings

@@ -30,7 +30,7 @@ from sqlalchemy import (
 from surehand.model import Admission, CaseState, EffectFact, InterruptionCase, Task
 from surehand.store.schema import interruption_cases as cases
 from surehand.store.schema import tasks
-from surehand.store.tasks import TASK_COLUMNS, from_row
+from surehand.store.task_columns import TASK_COLUMNS, from_row
 
 
 def _case(row: Row[Any]) -> InterruptionCase:

@@ -14,7 +14,7 @@ A :class:`~surehand.model.Fence` is ``(attempt_id, task_id, epoch)``. It holds w
 
 A claim opens a new fence by a compare-and-set of ``tasks.epoch`` from ``e`` to
 :func:`next_epoch` (``e + 1``), on every claim path: the one-statement claim of an inbox TASK
-(``tasks.CLAIM_INBOX``), the long way and a successor or rework attempt
+(``task_moves.CLAIM_INBOX``), the long way and a successor or rework attempt
 (``dispatcher/claims.py``); the reconciler closes one by moving the
 attempt ``running -> session_lost``. Every session write is checked by these clauses and by
 nothing else. Where they are enforced:

@@ -35,8 +35,9 @@ from sqlalchemy import (
 
 from surehand.model import Bucket, Priority
 from surehand.model.listing import Count, Cursor, Page
-from surehand.store.schema import UTCDateTime, tasks
-from surehand.store.tasks import TASK_COLUMNS, from_row
+from surehand.store.column_types import UTCDateTime
+from surehand.store.schema import tasks
+from surehand.store.task_columns import TASK_COLUMNS, from_row
 
 __all__ = ["SCAN", "Count", "Cursor", "Page", "TaskFilter", "counts", "page"]
 

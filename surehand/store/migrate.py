@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from sqlalchemy import Connection, Engine, exc, inspect, text
 
-from surehand.store.engine import translate
+from surehand.store.transactions import translate
 
 if TYPE_CHECKING:
     from alembic.config import Config

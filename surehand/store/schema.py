@@ -1,4 +1,5 @@
-"""SQLAlchemy Core schema. Enum columns carry CHECK constraints mirroring ``surehand.model``.
+"""SQLAlchemy Core schema: the tables and their indexes. Enum columns carry CHECK constraints
+mirroring ``surehand.model`` (how columns hold values: :mod:`.column_types`).
 
 Invariants live here, not in Python: one receipt per (tenant, client_submission_id), one attempt
 number per task, one interruption case per lost attempt, one REPORT per dedupe key.
@@ -13,18 +14,11 @@ TASK's current epoch), ``attempts.number`` (an attempt's number *is* its epoch),
 
 from __future__ import annotations
 
-import enum
-from datetime import UTC, datetime
-from typing import Any
-
 from sqlalchemy import (
     JSON,
     BigInteger,
     Boolean,
-    CheckConstraint,
     Column,
-    DateTime,
-    Dialect,
     ForeignKey,
     Index,
     Integer,
@@ -32,50 +26,14 @@ from sqlalchemy import (
     String,
     Table,
     Text,
-    TypeDecorator,
     UniqueConstraint,
     text,
 )
 
 from surehand import model
+from surehand.store.column_types import NAMING, enum_check, timestamp
 
-NAMING = {
-    "ix": "ix_%(column_0_label)s",
-    "uq": "uq_%(table_name)s_%(column_0_name)s",
-    "ck": "ck_%(table_name)s_%(constraint_name)s",
-    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
-    "pk": "pk_%(table_name)s",
-}
 metadata = MetaData(naming_convention=NAMING)
-
-
-class UTCDateTime(TypeDecorator[datetime]):
-    """Timezone-aware UTC in, timezone-aware UTC out, on every backend (SQLite has no tz)."""
-
-    impl = DateTime(timezone=True)
-    cache_ok = True
-
-    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
-        if value is None:
-            return None
-        if value.tzinfo is None:
-            raise ValueError("naive datetime given to the store; use timezone-aware UTC")
-        value = value.astimezone(UTC)
-        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
-
-    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
-        if value is None:
-            return None
-        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
-
-
-def _check(column: str, values: type[enum.Enum], name: str) -> CheckConstraint:
-    allowed = ", ".join(f"'{member.value}'" for member in values)
-    return CheckConstraint(f"{column} IN ({allowed})", name=name)
-
-
-def _ts(name: str, nullable: bool = False) -> Column[Any]:
-    return Column(name, UTCDateTime(), nullable=nullable)
 
 
 counters = Table(
@@ -104,11 +62,11 @@ receipts = Table(
     Column("state", String(16), nullable=False),
     Column("document_digest", String(64), nullable=False),
     Column("result", JSON, nullable=False),
-    _ts("created_at"),
-    _ts("updated_at"),
+    timestamp("created_at"),
+    timestamp("updated_at"),
     UniqueConstraint("tenant", "client_submission_id", name="uq_receipts_submission"),
     UniqueConstraint("task_id", name="uq_receipts_task_id"),
-    _check("state", model.ReceiptState, "state"),
+    enum_check("state", model.ReceiptState, "state"),
 )
 
 tasks = Table(
@@ -139,28 +97,28 @@ tasks = Table(
     Column("document", Text, nullable=False),
     Column("document_digest", String(64), nullable=False),
     Column("published", Boolean, nullable=False, server_default=text("false")),
-    _ts("published_at", nullable=True),  # last publish; a TASK still in inbox long after it
+    timestamp("published_at", nullable=True),  # last publish; a TASK still in inbox long after it
     # is published again (a lost message must not strand it; duplicates are harmless)
-    _ts("created_at"),
-    _ts("updated_at"),
+    timestamp("created_at"),
+    timestamp("updated_at"),
     # Set when publishing this TASK failed in a way a retry would repeat (a role code the queue
     # refuses, a publisher error other than PublishFailed); the sweep skips it until the
     # back-off passes or a restart retries it, and a successful publish clears it.
     Column("dispatch_error", Text),
-    _ts("dispatch_error_at", nullable=True),
+    timestamp("dispatch_error_at", nullable=True),
     # The TASK's own time limit per attempt (NULL: its role's default, if any; migration 0015).
     Column("time_limit_seconds", Integer),
     # A cancel request, set once (compare-and-set): when, by which role, why. The store is the
     # truth a worker's stop watch reads; the principal is in the cancel_requested event.
-    _ts("cancel_requested_at", nullable=True),
+    timestamp("cancel_requested_at", nullable=True),
     Column("cancel_requested_by", String(64)),
     Column("cancel_reason", Text),
     # What its LLM agents may spend across attempts, in millionths of a USD (exact; NULL: the
     # role's default).
     Column("budget_microusd", BigInteger),
-    _check("bucket", model.Bucket, "bucket"),
-    _check("priority", model.Priority, "priority"),
-    _check("risk_level", model.RiskLevel, "risk_level"),
+    enum_check("bucket", model.Bucket, "bucket"),
+    enum_check("priority", model.Priority, "priority"),
+    enum_check("risk_level", model.RiskLevel, "risk_level"),
 )
 # The console's board and lists (store/listing.py): newest first per bucket, paged by keyset on
 # (created_at, task_id), counted by bucket -- with or without a recipient -- from the index alone.
@@ -219,7 +177,7 @@ role_pauses = Table(
     Column("paused_by", String(64), nullable=False),
     Column("principal", String(64)),
     Column("reason", Text, nullable=False),
-    _ts("paused_at"),
+    timestamp("paused_at"),
 )
 # A TASK's ``depends_on``, one row per dependency, written with the TASK (the JSON column
 # stays the FCoP field). The claim looks up a TASK's own rows (``ix_task_dependencies_task``);
@@ -242,7 +200,7 @@ task_events = Table(
         "id", BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True
     ),
     Column("task_id", String(32), ForeignKey("tasks.task_id"), nullable=False),
-    _ts("at"),
+    timestamp("at"),
     Column("kind", String(32), nullable=False),
     Column("by", String(64), nullable=False),
     # The name of the principal (API token) whose call wrote the event; NULL for the runtime's
@@ -255,7 +213,7 @@ task_events = Table(
     Column("attempt_id", String(64)),
     Column("epoch", Integer),
     Column("data", JSON, nullable=False),
-    _check("kind", model.EventKind, "kind"),
+    enum_check("kind", model.EventKind, "kind"),
 )
 Index("ix_task_events_task", task_events.c.task_id, task_events.c.id)
 
@@ -269,7 +227,7 @@ outbox = Table(
         "id", BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True
     ),
     Column("task_id", String(32), ForeignKey("tasks.task_id"), nullable=False),
-    _ts("created_at"),
+    timestamp("created_at"),
 )
 
 reports = Table(
@@ -288,11 +246,11 @@ reports = Table(
     Column("revision", Integer, nullable=False),
     Column("supersedes", String(32)),
     Column("attempt_id", String(64)),
-    _ts("created_at"),
+    timestamp("created_at"),
     # The day's counter value behind the (permuted) REPORT number: orders REPORTs written at
     # one instant; never shown. NULL before migration 0009, whose numbers were sequential.
     Column("seq", BigInteger),
-    _check("status", model.ReportStatus, "status"),
+    enum_check("status", model.ReportStatus, "status"),
     UniqueConstraint(
         "task_id",
         "reporter",
@@ -332,14 +290,14 @@ attempts = Table(
     Column("error", Text),
     Column("bound_operation_id", BigInteger),  # as shown (store/opaque.py)
     Column("case_id", String(64)),  # the interruption case that admitted this successor
-    _ts("lease_missing_since", nullable=True),  # reconciler: first pass that found no lease
-    _ts("started_at"),
-    _ts("ended_at", nullable=True),
+    timestamp("lease_missing_since", nullable=True),  # reconciler: first pass that found no lease
+    timestamp("started_at"),
+    timestamp("ended_at", nullable=True),
     Column("cause", String(32)),  # why it ended (model.AttemptCause); NULL while running
     Column("details", JSON),  # output tails, the CLI's accounting, how effects were observed
     UniqueConstraint("task_id", "number", name="uq_attempts_task_number"),
-    _check("state", model.AttemptState, "state"),
-    _check("cause", model.AttemptCause, "cause"),
+    enum_check("state", model.AttemptState, "state"),
+    enum_check("cause", model.AttemptCause, "cause"),
 )
 # The reconciler's scan: cost proportional to running attempts, not to all tasks.
 Index(
@@ -368,14 +326,14 @@ operations = Table(
     Column("outcome", JSON),
     Column("external_receipt", Text),
     Column("error", Text),
-    _ts("started_at"),
-    _ts("settled_at", nullable=True),
+    timestamp("started_at"),
+    timestamp("settled_at", nullable=True),
     # The open declared effects a journaled call ran within (operation ids), not fingerprinted.
     Column("declared_within", JSON),
     # The arguments of the probe the effect names (the remote and ref of a git.push).
     Column("probe_args", JSON),
-    _check("state", model.OperationState, "state"),
-    _check("retry_policy", model.RetryPolicy, "retry_policy"),
+    enum_check("state", model.OperationState, "state"),
+    enum_check("retry_policy", model.RetryPolicy, "retry_policy"),
 )
 Index("ix_operations_task_fingerprint", operations.c.task_id, operations.c.fingerprint)
 Index("ix_operations_attempt", operations.c.attempt_id)  # admission reads one attempt's facts
@@ -388,21 +346,21 @@ interruption_cases = Table(
     Column("interrupted_attempt_id", String(64), nullable=False),
     Column("interrupted_epoch", Integer, nullable=False),
     Column("prior_lease_id", String(64), nullable=False),
-    _ts("interrupted_at"),
+    timestamp("interrupted_at"),
     Column("revision_at_interruption", Integer, nullable=False),
     Column("revision_at_evaluation", Integer),
     Column("effect_fact", String(16)),
     Column("effect_refs", JSON, nullable=False),
     Column("admission", String(16)),
-    _ts("decided_at", nullable=True),
+    timestamp("decided_at", nullable=True),
     Column("decided_by", String(64)),
     Column("successor_attempt_id", String(64)),
     Column("bound_operation_id", BigInteger),  # as shown (store/opaque.py)
     Column("state", String(16), nullable=False),
     Column("review", JSON),
-    _ts("retry_at", nullable=True),  # a retry policy's reexecute starts no sooner than this
+    timestamp("retry_at", nullable=True),  # a retry policy's reexecute starts no sooner than this
     UniqueConstraint("interrupted_attempt_id", name="uq_interruption_cases_attempt"),
-    _check("state", model.CaseState, "state"),
+    enum_check("state", model.CaseState, "state"),
 )
 Index("ix_interruption_cases_task", interruption_cases.c.task_id)
 # The reconciler lists open cases every pass: a partial index keeps that O(open cases).

@@ -50,11 +50,11 @@ from sqlalchemy import (
 
 from surehand.model import AttemptState, Bucket, Task
 from surehand.store import attempts as attempt_rows
-from surehand.store import tasks as task_rows
+from surehand.store import task_columns, task_moves
+from surehand.store.column_types import UTCDateTime
 from surehand.store.driver import DriverStatement, common_binds, own_params
 from surehand.store.fence import attempt_is_current, task_is_owned
 from surehand.store.schema import (
-    UTCDateTime,
     attempts,
     operations,
     reports,
@@ -100,7 +100,7 @@ def _insert_events(source: CTE, prefixes: Sequence[str], shared: Mapping[str, An
 
 
 def _claim_statement() -> Select[Any]:
-    moved = task_rows.CLAIM_INBOX.cte("claimed")
+    moved = task_moves.CLAIM_INBOX.cte("claimed")
     # The row attempts.running_row describes, with the number read from the UPDATE's output.
     running: dict[str, Any] = {
         "attempt_id": bindparam("a_attempt_id", type_=String()),
@@ -121,8 +121,8 @@ def _claim_statement() -> Select[Any]:
     return select(moved).add_cte(attempt, event)
 
 
-_CLAIM_PG = DriverStatement(_claim_statement(), task_rows.TASK_COLUMNS)
-_CLAIM_SQLITE = DriverStatement(task_rows.CLAIM_INBOX, task_rows.TASK_COLUMNS)
+_CLAIM_PG = DriverStatement(_claim_statement(), task_columns.TASK_COLUMNS)
+_CLAIM_SQLITE = DriverStatement(task_moves.CLAIM_INBOX, task_columns.TASK_COLUMNS)
 
 
 def claim_fresh(
@@ -141,11 +141,11 @@ def claim_fresh(
         params = {"b_task_id": task_id, "b_now": now, "a_attempt_id": attempt_id}
         params.update({"a_worker": worker, **own_params("e1_", event, {"epoch": ""}, {})})
         row = _CLAIM_PG.one_or_none(connection, params)
-        return task_rows.from_row(row) if row is not None else None
+        return task_columns.from_row(row) if row is not None else None
     row = _CLAIM_SQLITE.one_or_none(connection, {"b_task_id": task_id, "b_now": now})
     if row is None:
         return None
-    moved = task_rows.from_row(row)
+    moved = task_columns.from_row(row)
     attempt = attempt_rows.new_running(
         attempt_id=attempt_id, task_id=task_id, number=moved.epoch, worker=worker, now=now
     )

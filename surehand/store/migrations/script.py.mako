@@ -10,7 +10,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-import surehand.store.schema
+import surehand.store.column_types
 
 revision = ${repr(up_revision)}
 down_revision = ${repr(down_revision)}

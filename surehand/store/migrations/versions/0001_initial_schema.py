@@ -10,7 +10,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-import surehand.store.schema
+import surehand.store.column_types
 
 revision = "0001"
 down_revision = None
@@ -42,11 +42,17 @@ def upgrade() -> None:
         sa.Column("task_path", sa.String(length=512), nullable=False),
         sa.Column("state", sa.String(length=16), nullable=False),
         sa.Column("holder", sa.String(length=64), nullable=True),
-        sa.Column("held_until", surehand.store.schema.UTCDateTime(timezone=True), nullable=True),
+        sa.Column(
+            "held_until", surehand.store.column_types.UTCDateTime(timezone=True), nullable=True
+        ),
         sa.Column("document_digest", sa.String(length=64), nullable=True),
         sa.Column("result", sa.JSON(), nullable=True),
-        sa.Column("created_at", surehand.store.schema.UTCDateTime(timezone=True), nullable=False),
-        sa.Column("updated_at", surehand.store.schema.UTCDateTime(timezone=True), nullable=False),
+        sa.Column(
+            "created_at", surehand.store.column_types.UTCDateTime(timezone=True), nullable=False
+        ),
+        sa.Column(
+            "updated_at", surehand.store.column_types.UTCDateTime(timezone=True), nullable=False
+        ),
         sa.CheckConstraint(
             "state IN ('reserved', 'task_created', 'committed')", name=op.f("ck_receipts_state")
         ),
@@ -84,8 +90,12 @@ def upgrade() -> None:
         sa.Column("document", sa.Text(), nullable=False),
         sa.Column("document_digest", sa.String(length=64), nullable=False),
         sa.Column("published", sa.Boolean(), server_default=sa.text("false"), nullable=False),
-        sa.Column("created_at", surehand.store.schema.UTCDateTime(timezone=True), nullable=False),
-        sa.Column("updated_at", surehand.store.schema.UTCDateTime(timezone=True), nullable=False),
+        sa.Column(
+            "created_at", surehand.store.column_types.UTCDateTime(timezone=True), nullable=False
+        ),
+        sa.Column(
+            "updated_at", surehand.store.column_types.UTCDateTime(timezone=True), nullable=False
+        ),
         sa.CheckConstraint(
             "bucket IN ('inbox', 'active', 'review', 'done', 'archive')",
             name=op.f("ck_tasks_bucket"),
@@ -115,10 +125,16 @@ def upgrade() -> None:
         sa.Column("bound_operation_id", sa.Integer(), nullable=True),
         sa.Column("case_id", sa.String(length=64), nullable=True),
         sa.Column(
-            "lease_missing_since", surehand.store.schema.UTCDateTime(timezone=True), nullable=True
+            "lease_missing_since",
+            surehand.store.column_types.UTCDateTime(timezone=True),
+            nullable=True,
         ),
-        sa.Column("started_at", surehand.store.schema.UTCDateTime(timezone=True), nullable=False),
-        sa.Column("ended_at", surehand.store.schema.UTCDateTime(timezone=True), nullable=True),
+        sa.Column(
+            "started_at", surehand.store.column_types.UTCDateTime(timezone=True), nullable=False
+        ),
+        sa.Column(
+            "ended_at", surehand.store.column_types.UTCDateTime(timezone=True), nullable=True
+        ),
         sa.CheckConstraint(
             "state IN ('running', 'succeeded', 'failed', 'lease_lost', 'SESSION_LOST')",
             name=op.f("ck_attempts_state"),
@@ -146,14 +162,16 @@ def upgrade() -> None:
         sa.Column("interrupted_epoch", sa.Integer(), nullable=False),
         sa.Column("prior_lease_id", sa.String(length=64), nullable=False),
         sa.Column(
-            "interrupted_at", surehand.store.schema.UTCDateTime(timezone=True), nullable=False
+            "interrupted_at", surehand.store.column_types.UTCDateTime(timezone=True), nullable=False
         ),
         sa.Column("revision_at_interruption", sa.Integer(), nullable=False),
         sa.Column("revision_at_evaluation", sa.Integer(), nullable=True),
         sa.Column("effect_fact", sa.String(length=16), nullable=True),
         sa.Column("effect_refs", sa.JSON(), nullable=False),
         sa.Column("admission", sa.String(length=16), nullable=True),
-        sa.Column("decided_at", surehand.store.schema.UTCDateTime(timezone=True), nullable=True),
+        sa.Column(
+            "decided_at", surehand.store.column_types.UTCDateTime(timezone=True), nullable=True
+        ),
         sa.Column("decided_by", sa.String(length=64), nullable=True),
         sa.Column("successor_attempt_id", sa.String(length=64), nullable=True),
         sa.Column("bound_operation_id", sa.Integer(), nullable=True),
@@ -186,7 +204,9 @@ def upgrade() -> None:
         sa.Column("revision", sa.Integer(), nullable=False),
         sa.Column("supersedes", sa.String(length=32), nullable=True),
         sa.Column("attempt_id", sa.String(length=64), nullable=True),
-        sa.Column("created_at", surehand.store.schema.UTCDateTime(timezone=True), nullable=False),
+        sa.Column(
+            "created_at", surehand.store.column_types.UTCDateTime(timezone=True), nullable=False
+        ),
         sa.CheckConstraint(
             "status IN ('done', 'in_progress', 'blocked', 'aborted')",
             name=op.f("ck_reports_status"),
@@ -226,7 +246,7 @@ def upgrade() -> None:
             nullable=False,
         ),
         sa.Column("task_id", sa.String(length=32), nullable=False),
-        sa.Column("at", surehand.store.schema.UTCDateTime(timezone=True), nullable=False),
+        sa.Column("at", surehand.store.column_types.UTCDateTime(timezone=True), nullable=False),
         sa.Column("kind", sa.String(length=32), nullable=False),
         sa.Column("by", sa.String(length=64), nullable=False),
         sa.Column("action", sa.String(length=32), nullable=True),
@@ -269,8 +289,12 @@ def upgrade() -> None:
         sa.Column("outcome", sa.JSON(), nullable=True),
         sa.Column("external_receipt", sa.Text(), nullable=True),
         sa.Column("error", sa.Text(), nullable=True),
-        sa.Column("started_at", surehand.store.schema.UTCDateTime(timezone=True), nullable=False),
-        sa.Column("settled_at", surehand.store.schema.UTCDateTime(timezone=True), nullable=True),
+        sa.Column(
+            "started_at", surehand.store.column_types.UTCDateTime(timezone=True), nullable=False
+        ),
+        sa.Column(
+            "settled_at", surehand.store.column_types.UTCDateTime(timezone=True), nullable=True
+        ),
         sa.CheckConstraint(
             "retry_policy IN ('none', 'keyed')", name=op.f("ck_operations_retry_policy")
         ),

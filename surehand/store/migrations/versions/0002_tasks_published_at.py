@@ -13,7 +13,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-import surehand.store.schema
+import surehand.store.column_types
 
 revision = "0002"
 down_revision = "0001"
@@ -25,7 +25,9 @@ def upgrade() -> None:
     with op.batch_alter_table("tasks", schema=None) as batch_op:
         batch_op.add_column(
             sa.Column(
-                "published_at", surehand.store.schema.UTCDateTime(timezone=True), nullable=True
+                "published_at",
+                surehand.store.column_types.UTCDateTime(timezone=True),
+                nullable=True,
             )
         )
         batch_op.create_index("ix_tasks_inbox_published_at", ["bucket", "published_at"])

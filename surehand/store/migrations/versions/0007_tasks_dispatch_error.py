@@ -16,7 +16,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-import surehand.store.schema
+import surehand.store.column_types
 
 revision = "0007"
 down_revision = "0006"
@@ -38,7 +38,7 @@ def upgrade() -> None:
         batch_op.add_column(
             sa.Column(
                 "dispatch_error_at",
-                surehand.store.schema.UTCDateTime(timezone=True),
+                surehand.store.column_types.UTCDateTime(timezone=True),
                 nullable=True,
             )
         )

@@ -15,7 +15,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-import surehand.store.schema
+import surehand.store.column_types
 
 revision = "0011"
 down_revision = "0010"
@@ -33,7 +33,7 @@ def upgrade() -> None:
             nullable=False,
         ),
         sa.Column("task_id", sa.String(length=32), nullable=False),
-        sa.Column("created_at", surehand.store.schema.UTCDateTime(), nullable=False),
+        sa.Column("created_at", surehand.store.column_types.UTCDateTime(), nullable=False),
         sa.ForeignKeyConstraint(
             ["task_id"], ["tasks.task_id"], name=op.f("fk_outbox_task_id_tasks")
         ),

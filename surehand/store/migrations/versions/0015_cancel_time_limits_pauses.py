@@ -16,7 +16,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-import surehand.store.schema
+import surehand.store.column_types
 
 revision = "0015"
 down_revision = "0014"
@@ -37,7 +37,7 @@ def upgrade() -> None:
         batch_op.add_column(
             sa.Column(
                 "cancel_requested_at",
-                surehand.store.schema.UTCDateTime(timezone=True),
+                surehand.store.column_types.UTCDateTime(timezone=True),
                 nullable=True,
             )
         )
@@ -50,7 +50,9 @@ def upgrade() -> None:
         sa.Column("paused_by", sa.String(64), nullable=False),
         sa.Column("principal", sa.String(64), nullable=True),
         sa.Column("reason", sa.Text(), nullable=False),
-        sa.Column("paused_at", surehand.store.schema.UTCDateTime(timezone=True), nullable=False),
+        sa.Column(
+            "paused_at", surehand.store.column_types.UTCDateTime(timezone=True), nullable=False
+        ),
         sa.PrimaryKeyConstraint("tenant", "role", name=op.f("pk_role_pauses")),
     )
     _kinds(_KINDS)

@@ -20,7 +20,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-import surehand.store.schema
+import surehand.store.column_types
 
 revision = "0016"
 down_revision = "0015"
@@ -44,7 +44,9 @@ def _kinds(allowed: str) -> None:
 def upgrade() -> None:
     with op.batch_alter_table("interruption_cases", schema=None) as batch_op:
         batch_op.add_column(
-            sa.Column("retry_at", surehand.store.schema.UTCDateTime(timezone=True), nullable=True)
+            sa.Column(
+                "retry_at", surehand.store.column_types.UTCDateTime(timezone=True), nullable=True
+            )
         )
     with op.batch_alter_table("attempts", schema=None) as batch_op:
         batch_op.add_column(sa.Column("details", sa.JSON(), nullable=True))

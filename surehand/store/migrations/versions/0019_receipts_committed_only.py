@@ -33,7 +33,7 @@ from typing import Any
 import sqlalchemy as sa
 from alembic import op
 
-import surehand.store.schema
+import surehand.store.column_types
 
 revision = "0019"
 down_revision = "0018"
@@ -134,7 +134,9 @@ def downgrade() -> None:
         batch_op.alter_column("result", existing_type=sa.JSON(), nullable=True)
         batch_op.alter_column("document_digest", existing_type=sa.String(64), nullable=True)
         batch_op.add_column(
-            sa.Column("held_until", surehand.store.schema.UTCDateTime(timezone=True), nullable=True)
+            sa.Column(
+                "held_until", surehand.store.column_types.UTCDateTime(timezone=True), nullable=True
+            )
         )
         batch_op.add_column(sa.Column("holder", sa.String(length=64), nullable=True))
         batch_op.create_index("ix_receipts_state_updated", ["state", "updated_at"], unique=False)
