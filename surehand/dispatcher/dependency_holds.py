@@ -25,6 +25,7 @@ from datetime import datetime
 
 from sqlalchemy import Connection, delete, insert
 
+from surehand.call_requests import task_id_arg
 from surehand.dispatcher import lifecycle
 from surehand.dispatcher.context import Services
 from surehand.errors import Conflict, IllegalTransition, TaskNotFound
@@ -36,7 +37,9 @@ from surehand.store.schema import outbox, task_dependencies
 def release(services: Services, task_id: str, *, actor: str, tenant: str | None) -> Task:
     """The approver runs ``task_id`` anyway: the dependencies that will never be done are
     dropped, the hold cleared, and the TASK queued if its other dependencies are done.
-    NotAuthorized unless ``actor`` approves it; IllegalTransition unless it is so held."""
+    NotAuthorized unless ``actor`` approves it; IllegalTransition unless it is so held;
+    ValidationFailed naming ``task_id`` for a malformed id, on every store alike."""
+    task_id = task_id_arg(task_id)
     with services.store.transaction() as connection:
         task = tasks.get_for_update(connection, task_id)
         if task is None or (tenant is not None and task.tenant != tenant):
