@@ -32,6 +32,7 @@ if __name__ == "__main__":  # a script: bench.* and tests.* from the repository,
 from bench.common.results import save
 
 NEW = Path(__file__).resolve().parents[2]
+ADMIN_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 ARGS = {
     "submit": ["--quick", "--no-dbos"],
     "http_api": ["--quick"],
@@ -72,7 +73,27 @@ def run_once(bench: str, tree: Path, tries: int = 3) -> dict[str, float]:
     raise AssertionError("unreachable")
 
 
+def drop_bench_databases() -> None:
+    """Drop the Postgres databases the benchmarks keep between runs (``surehand_bench*``): a
+    tree migrates its bench database to its own head, which the other tree may not know (a
+    newer migration), so every run starts from a database it creates and migrates itself."""
+    from sqlalchemy import create_engine, text
+
+    admin = os.environ.get("SUREHAND_BENCH_DATABASE_URL", ADMIN_URL)
+    engine = create_engine(admin, isolation_level="AUTOCOMMIT")
+    try:
+        with engine.connect() as connection:
+            names = connection.execute(
+                text("SELECT datname FROM pg_database WHERE datname LIKE 'surehand_bench%'")
+            ).scalars()
+            for name in list(names):
+                connection.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+    finally:
+        engine.dispose()
+
+
 def _run(bench: str, tree: Path) -> dict[str, float]:
+    drop_bench_databases()
     results = tree / "bench" / "results"
     before = set(results.glob("*.json"))
     env = {**os.environ, "PYTHONPATH": str(tree)}
