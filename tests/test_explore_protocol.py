@@ -15,9 +15,10 @@ import pytest
 from hypothesis.stateful import run_state_machine_as_test
 
 from surehand.crashpoints import CrashPoint
+from surehand.model import Bucket
 from surehand.queue.redis_client import connect_redis
-from surehand.store import Store
-from tests.explore_protocol import ProtocolMachine, World
+from surehand.store import Store, tasks
+from tests.explore_protocol import GRACE, TTL, ProtocolMachine, World
 from tests.explore_world import Crashes, budget
 from tests.redis_fixtures import real_redis_url
 
@@ -69,7 +70,7 @@ def test_no_successor_is_admitted_for_a_lost_lease_while_redis_cannot_answer(
         world,
         ("worker_starts", {"index": 0}),
         ("redis_goes_away", {"after": 0}),
-        ("heartbeats_run", {"rounds": 3}),
+        ("time_passes", {"seconds": 30.0}),
         ("recover", {"by": "PM", "index": 0}),
         ("end_after_lost_lease", {"index": 0}),
         ("a_while_passes_under_the_reconciler", {"seconds": 30.0}),
@@ -92,7 +93,7 @@ def test_a_late_write_of_an_owner_the_reconciler_lost_is_fenced_before_any_succe
     replay(
         world,
         ("worker_starts", {"index": 0}),
-        ("a_while_passes_under_the_reconciler", {"seconds": 45.0}),
+        ("a_while_passes_under_the_reconciler", {"seconds": 45.0, "owner": "paused"}),
         ("operation", {"index": 0, "name": "charge", "raises": False, "kill": None}),
     )
 
@@ -101,7 +102,7 @@ def test_a_lost_attempt_ends_before_its_successor_runs(world: World) -> None:
     replay(
         world,
         ("worker_starts", {"index": 0}),
-        ("a_while_passes_under_the_reconciler", {"seconds": 45.0}),
+        ("a_while_passes_under_the_reconciler", {"seconds": 45.0, "owner": "killed"}),
         ("worker_starts", {"index": 0}),
     )
 
@@ -130,3 +131,55 @@ def test_only_the_approver_may_release_a_hold_by_review(world: World) -> None:
         ("review", {"index": 0, "by": "QA", "effect": "present"}),
         ("review", {"index": 0, "by": "PM", "effect": "absent"}),
     )
+
+
+def test_a_frozen_owner_that_reports_twice_after_its_loss_is_fenced_and_recorded_once(
+    world: World,
+) -> None:
+    replay(
+        world,
+        ("worker_starts", {"index": 0}),
+        ("an_old_owner_writes_late", {"index": 0, "write": "report", "successor": False}),
+    )
+
+
+def test_each_late_write_of_an_old_owner_is_refused_and_never_applied(world: World) -> None:
+    for write in ("operation", "settle", "fail", "heartbeat"):
+        replay(
+            world,
+            ("worker_starts", {"index": 0}),
+            ("an_old_owner_writes_late", {"index": 0, "write": write, "successor": True}),
+        )
+
+
+def test_the_outcome_of_an_effect_that_outlived_its_owners_lease_is_fenced(
+    world: World,
+) -> None:
+    replay(
+        world,
+        ("worker_starts", {"index": 0}),
+        ("an_old_owner_writes_late", {"index": 0, "write": "outcome", "successor": True}),
+    )
+
+
+def test_a_live_owner_keeps_its_lease_while_the_reconciler_watches(world: World) -> None:
+    """Heartbeats run as the clock moves: a scheduled owner is never judged lost."""
+    machine = ProtocolMachine(world)
+    try:
+        machine.first_task()
+        machine.worker_starts(0)
+        machine.a_while_passes_under_the_reconciler(TTL + GRACE, owner="beats")
+        (owner,) = machine.model.actors
+        assert owner.beat is not None
+        assert not owner.beat.lost
+        machine.an_operation(0, "charge", raises=False)
+        machine.settle(0, killed_after_return=False)
+        machine.protocol_holds()
+        assert [run.attempt for run in machine.model.runs] == [1]  # by the live owner
+        assert not machine.model.decisions  # no case was opened
+        with world.store.snapshot() as connection:
+            task = tasks.get(connection, machine.model.tasks[0])
+        assert task is not None
+        assert task.bucket is Bucket.REVIEW
+    finally:
+        machine.teardown()

@@ -104,8 +104,11 @@ class SessionOutcome:
         return {k: v for k, v in self.__dict__.items() if v is not None}
 
 
-class _Port:
-    """Implements SessionPort for one session (the agent's view of the service layer).
+class AgentPort:
+    """Implements SessionPort for one session (the agent's view of the service layer): what
+    the runner hands an agent as ``SessionContext.port``. Public so that a caller driving a
+    claimed session's agent calls itself (the protocol explorers, ``tests/explore_protocol.py``)
+    goes through the same checks as an agent does.
 
     Once the session lost its lease, the port refuses new operations and reports with
     ``LeaseLost``: that is how an agent that never looks at ``ctx.cancelled`` is stopped
@@ -332,7 +335,7 @@ class SessionRunner:
         context = SessionContext(
             task=session.task,
             attempt=session.attempt,
-            port=_Port(session),
+            port=AgentPort(session),
             cancelled=session.cancelled,
             work_dir=self.services.settings.work_dir / session.attempt.attempt_id,
             services=self.services,

@@ -88,7 +88,7 @@ class Session:
     # Set when the runtime could not record this session's work past its retries: the session
     # ends interrupted even if the agent caught the error and went on (or returned).
     interruption: SessionInterrupted | None = None
-    # What the agent tried after the lease was lost, refused before it ran (``_Port``): kept
+    # What the agent tried after the lease was lost, refused before it ran (``AgentPort``): kept
     # with the attempt's end, so the store, not only a log, says the late write was stopped.
     refused_late: list[str] = field(default_factory=list)
     # Set when the session is stopped on purpose (a cancel request, a time limit): its attempt
