@@ -50,9 +50,10 @@ UNREACHABLE = "\0unreachable"  # what ModelLeases records when a holder question
 REDIS_TTL_MS = 3_600_000  # the keys' own TTL: never reached within an example
 
 
-def budget() -> settings:
+def budget(default_steps: int = DEFAULT_STEPS) -> settings:
     """Hypothesis settings for one machine: fixed and derandomised in the default suite (the
-    same examples every run, so CI is reproducible); random and large under ``--explore``."""
+    same examples every run, so CI is reproducible); random and large under ``--explore``.
+    ``default_steps``: the machine's steps per example unless ``_STEPS`` says otherwise."""
     if os.environ.get(SHRINK_SECONDS_ENV):
         # No public setting bounds shrinking time; the mutation runs need it shorter.
         engine.MAX_SHRINKING_SECONDS = int(os.environ[SHRINK_SECONDS_ENV])
@@ -60,7 +61,7 @@ def budget() -> settings:
     exploring = examples != ""
     return settings(
         max_examples=int(examples) if exploring else DEFAULT_EXAMPLES,
-        stateful_step_count=int(os.environ.get(STEPS_ENV, DEFAULT_STEPS)),
+        stateful_step_count=int(os.environ.get(STEPS_ENV, default_steps)),
         deadline=None,
         derandomize=not exploring,
         database=None if not exploring else settings().database,
