@@ -36,7 +36,7 @@ def world(
 
 
 # Each example opens with a hazard (explore_protocol.HAZARDS), so fewer steps reach as far.
-STEPS = 35
+STEPS = 30
 
 
 def test_the_session_protocol_keeps_its_invariants_in_every_interleaving(world: World) -> None:
