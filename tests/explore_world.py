@@ -50,17 +50,20 @@ UNREACHABLE = "\0unreachable"  # what ModelLeases records when a holder question
 REDIS_TTL_MS = 3_600_000  # the keys' own TTL: never reached within an example
 
 
-def budget(default_steps: int = DEFAULT_STEPS) -> settings:
+def budget(
+    default_steps: int = DEFAULT_STEPS, default_examples: int = DEFAULT_EXAMPLES
+) -> settings:
     """Hypothesis settings for one machine: fixed and derandomised in the default suite (the
     same examples every run, so CI is reproducible); random and large under ``--explore``.
-    ``default_steps``: the machine's steps per example unless ``_STEPS`` says otherwise."""
+    ``default_steps``/``default_examples``: the machine's default budget (``_STEPS`` overrides
+    the steps)."""
     if os.environ.get(SHRINK_SECONDS_ENV):
         # No public setting bounds shrinking time; the mutation runs need it shorter.
         engine.MAX_SHRINKING_SECONDS = int(os.environ[SHRINK_SECONDS_ENV])
     examples = os.environ.get(EXAMPLES_ENV, "")
     exploring = examples != ""
     return settings(
-        max_examples=int(examples) if exploring else DEFAULT_EXAMPLES,
+        max_examples=int(examples) if exploring else default_examples,
         stateful_step_count=int(os.environ.get(STEPS_ENV, default_steps)),
         deadline=None,
         derandomize=not exploring,
