@@ -96,17 +96,6 @@ def test_a_heartbeat_frozen_past_its_ttl_across_a_redis_restart_does_not_retake_
     )
 
 
-def test_a_late_write_of_an_owner_the_reconciler_lost_is_fenced_before_any_successor(
-    world: World,
-) -> None:
-    replay(
-        world,
-        ("worker_starts", {"index": 0}),
-        ("a_while_passes_under_the_reconciler", {"seconds": 45.0, "owner": "paused"}),
-        ("operation", {"index": 0, "name": "charge", "raises": False, "kill": None}),
-    )
-
-
 def test_a_lost_attempt_ends_before_its_successor_runs(world: World) -> None:
     replay(
         world,
@@ -145,10 +134,10 @@ def test_only_the_approver_may_release_a_hold_by_review(world: World) -> None:
 def test_each_late_write_of_an_old_owner_is_refused_recorded_once_and_never_applied(
     world: World,
 ) -> None:
-    """A frozen owner comes back after the reconciler judged it lost (with or without a
-    successor) and writes twice; an outcome comes late from an effect that outlived its
+    """A frozen owner comes back after the reconciler judged it lost (before any successor,
+    or after one started) and writes twice; an outcome comes late from an effect that outlived its
     owner's lease."""
-    for write, successor in (("report", False), ("outcome", True)):
+    for write, successor in (("report", False), ("operation", False), ("outcome", True)):
         replay(
             world,
             ("worker_starts", {"index": 0}),
