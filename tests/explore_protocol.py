@@ -20,6 +20,7 @@ where the machine knows who wrote and what Redis had said.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 from collections import Counter
 from collections.abc import Callable
@@ -30,10 +31,11 @@ from typing import Any, Literal
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
+from surehand.agents.context import SessionContext
 from surehand.config import Settings
 from surehand.crashpoints import CrashPoint
 from surehand.dispatcher.admission import Admitter
-from surehand.dispatcher.agent_port import AgentPort as _Port
+from surehand.dispatcher.agent_port import AgentPort
 from surehand.dispatcher.claims import claim
 from surehand.dispatcher.context import Services
 from surehand.dispatcher.effects import unsettled
@@ -58,19 +60,20 @@ from surehand.model import (
     Bucket,
     CaseState,
     EventKind,
+    ReportStatus,
     RetryPolicy,
 )
-from surehand.queue.heartbeat import Heartbeat
 from surehand.store import Store, attempts, cases, events, operations, reports, tasks
 from surehand.testing import DEFAULT_START, ManualClock
 from tests.explore_world import (
     UNREACHABLE,
+    Beat,
     Crashes,
     Killed,
     ModelLeases,
+    WorkerLeases,
     empty_store,
     fresh_namespace,
-    manual_heartbeat,
 )
 
 TTL = 30.0
@@ -93,6 +96,24 @@ OPERATION_KILLS = (
 MID_OPERATION_KILLS = (*OPERATION_KILLS[1:], CrashPoint.OPERATION_AFTER_EFFECT)
 EFFECTS = ("charge", "email")  # charge: keyed, retry policy keyed; email: no key
 OUTAGES = (None, "holder", "holders")  # admission's liveness question, a pass's scan
+# What happens to one owner while the reconciler watches: it lives, or it stops renewing.
+OWNERS = ("beats", "paused", "killed", "cut off")
+# Stories of the hazards the protocol's promises are about: every example begins with one
+# (its_first_worker_starts) and may meet more (a_hazard_strikes), so that even the default
+# budget meets each of them often.
+HAZARDS = (
+    "a long outage",
+    "a freeze across a restart",
+    "an owner dies, Redis fails admission",
+    "an owner dies, a successor starts",
+    "an owner dies in its effect, a successor redoes it",
+    "a frozen owner reports late",
+    "a frozen owner's effect outlives its successor's start",
+    "an owner is cut off from Redis",
+    "the agent raises and is held",
+)
+# The session writes an old owner makes late ("outcome": of an effect it was frozen in).
+LATE_WRITES = ("report", "operation", "settle", "fail", "heartbeat", "outcome")
 
 
 def explore_settings(store: Store) -> Settings:
@@ -134,10 +155,32 @@ class Actor:
 
     number: int
     session: Session
-    heartbeat: Heartbeat | None = None
+    leases: WorkerLeases  # its own view of Redis, which a partition cuts
+    beat: Beat | None = None  # its heartbeat, once it holds the lease
     alive: bool = True
     ended: bool = False
-    paused: bool = False  # its heartbeat does not run while the world's heartbeats do
+    paused: bool = False  # not scheduled: neither its heartbeat nor its agent runs
+    cut_off: bool = False  # partitioned from Redis (not from the store)
+
+    @property
+    def context(self) -> SessionContext:
+        """What its agent holds: the context the runner builds (``ctx.operation`` ...)."""
+        session = self.session
+        return SessionContext(
+            task=session.task,
+            attempt=session.attempt,
+            port=AgentPort(session),
+            cancelled=session.cancelled,
+        )
+
+    def gone(self, *, killed: bool) -> None:
+        """The process ended its session (``killed``: was killed); its heartbeat stops."""
+        if killed:
+            self.alive = False
+        else:
+            self.ended = True
+        if self.beat is not None:
+            self.beat.stop()
 
     @property
     def task_id(self) -> str:
@@ -153,6 +196,14 @@ class Actor:
 
 
 @dataclass
+class Checkpoint:
+    """Whether an actor's attempt owned its TASK, and what a write could change, before it."""
+
+    owned: bool
+    before: tuple[object, ...]
+
+
+@dataclass
 class Model:
     """What the machine knows that the store must agree with."""
 
@@ -164,6 +215,7 @@ class Model:
     holds: dict[str, str | None] = field(default_factory=dict)  # task -> holding case
     decisions: dict[str, tuple[Admission | None, datetime | None]] = field(default_factory=dict)
     violations: list[str] = field(default_factory=list)
+    stale: set[int] = field(default_factory=set)  # live actors whose attempt lost its TASK
 
 
 class ProtocolMachine(RuleBasedStateMachine):
@@ -186,21 +238,29 @@ class ProtocolMachine(RuleBasedStateMachine):
         if os.environ.get("SUREHAND_TEST_EXPLORE_DEBUG"):
             print(_debug_summary(self))  # asked for: what the example reached
         self.world.crashes.armed = None
+        for actor in self.model.actors:
+            if actor.beat is not None:
+                actor.beat.stop()
         self.leases.wipe()
 
     # -- choosing -----------------------------------------------------------------------------
 
-    def _actors(self, leased: bool | None = None, lost: bool = False) -> list[Actor]:
+    def _actors(
+        self, leased: bool | None = None, lost: bool = False, stale: bool = False
+    ) -> list[Actor]:
         return [
             a
             for a in self.model.actors
             if a.running
-            and (leased is None or (a.heartbeat is not None) == leased)
-            and (not lost or (a.heartbeat is not None and a.heartbeat.lost.is_set()))
+            and (leased is None or (a.beat is not None) == leased)
+            and (not lost or (a.beat is not None and a.beat.lost))
+            and (not stale or a.number in self.model.stale)
         ]
 
-    def _actor(self, index: int, leased: bool | None = True, lost: bool = False) -> Actor:
-        found = self._actors(leased, lost)
+    def _actor(
+        self, index: int, leased: bool | None = True, lost: bool = False, stale: bool = False
+    ) -> Actor:
+        found = self._actors(leased, lost, stale)
         return found[index % len(found)]
 
     def _task(self, index: int) -> str | None:
@@ -213,12 +273,46 @@ class ProtocolMachine(RuleBasedStateMachine):
         if not self.model.tasks:  # (the initialize rules run in either order)
             self.submit()
 
-    @initialize(index=st.integers(0, 7))
-    def its_first_worker_starts(self, index: int) -> None:
-        """Every example begins with a live session (unclaimed TASKs come from ``submit``):
-        the budget is spent on what happens to sessions, not on reaching one."""
+    @initialize(index=st.integers(0, 7), hazard=st.sampled_from(HAZARDS))
+    def its_first_worker_starts(self, index: int, hazard: str | None = None) -> None:
+        """Every example begins with a live session (unclaimed TASKs come from ``submit``),
+        and one of the protocol's hazards hitting it at once (:data:`HAZARDS`): the budget is
+        spent on what happens to sessions, not on reaching one."""
         self.first_task()
         self.worker_starts(index)
+        if hazard is not None:
+            self.hazard(hazard)
+
+    @precondition(lambda self: self._actors(leased=True))
+    @rule(hazard=st.sampled_from(HAZARDS))
+    def a_hazard_strikes(self, hazard: str) -> None:
+        """One of :data:`HAZARDS` hits the first live session."""
+        self.hazard(hazard)
+
+    def hazard(self, name: str) -> None:
+        """One of the situations DESIGN.md's promises are about, as the machine's steps."""
+        while_ = self.a_while_passes_under_the_reconciler
+        stories: dict[str, Callable[[], object]] = {
+            "a long outage": lambda: self.an_outage_lasts(after=0, rounds=4, passes=True),
+            "a freeze across a restart": lambda: self.a_pause_across_a_restart(TTL),
+            "an owner dies, Redis fails admission": lambda: while_(TTL + GRACE, "holder", "killed"),
+            "an owner dies, a successor starts": lambda: (
+                while_(TTL + GRACE, None, "killed"),
+                self.worker_starts(0),
+            ),
+            "an owner dies in its effect, a successor redoes it": lambda: (
+                self.killed_in_an_operation(0, "email", CrashPoint.OPERATION_AFTER_EFFECT, True)
+            ),
+            "a frozen owner reports late": lambda: self.an_old_owner_writes_late(
+                0, "report", successor=False
+            ),
+            "a frozen owner's effect outlives its successor's start": lambda: (
+                self.an_old_owner_writes_late(0, "outcome", successor=True)
+            ),
+            "an owner is cut off from Redis": lambda: while_(TTL + GRACE, None, "cut off"),
+            "the agent raises and is held": lambda: (self.agent_raises(0), self.reconcile(0)),
+        }
+        stories[name]()
 
     @precondition(lambda self: len(self.model.tasks) < MAX_TASKS)
     @rule()
@@ -246,7 +340,9 @@ class ProtocolMachine(RuleBasedStateMachine):
         assert task_id is not None
         session = claim(self.services, task_id, worker=f"worker-{index}", message_id=None)
         if session is not None:
-            self.model.actors.append(Actor(len(self.model.actors) + 1, session))
+            number = len(self.model.actors) + 1
+            actor = Actor(number, session, WorkerLeases(self.leases, lambda: actor.cut_off))
+            self.model.actors.append(actor)
 
     @precondition(lambda self: len(self.model.actors) < MAX_ACTORS)
     @rule(index=st.integers(0, 7))
@@ -260,77 +356,103 @@ class ProtocolMachine(RuleBasedStateMachine):
     @precondition(lambda self: self._actors(leased=False))
     @rule(index=st.integers(0, 7))
     def take_lease(self, index: int) -> None:
-        """``SET NX PX`` the lease; a lease another attempt holds rolls the claim back."""
+        """``SET NX PX`` the lease and start the heartbeat; a lease another attempt holds
+        rolls the claim back."""
         actor = self._actor(index, leased=False)
         try:
-            taken, generation = self.leases.acquire_with_generation(
+            taken, generation = actor.leases.acquire_with_generation(
                 actor.task_id, actor.attempt_id, int(TTL * 1000)
             )
         except LeaseUnavailable:
             return  # the runner tries again (and rolls back after a TTL)
         if not taken:
             self._write(actor, "rollback", lambda: actor.session.rollback("lease held"))
-            actor.ended = True
+            actor.gone(killed=False)
             return
         session = actor.session
-        actor.heartbeat = manual_heartbeat(
-            self.leases,
-            actor.task_id,
-            actor.attempt_id,
+        actor.beat = Beat(
+            actor.leases,
+            self.leases.now,
+            (actor.task_id, actor.attempt_id, generation),
             TTL,
             HEARTBEAT,
-            generation=generation,
             on_lost=lambda _lost: session.cancelled.set(),
         )
+        actor.beat.start()
 
-    # -- heartbeats ----------------------------------------------------------------------------
+    # -- heartbeats: they run as the clock moves -----------------------------------------------
 
-    @precondition(lambda self: self._actors(leased=True))
-    @rule(index=st.integers(0, 7))
-    def tick(self, index: int) -> None:
-        """One heartbeat renewal and its loss decision. A lease may be kept only while it was
-        never unrenewed for a full TTL (by the injected clock): after that a successor may
-        hold the TASK, so a heartbeat that keeps or retakes it is a second live owner."""
-        self._beat(self._actor(index))
+    def _advance(self, seconds: float, *, beating: bool = True) -> None:
+        """Move the injected clock ``seconds`` on. Leases whose TTL ran out by it are gone
+        from Redis, and (unless every process is frozen: ``beating`` False) each heartbeat
+        of a live, scheduled session runs at the moments it asked to, in order of time."""
+        target = self.leases.now() + seconds
+        ran: set[int] = set()  # at this instant (a heartbeat runs once per instant)
+        while beating and (due := self._next_beat(target, ran)) is not None:
+            when, actor = due
+            if when > self.leases.now():
+                self.clock.advance(when - self.leases.now())
+                self.leases.expire()
+                ran.clear()
+            ran.add(actor.number)
+            self._beat(actor)
+        self.clock.advance(max(0.0, target - self.leases.now()))
+        self.leases.expire()
+
+    def _next_beat(self, until: float, ran: set[int]) -> tuple[float, Actor] | None:
+        now = self.leases.now()
+        due = [
+            (actor.beat.due, actor.number, actor)
+            for actor in self._actors(leased=True)
+            if actor.beat is not None
+            and actor.beat.due is not None
+            and actor.beat.due <= until
+            and not actor.paused
+            and not (actor.beat.due <= now and actor.number in ran)
+        ]
+        return min(due)[::2] if due else None
 
     def _beat(self, actor: Actor) -> None:
-        assert actor.heartbeat is not None
-        if actor.heartbeat.lost.is_set():
-            return
+        """One run of the actor's heartbeat: a renewal and its loss decision. A lease may be
+        kept only while it was never unrenewed for a full TTL (by the injected clock): after
+        that a successor may hold the TASK, so a heartbeat that keeps or retakes it is a
+        second live owner."""
+        assert actor.beat is not None
         since = self.leases.now() - self.leases.renewed.get(actor.attempt_id, float("-inf"))
-        kept = actor.heartbeat._tick()
-        if kept and since >= TTL:
+        actor.beat.run()
+        if not actor.beat.lost and since >= TTL:
             self.model.violations.append(
                 f"heartbeat of attempt {actor.number} kept its lease {since:g}s after its last "
                 f"renewal (TTL {TTL:g}s)"
             )
 
-    @precondition(lambda self: self._actors(leased=True))
-    @rule(rounds=st.integers(1, 4))
-    def heartbeats_run(self, rounds: int) -> None:
-        """Time passes as it does for live sessions: one heartbeat interval per round, and
-        every leased session that is not paused renews (or decides it lost its lease)."""
-        for _ in range(rounds):
-            self.time_passes(HEARTBEAT)
-            for actor in self._actors(leased=True):
-                if not actor.paused:
-                    self._beat(actor)
-
     @precondition(lambda self: self._actors())
     @rule(index=st.integers(0, 7))
     def pause_or_resume(self, index: int) -> None:
-        """A process stops being scheduled (GC, a VM freeze, SIGSTOP), or runs again."""
+        """A process stops being scheduled (GC, a VM freeze, SIGSTOP), or runs again: then
+        its heartbeat, overdue, runs at once."""
         actor = self._actor(index, leased=None)
         actor.paused = not actor.paused
+        self._advance(0.0)
+
+    @precondition(lambda self: self._actors(leased=True))
+    @rule(index=st.integers(0, 7))
+    def cut_off_or_reconnect(self, index: int) -> None:
+        """A worker loses its network path to Redis (not to the store), or gets it back: its
+        heartbeat keeps running and fails to renew, as on an outage of its own."""
+        actor = self._actor(index)
+        actor.cut_off = not actor.cut_off
 
     @precondition(lambda self: self._actors(leased=True, lost=True))
     @rule(index=st.integers(0, 7))
     def end_after_lost_lease(self, index: int) -> None:
         """The runner's answer to a lost lease: end the attempt interrupted (fenced)."""
-        actor = self._actor(index, lost=True)
+        self._interrupt(self._actor(index, lost=True))
+
+    def _interrupt(self, actor: Actor) -> None:
         lost = SessionInterrupted("lease lost", cause=AttemptCause.LEASE_LOST.value)
         self._write(actor, "interrupt", lambda: actor.session.interrupt(lost))
-        actor.ended = True
+        actor.gone(killed=False)
 
     # -- the agent's work ----------------------------------------------------------------------
 
@@ -344,42 +466,69 @@ class ProtocolMachine(RuleBasedStateMachine):
         index=st.integers(0, 7),
         name=st.sampled_from(EFFECTS),
         kill=st.sampled_from(MID_OPERATION_KILLS),
+        then_a_successor=st.booleans(),
     )
-    def killed_in_an_operation(self, index: int, name: str, kill: CrashPoint) -> None:
-        self.operation(index, name, raises=False, kill=kill)
+    def killed_in_an_operation(
+        self, index: int, name: str, kill: CrashPoint, then_a_successor: bool = False
+    ) -> None:
+        """The process dies in an operation; maybe (``then_a_successor``) a while later a
+        successor starts and its agent does the same work again."""
+        if not self._actors(leased=True):
+            return
+        actor = self._actor(index)
+        self._operate(actor, name, raises=False, kill=kill)
+        if then_a_successor:
+            self._redo(actor.task_id, after_a_while=True)
 
     def operation(self, index: int, name: str, raises: bool, kill: CrashPoint | None) -> None:
-        """``ctx.operation`` through the session's port; the effect may raise after it took
-        effect, and the process may be killed at any crash point of the operation (two
-        rules, so that a kill mid-effect is as likely as a whole operation)."""
+        """``ctx.operation`` (the agent's API, through the runner's port); the effect may raise
+        after it took effect, and the process may be killed at any crash point of the
+        operation (two rules, so that a kill mid-effect is as likely as a whole operation)."""
         if not self._actors(leased=True):
             return  # (a replayed step whose actor is gone: see tests/test_explore_protocol.py)
         self._operate(self._actor(index), name, raises, kill)
 
-    def _operate(self, actor: Actor, name: str, raises: bool, kill: CrashPoint | None) -> None:
+    def _operate(
+        self,
+        actor: Actor,
+        name: str,
+        raises: bool,
+        kill: CrashPoint | None,
+        *,
+        meanwhile: Callable[[], None] | None = None,
+        tries: int = 1,
+    ) -> None:
+        """One operation; ``meanwhile`` is what the world does while its effect runs (the
+        operation's outcome is then written after it: maybe a late write)."""
         key = f"{actor.task_id}:{name}" if name == "charge" else None
         policy = RetryPolicy.KEYED if key else RetryPolicy.NONE
+        checkpoint = self._checkpoint(actor)
 
         def effect() -> str:
             self._perform(actor, name, key)
+            if meanwhile is not None:
+                meanwhile()
+                fresh = self._checkpoint(actor)  # the late write is what comes after this
+                checkpoint.owned, checkpoint.before = fresh.owned, fresh.before
             if raises:
                 raise RuntimeError("gateway timeout (the charge may have gone through)")
             return f"{name}-done"
 
-        port = _Port(actor.session)
+        context = actor.context
         self.world.crashes.armed = kill
         try:
             self._write(
                 actor,
                 f"operation_intent:{name}",
-                lambda: port.operation(
+                lambda: context.operation(
                     name,
                     {"account": "acme", "what": name},
                     effect,
                     idempotency_key=key,
                     retry_policy=policy,
-                    probe=None,
                 ),
+                checkpoint=checkpoint,
+                tries=tries,
             )
         finally:
             self.world.crashes.armed = None
@@ -406,18 +555,20 @@ class ProtocolMachine(RuleBasedStateMachine):
         after a while under the reconciler), and its agent does the same work again: every
         effect the TASK saw, in order (an agent program is the same program the second time;
         only admission and the journal stand between it and a repeat)."""
-        done = list(self.model.runs)
-        task_id = done[index % len(done)].task_id
+        self._redo(self.model.runs[index % len(self.model.runs)].task_id, after_a_while)
+
+    def _redo(self, task_id: str, after_a_while: bool) -> None:
+        done = [run.name for run in self.model.runs if run.task_id == task_id]
         if after_a_while:
             self.a_while_passes_under_the_reconciler(TTL + GRACE)
         before = len(self.model.actors)
         self.claim(self.model.tasks.index(task_id))
-        if len(self.model.actors) == before:
+        if len(self.model.actors) == before or len(self.model.actors) > MAX_ACTORS:
             return
         self.take_lease(len(self._actors(leased=False)) - 1)
         actor = self.model.actors[-1]
-        for name in dict.fromkeys(run.name for run in done if run.task_id == task_id):
-            if actor.running and actor.heartbeat is not None:
+        for name in dict.fromkeys(done):
+            if actor.running and actor.beat is not None:
                 self._operate(actor, name, raises=False, kill=None)
 
     @precondition(lambda self: self._actors(leased=True))
@@ -428,18 +579,19 @@ class ProtocolMachine(RuleBasedStateMachine):
         actor = self._actor(index)
         if killed_after_return:
             self.world.crashes.armed = CrashPoint.SESSION_AFTER_RETURN
-
-        def settle() -> None:
-            try:
-                actor.session.settle({"answer": "charged and mailed"}, to_review=True)
-            except EffectLeftOpen as left_open:
-                actor.session.fail(left_open)
-
         try:
-            self._write(actor, "settle", settle)
+            self._write(actor, "settle", lambda: self._settle(actor))
         finally:
             self.world.crashes.armed = None
         self._end(actor)
+
+    @staticmethod
+    def _settle(actor: Actor) -> None:
+        """The runner's settle of a returned agent (an effect left open fails the attempt)."""
+        try:
+            actor.session.settle({"answer": "charged and mailed"}, to_review=True)
+        except EffectLeftOpen as left_open:
+            actor.session.fail(left_open)
 
     @precondition(lambda self: self._actors(leased=True))
     @rule(index=st.integers(0, 7))
@@ -453,49 +605,126 @@ class ProtocolMachine(RuleBasedStateMachine):
     def kill(self, index: int) -> None:
         """SIGKILL: the process is gone (after its claim, or anywhere in its work); its lease
         stays until its TTL runs out."""
-        self._actor(index, leased=None).alive = False
+        self._actor(index, leased=None).gone(killed=True)
 
     def _end(self, actor: Actor) -> None:
-        """The runner's ``finally``: release the lease unless it was lost."""
+        """The runner's ``finally``: stop the heartbeat; release the lease unless it was
+        lost."""
         if not actor.alive:
             return
-        actor.ended = True
+        actor.gone(killed=False)
         if not actor.session.cancelled.is_set():
             with contextlib.suppress(LeaseUnavailable):
-                self.leases.release(actor.task_id, actor.attempt_id)
+                actor.leases.release(actor.task_id, actor.attempt_id)
 
-    def _write(self, actor: Actor, kind: str, call: Callable[[], object]) -> None:
-        """Run a session write; if the attempt did not own the TASK before it, the write must
-        be refused (``StaleOwner``, recorded as ``stale_owner_fenced``) or stopped by the
-        session's own lost-lease check, and change nothing: no row, no effect."""
-        owned = self._owned(actor)
-        before = self._state(actor.task_id), len(self.model.runs)
+    # -- late writes of old owners ---------------------------------------------------------------
+
+    @precondition(lambda self: self._actors(leased=True))
+    @rule(index=st.integers(0, 7), write=st.sampled_from(LATE_WRITES), successor=st.booleans())
+    def an_old_owner_writes_late(self, index: int, write: str, successor: bool) -> None:
+        """An owner stops being scheduled; meanwhile its lease runs out, the reconciler
+        confirms the loss and (``successor``) a successor is admitted and starts. Then it runs
+        again and, before its heartbeat notices, makes ``write`` -- twice, as an agent that
+        retries would. For ``outcome`` it was frozen inside its effect: the late write is the
+        operation's outcome."""
+        actor = self._actor(index)
+        if write == "outcome":
+            meanwhile = functools.partial(self._lost_meanwhile, actor, successor)
+            self._operate(actor, "email", False, None, meanwhile=meanwhile, tries=1)
+            return
+        self._lost_meanwhile(actor, successor)
+        self._late(actor, write)
+
+    @precondition(lambda self: self._actors(stale=True))
+    @rule(index=st.integers(0, 7), write=st.sampled_from(LATE_WRITES[:-1]))
+    def a_late_write(self, index: int, write: str) -> None:
+        """A live process whose attempt no longer owns its TASK (the reconciler judged it
+        lost, or a successor was admitted) makes a session write."""
+        self._late(self._actor(index, leased=None, stale=True), write)
+
+    def _lost_meanwhile(self, actor: Actor, successor: bool) -> None:
+        actor.paused = True
+        self.a_while_passes_under_the_reconciler(TTL + GRACE)
+        if successor and len(self.model.actors) < MAX_ACTORS:
+            self.worker_starts(self.model.tasks.index(actor.task_id))
+        actor.paused = False  # it runs again: its agent first, its heartbeat when next due
+
+    def _late(self, actor: Actor, write: str) -> None:
+        """``write`` by ``actor``, twice: refused, fenced and recorded once, never applied."""
+        if write == "operation":
+            self._operate(actor, "charge", False, None, tries=2)
+        elif write == "heartbeat":  # its heartbeat runs, finds the lease lost: the runner ends
+            if actor.beat is not None and not actor.beat.lost:
+                self._beat(actor)
+            if actor.beat is None or actor.beat.lost:
+                self._interrupt(actor)
+        else:
+            calls: dict[str, Callable[[], object]] = {
+                "report": lambda: actor.context.report("done, late", ReportStatus.DONE),
+                "settle": lambda: self._settle(actor),
+                "fail": lambda: actor.session.fail(RuntimeError("agent crashed, late")),
+            }
+            self._write(actor, write, calls[write], tries=2)
+            if actor.running:
+                self._end(actor)
+
+    # -- the fence, checked in the step --------------------------------------------------------
+
+    def _checkpoint(self, actor: Actor) -> Checkpoint:
+        return Checkpoint(self._owned(actor), (self._state(actor.task_id), len(self.model.runs)))
+
+    def _write(
+        self,
+        actor: Actor,
+        kind: str,
+        call: Callable[[], object],
+        *,
+        checkpoint: Checkpoint | None = None,
+        tries: int = 1,
+    ) -> None:
+        """Run a session write (``tries`` times, as an agent that retries would); if the
+        attempt did not own the TASK at ``checkpoint`` (before it), the write must be refused
+        -- by the fence (``StaleOwner``, recorded by exactly one ``stale_owner_fenced`` event
+        per kind of write) or by the port of a session that knows its lease is lost (kept in
+        ``refused_late``) -- and change nothing: no row, no effect."""
+        checkpoint = checkpoint or self._checkpoint(actor)
         try:
+            for _ in range(tries - 1):
+                with contextlib.suppress(StaleOwner, LeaseLost, OperationFailed):
+                    call()
             call()
         except Killed:
-            actor.alive = False
+            actor.gone(killed=True)
         except StaleOwner:
-            if not self._stale_recorded(actor):
-                self.model.violations.append(
-                    f"{kind} of attempt {actor.number} was fenced but no stale_owner_fenced "
-                    "event records it"
-                )
-            actor.ended = True
-        except (LeaseLost, OperationFailed, SessionInterrupted):
+            self._check_recorded(actor, kind)
+            actor.gone(killed=False)
+        except LeaseLost:
+            if not actor.session.refused_late:
+                self.model.violations.append(f"{kind} of attempt {actor.number} refused unkept")
+        except (OperationFailed, SessionInterrupted):
             pass
-        if not owned and (self._state(actor.task_id), len(self.model.runs)) != before:
+        after = self._state(actor.task_id), len(self.model.runs)
+        if not checkpoint.owned and after != checkpoint.before:
             self.model.violations.append(
                 f"{kind} of attempt {actor.number}, which no longer owned {actor.task_id}, "
                 "was applied"
+            )
+
+    def _check_recorded(self, actor: Actor, kind: str) -> None:
+        reasons = Counter(self._fenced_reasons(actor))
+        if not reasons or max(reasons.values()) > 1:
+            self.model.violations.append(
+                f"{kind} of attempt {actor.number} was fenced, recorded as {dict(reasons)} "
+                "(each kind of refused write once)"
             )
 
     # -- the world -----------------------------------------------------------------------------
 
     @rule(seconds=st.sampled_from(JUMPS))
     def time_passes(self, seconds: float) -> None:
-        """The injected clock jumps; leases whose TTL ran out by it are gone from Redis."""
-        self.clock.advance(seconds)
-        self.leases.expire()
+        """The injected clock moves on; leases whose TTL ran out are gone from Redis, and the
+        live sessions' heartbeats run meanwhile, each when it is due (see :meth:`_advance`)."""
+        self._advance(seconds)
 
     def _redis_troubled(self) -> bool:
         leases = self.leases
@@ -514,7 +743,7 @@ class ProtocolMachine(RuleBasedStateMachine):
         while heartbeats (and maybe reconciler passes) keep trying, then comes back."""
         self.redis_goes_away(after)
         for _ in range(rounds):
-            self.heartbeats_run(1) if self._actors(leased=True) else self.time_passes(HEARTBEAT)
+            self.time_passes(HEARTBEAT)
             if passes:
                 self.reconcile(0)
         self.redis_comes_back()
@@ -522,11 +751,10 @@ class ProtocolMachine(RuleBasedStateMachine):
     @rule(seconds=st.sampled_from((5.0, TTL, TTL + 1)))
     def a_pause_across_a_restart(self, seconds: float) -> None:
         """Every process stops for ``seconds`` (a host freeze) while Redis restarts without
-        its data; then each leased session's heartbeat runs once."""
-        self.time_passes(seconds)
+        its data; then each overdue heartbeat runs at once."""
+        self._advance(seconds, beating=False)
         self.redis_restarts_empty()
-        for actor in self._actors(leased=True):
-            self._beat(actor)
+        self._advance(0.0)
 
     @precondition(lambda self: self._redis_troubled())
     @rule()
@@ -541,14 +769,28 @@ class ProtocolMachine(RuleBasedStateMachine):
     def reconcile(self, which: int) -> None:
         self.reconcilers[which].run_once()
 
-    @rule(seconds=st.sampled_from((TTL, TTL + GRACE)), outage_at=st.sampled_from(OUTAGES))
+    @rule(
+        seconds=st.sampled_from((TTL, TTL + GRACE)),
+        outage_at=st.sampled_from(OUTAGES),
+        owner=st.sampled_from(OWNERS),
+        index=st.integers(0, 7),
+    )
     def a_while_passes_under_the_reconciler(
-        self, seconds: float, outage_at: str | None = None
+        self, seconds: float, outage_at: str | None = None, owner: str = "beats", index: int = 0
     ) -> None:
         """A pass, the clock past TTL or TTL and grace, a pass, the grace, a pass: the
-        reconciler suspects and confirms whatever lost its lease meanwhile. Redis may stop
-        answering exactly at the first ``outage_at`` question of those passes (between a
-        pass's scan and admission's liveness check, say) and stays away."""
+        reconciler suspects and confirms whatever lost its lease meanwhile. Before it, one
+        owner may stop renewing (``owner``: it is paused, killed or cut off from Redis) or go
+        on beating. Redis may stop answering exactly at the first ``outage_at`` question of
+        those passes (between a pass's scan and admission's liveness check, say) and stays
+        away."""
+        live = self._actors(leased=True)
+        if owner != "beats" and live:
+            actor = live[index % len(live)]
+            if owner == "killed":
+                actor.gone(killed=True)
+            else:
+                setattr(actor, "paused" if owner == "paused" else "cut_off", True)
         if outage_at is not None and not self.leases.down:
             self.leases.fail_at = outage_at
         self.reconcile(0)
@@ -601,7 +843,7 @@ class ProtocolMachine(RuleBasedStateMachine):
                 if unsettled(op)
             ]
         approver = by in approvers(task)
-        before = self._state(task_id)
+        before = None if approver else self._state(task_id)  # (an approver must not be refused)
         try:
             self.recovery.review(
                 held[0].case_id, effect=effect, note="checked", actor=by, tenant=TENANT
@@ -624,11 +866,12 @@ class ProtocolMachine(RuleBasedStateMachine):
         with self.services.store.snapshot() as connection:
             task = tasks.get(connection, task_id)
         assert task is not None
-        before = self._state(task_id)
+        approver = by in approvers(task)
+        before = None if approver else self._state(task_id)  # (an approver must not be refused)
         try:
             self.recovery.recover(task_id, actor=by, tenant=TENANT)
         except NotAuthorized:
-            if by in approvers(task) or self._state(task_id) != before:
+            if approver or self._state(task_id) != before:
                 self.model.violations.append(f"the recover request of {by} was mishandled")
 
     # -- reading -------------------------------------------------------------------------------
@@ -660,10 +903,10 @@ class ProtocolMachine(RuleBasedStateMachine):
                 [(c.case_id, c.state, c.admission) for c in cases.for_task(connection, task_id)],
             )
 
-    def _stale_recorded(self, actor: Actor) -> bool:
+    def _fenced_reasons(self, actor: Actor) -> list[str | None]:
         with self.services.store.snapshot() as connection:
             fenced = events.history(connection, actor.task_id, EventKind.STALE_OWNER_FENCED)
-        return any(event.attempt_id == actor.attempt_id for event in fenced)
+        return [event.reason for event in fenced if event.attempt_id == actor.attempt_id]
 
     # -- the invariants ------------------------------------------------------------------------
 
@@ -671,6 +914,7 @@ class ProtocolMachine(RuleBasedStateMachine):
     def protocol_holds(self) -> None:
         self.steps += 1
         assert not self.model.violations, self.model.violations
+        self.model.stale.clear()
         with self.services.store.snapshot() as connection:
             for task_id in self.model.tasks:
                 self._check_task(connection, task_id)
@@ -679,9 +923,14 @@ class ProtocolMachine(RuleBasedStateMachine):
     def _check_task(self, connection: Any, task_id: str) -> None:
         task = tasks.get(connection, task_id)
         assert task is not None
-        running = [
-            a for a in attempts.for_task(connection, task_id) if a.state is AttemptState.RUNNING
-        ]
+        every = attempts.for_task(connection, task_id)
+        running = [a for a in every if a.state is AttemptState.RUNNING]
+        owner = {a.attempt_id for a in running if a.number == task.epoch}
+        self.model.stale.update(
+            actor.number
+            for actor in self._actors()
+            if actor.task_id == task_id and actor.attempt_id not in owner
+        )
         assert len(running) <= 1, f"{task_id} has {len(running)} running attempts"
         found = cases.for_task(connection, task_id)
         if task.bucket is Bucket.ACTIVE:

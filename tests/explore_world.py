@@ -10,6 +10,8 @@ an empty store per example, and the example budget.
 * :class:`Crashes` turns a crash point (``surehand/crashpoints.py``) into an in-process kill:
   reaching the armed point raises :class:`Killed`, a ``BaseException`` no surehand code catches,
   so nothing after it runs and an open transaction is rolled back, as after a SIGKILL.
+* :class:`Beat` runs a real heartbeat thread in lockstep with the machine on the injected
+  clock; :class:`WorkerLeases` is one worker's view of Redis (which a partition can cut).
 * :func:`empty_store` removes every row an example wrote, on SQLite and Postgres.
 * :func:`budget` is the hypothesis settings: a small fixed budget in the default suite, a large
   one under ``./scripts/test --explore`` (``SUREHAND_TEST_EXPLORE_EXAMPLES``/``_STEPS``).
@@ -18,10 +20,10 @@ an empty store per example, and the example budget.
 from __future__ import annotations
 
 import os
+import threading
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 import pytest
 import redis
@@ -31,7 +33,7 @@ from sqlalchemy import delete, text
 
 from surehand.clock import Clock
 from surehand.crashpoints import CrashPoint
-from surehand.errors import LeaseUnavailable
+from surehand.errors import LeaseLost, LeaseUnavailable
 from surehand.queue.heartbeat import Heartbeat
 from surehand.queue.keys import namespace_pattern
 from surehand.queue.leases import LeaseStore
@@ -48,17 +50,21 @@ UNREACHABLE = "\0unreachable"  # what ModelLeases records when a holder question
 REDIS_TTL_MS = 3_600_000  # the keys' own TTL: never reached within an example
 
 
-def budget() -> settings:
+def budget(
+    default_steps: int = DEFAULT_STEPS, default_examples: int = DEFAULT_EXAMPLES
+) -> settings:
     """Hypothesis settings for one machine: fixed and derandomised in the default suite (the
-    same examples every run, so CI is reproducible); random and large under ``--explore``."""
+    same examples every run, so CI is reproducible); random and large under ``--explore``.
+    ``default_steps``/``default_examples``: the machine's default budget (``_STEPS`` overrides
+    the steps)."""
     if os.environ.get(SHRINK_SECONDS_ENV):
         # No public setting bounds shrinking time; the mutation runs need it shorter.
         engine.MAX_SHRINKING_SECONDS = int(os.environ[SHRINK_SECONDS_ENV])
     examples = os.environ.get(EXAMPLES_ENV, "")
     exploring = examples != ""
     return settings(
-        max_examples=int(examples) if exploring else DEFAULT_EXAMPLES,
-        stateful_step_count=int(os.environ.get(STEPS_ENV, DEFAULT_STEPS)),
+        max_examples=int(examples) if exploring else default_examples,
+        stateful_step_count=int(os.environ.get(STEPS_ENV, default_steps)),
         deadline=None,
         derandomize=not exploring,
         database=None if not exploring else settings().database,
@@ -160,14 +166,18 @@ class ModelLeases(LeaseStore):
         self._gate("release")
         return super().release(task_id, attempt_id)
 
-    def holder(self, task_id: str) -> str | None:
+    def holder(self, task_id: str, *, evidence: bool = True) -> str | None:
+        """The lease's holder; recorded when it is ``evidence`` (admission's question, not a
+        heartbeat's), and only then may it be the call an outage waits for (``fail_at``)."""
         try:
-            self._gate("holder")
+            self._gate("holder" if evidence else "holder (heartbeat)")
         except LeaseUnavailable:
-            self.answers.append((task_id, UNREACHABLE))
+            if evidence:
+                self.answers.append((task_id, UNREACHABLE))
             raise
         found = super().holder(task_id)
-        self.answers.append((task_id, found))
+        if evidence:
+            self.answers.append((task_id, found))
         return found
 
     def holders(self, task_ids: Sequence[str]) -> dict[str, str | None]:
@@ -221,18 +231,127 @@ def fresh_namespace() -> str:
     return f"explore-{uuid.uuid4().hex[:16]}"
 
 
-def manual_heartbeat(
-    leases: ModelLeases, task_id: str, attempt_id: str, ttl_s: float, interval: float, **kw: Any
-) -> Heartbeat:
-    """A :class:`Heartbeat` in the state ``start()`` leaves it (TTL budget counted from now,
-    the generation read with the acquisition), without its thread: the machine calls its
-    ``_tick`` (one renewal and its loss decision) at the moments it chooses."""
-    beat = Heartbeat(
-        leases, task_id, attempt_id, int(ttl_s * 1000), interval=interval, now=leases.now, **kw
-    )
-    beat._started = True
-    beat._last_ok = leases.now()
-    return beat
+class WorkerLeases(LeaseStore):
+    """One worker's view of the leases: :class:`ModelLeases`, unless the worker is cut off
+    from Redis (a partition of its own), when every call fails as an unreachable Redis does.
+    Its ``holder`` questions are not recorded as evidence: those are admission's."""
+
+    def __init__(self, leases: ModelLeases, cut_off: Callable[[], bool]) -> None:
+        super().__init__(leases.client, leases.namespace)
+        self.leases, self.cut_off = leases, cut_off
+
+    def _reach(self) -> ModelLeases:
+        if self.cut_off():
+            raise LeaseUnavailable("explore: this worker cannot reach Redis")
+        return self.leases
+
+    def acquire(self, task_id: str, attempt_id: str, ttl_ms: int) -> bool:
+        return self._reach().acquire(task_id, attempt_id, ttl_ms)
+
+    def acquire_with_generation(
+        self, task_id: str, attempt_id: str, ttl_ms: int
+    ) -> tuple[bool, str]:
+        return self._reach().acquire_with_generation(task_id, attempt_id, ttl_ms)
+
+    def renew(self, task_id: str, attempt_id: str, ttl_ms: int) -> bool:
+        return self._reach().renew(task_id, attempt_id, ttl_ms)
+
+    def release(self, task_id: str, attempt_id: str) -> bool:
+        return self._reach().release(task_id, attempt_id)
+
+    def holder(self, task_id: str) -> str | None:
+        return self._reach().holder(task_id, evidence=False)
+
+    def generation(self) -> str | None:
+        return self._reach().generation()
+
+    def ensure_generation(self) -> str:
+        return self._reach().ensure_generation()
+
+
+_HANDOVER_S = 60.0  # a deadlock guard only: a heartbeat's tick never blocks on anything
+
+
+class Beat:
+    """A real :class:`Heartbeat` (its thread, its schedule, its loss decisions) on the
+    injected clock, in lockstep with the machine.
+
+    The heartbeat's ``sleep`` (a documented injection) does not sleep: it records when the
+    heartbeat wants to run next (:attr:`due`, by the injected clock) and waits until the
+    machine, having moved the clock there, lets it run (:meth:`run`). :meth:`run` returns once
+    the heartbeat is asleep again or has declared its lease lost, so exactly one of the two
+    threads runs at a time and every example is deterministic.
+    """
+
+    def __init__(
+        self,
+        leases: LeaseStore,
+        now: Callable[[], float],
+        lease: tuple[str, str, str],  # (task, attempt, generation read with the acquisition)
+        ttl_s: float,
+        interval: float,
+        on_lost: Callable[[LeaseLost], object],
+    ) -> None:
+        task_id, attempt_id, generation = lease
+        self._turn = threading.Condition()
+        self._now = now
+        self.due: float | None = None  # when it runs next; None while it runs or once ended
+        self._go = False
+        self.ended = False
+        self.heartbeat = Heartbeat(
+            leases,
+            task_id,
+            attempt_id,
+            int(ttl_s * 1000),
+            interval=interval,
+            now=now,
+            sleep=self._sleep,
+            generation=generation,
+            on_lost=lambda lost: self._lost(on_lost, lost),
+        )
+
+    def start(self) -> None:
+        self.heartbeat.start()
+        self._handover(lambda: self.due is not None)
+
+    def run(self) -> None:
+        """Let the heartbeat run its renewal now; back once it sleeps again or ended."""
+        with self._turn:
+            self._go = True
+            self._turn.notify_all()
+        self._handover(lambda: (self.due is not None and not self._go) or self.ended)
+
+    def stop(self) -> None:
+        """The runner's ``heartbeat.stop()`` (or the process's death): no renewal after it."""
+        self.heartbeat.stop(timeout=0)  # sets its stop flag; the join comes below
+        with self._turn:
+            self._go = True
+            self._turn.notify_all()
+        self.heartbeat.stop()
+        self.due, self.ended = None, True
+
+    @property
+    def lost(self) -> bool:
+        return self.heartbeat.lost.is_set()
+
+    def _sleep(self, seconds: float) -> None:  # the heartbeat's thread
+        with self._turn:
+            self.due, self._go = self._now() + seconds, False
+            self._turn.notify_all()
+            while not self._go:
+                self._turn.wait()
+            self.due = None
+
+    def _lost(self, on_lost: Callable[[LeaseLost], object], lost: LeaseLost) -> None:
+        on_lost(lost)
+        with self._turn:
+            self.ended = True
+            self._turn.notify_all()
+
+    def _handover(self, back: Callable[[], bool]) -> None:
+        with self._turn:
+            if not self._turn.wait_for(back, timeout=_HANDOVER_S):
+                raise RuntimeError(f"the heartbeat of {self.heartbeat.task_id} never came back")
 
 
 def empty_store(store: Store) -> None:

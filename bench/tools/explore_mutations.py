@@ -122,6 +122,14 @@ MUTATIONS = (
         PROTOCOL,
     ),
     Mutation(
+        "fenced-write-recorded-every-time",
+        "no write of a fenced attempt applied; each refused one recorded once",
+        "surehand/store/events.py",
+        "    if connection.execute(select(seen)).scalar():\n        return False\n",
+        "    # MUTANT: every refusal is evidence of its own\n",
+        PROTOCOL,
+    ),
+    Mutation(
         "review-by-anyone-releases-hold",
         "a held TASK is released only by its approver's review",
         "surehand/dispatcher/reviews.py",
@@ -140,11 +148,11 @@ MUTATIONS = (
         SUBMISSIONS,
     ),
     Mutation(
-        "receipt-takeover-only-strictly-after-hold",
-        "write_task answers (no spinning) and names one TASK per submission",
-        "surehand/store/receipts.py",
-        "receipts.c.held_until <= now),\n",
-        "receipts.c.held_until < now),  # MUTANT: the hold lasts through held_until\n",
+        "receipt-reused-without-comparing-the-request",
+        "a submission id names one request: a different request under it is a typed conflict",
+        "surehand/dispatcher/receipt_recovery.py",
+        "        if receipt.request_digest != self.call.digest:\n",
+        "        if False:  # MUTANT: the submission id says it all\n",
         SUBMISSIONS,
     ),
 )
@@ -258,7 +266,9 @@ def mutate(mutation: Mutation, examples: int, seed: int) -> Outcome:
             )
         )
         caught_default, seconds_default, out_default = run(where, mutation.test, None, seed)
-        caught_explore, seconds_explore, out_explore = run(where, mutation.test, examples, seed)
+        caught_explore, seconds_explore, out_explore = (
+            run(where, mutation.test, examples, seed) if examples > 0 else (False, 0.0, "")
+        )
         caught_replay, _, _ = run(where, mutation.test, None, seed, REPLAY_TESTS[mutation.test])
     steps, message = counterexample(out_explore if caught_explore else out_default)
     return Outcome(
@@ -337,7 +347,7 @@ def _stop(signum: int, _frame: object) -> None:
 def main() -> int:
     signal.signal(signal.SIGTERM, _stop)
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--examples", type=int, default=200)
+    parser.add_argument("--examples", type=int, default=200, help="0: the default budget only")
     parser.add_argument("--seed", type=int, default=35)
     parser.add_argument("--only", action="append", default=[])
     args = parser.parse_args()

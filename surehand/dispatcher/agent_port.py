@@ -14,7 +14,10 @@ from surehand.model import ReportStatus, RetryPolicy, WriteReportResult, WriteTa
 
 
 class AgentPort:
-    """Implements SessionPort for one session (the agent's view of the service layer).
+    """Implements SessionPort for one session (the agent's view of the service layer): what
+    the runner hands an agent as ``SessionContext.port``. Public so that a caller driving a
+    claimed session's agent calls itself (the protocol explorers, ``tests/explore_protocol.py``)
+    goes through the same checks as an agent does.
 
     Once the session lost its lease, the port refuses new operations and reports with
     ``LeaseLost``: that is how an agent that never looks at ``ctx.cancelled`` is stopped
