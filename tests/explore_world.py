@@ -19,11 +19,14 @@ an empty store per example, and the example budget.
 
 from __future__ import annotations
 
+import importlib
 import os
+import pkgutil
 import threading
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from types import ModuleType
 
 import pytest
 import redis
@@ -31,6 +34,7 @@ from hypothesis import HealthCheck, Phase, settings
 from hypothesis.internal.conjecture import engine
 from sqlalchemy import delete, text
 
+from surehand import crashpoints, dispatcher
 from surehand.clock import Clock
 from surehand.crashpoints import CrashPoint
 from surehand.errors import LeaseLost, LeaseUnavailable
@@ -95,13 +99,20 @@ class Crashes:
             raise Killed(point.value)
 
     def install(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        """Replace ``crash_point`` in every module that has one."""
-        for module in (
-            "surehand.dispatcher.operations",
-            "surehand.dispatcher.sessions",
-            "surehand.dispatcher.submissions",
-        ):
-            monkeypatch.setattr(f"{module}.crash_point", self)
+        """Replace ``crash_point`` in every dispatcher module that calls it (found, not
+        listed: a module split moves crash points, and a list would silently miss them)."""
+        for module in crash_point_modules():
+            monkeypatch.setattr(module, "crash_point", self)
+
+
+def crash_point_modules() -> list[ModuleType]:
+    """The service-layer modules that imported ``surehand.crashpoints.crash_point``."""
+    found = []
+    for info in pkgutil.iter_modules(dispatcher.__path__, f"{dispatcher.__name__}."):
+        module = importlib.import_module(info.name)
+        if getattr(module, "crash_point", None) is crashpoints.crash_point:
+            found.append(module)
+    return found
 
 
 class ModelLeases(LeaseStore):
