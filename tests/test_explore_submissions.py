@@ -53,3 +53,29 @@ def test_a_retry_after_a_kill_names_the_one_task_of_the_submission(
     assert machine.known[("acme", "sub-a")].named == {identity[0]}
     assert submission_world.reads.count <= 1
     machine.a_submission_names_one_task()
+
+
+def test_a_different_request_under_a_used_submission_id_is_a_conflict_that_creates_nothing(
+    submission_world: SubmissionWorld,
+) -> None:
+    machine = SubmissionMachine(submission_world)
+    machine.submit(tenant="acme", sid="sub-a", variant=0, kill=None, response_lost=False)
+
+    machine.submit(tenant="acme", sid="sub-a", variant=1, kill=None, response_lost=False)
+
+    assert len(machine.known[("acme", "sub-a")].named) == 1
+    machine.a_submission_names_one_task()
+
+
+def test_one_submission_id_in_two_tenants_names_two_tasks_one_each(
+    submission_world: SubmissionWorld,
+) -> None:
+    machine = SubmissionMachine(submission_world)
+    machine.submit(tenant="acme", sid="sub-a", variant=0, kill=None, response_lost=False)
+
+    machine.submit(tenant="globex", sid="sub-a", variant=0, kill=None, response_lost=False)
+
+    acme, globex = (machine.known[(tenant, "sub-a")].named for tenant in ("acme", "globex"))
+    assert len(acme) == len(globex) == 1
+    assert acme != globex
+    machine.a_submission_names_one_task()

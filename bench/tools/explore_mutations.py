@@ -138,21 +138,19 @@ MUTATIONS = (
         PROTOCOL,
     ),
     Mutation(
-        "receipt-recovery-adopts-another-submissions-task",
+        "receipt-read-without-its-tenant",
         "a submission id never names two TASKs (nor a TASK of another submission)",
-        "surehand/dispatcher/receipt_recovery.py",
-        "        return (tenant, submission_id, digest) == "
-        "(call.tenant, call.submission_id, call.digest)\n",
-        "        return (tenant, digest) == (call.tenant, call.digest)  # MUTANT: the digest "
-        "says it all\n",
+        "surehand/store/receipts.py",
+        '        receipts.c.tenant == bindparam("tenant"),\n',
+        "        # MUTANT: a submission id is unique enough on its own\n",
         SUBMISSIONS,
     ),
     Mutation(
         "receipt-reused-without-comparing-the-request",
         "a submission id names one request: a different request under it is a typed conflict",
-        "surehand/dispatcher/receipt_recovery.py",
-        "        if receipt.request_digest != self.call.digest:\n",
-        "        if False:  # MUTANT: the submission id says it all\n",
+        "surehand/dispatcher/replay.py",
+        "    if receipt.request_digest != call.digest:\n",
+        "    if False:  # MUTANT: the submission id says it all\n",
         SUBMISSIONS,
     ),
 )
@@ -292,9 +290,15 @@ def report(outcomes: list[Outcome], examples: int, seed: int) -> Path:
     lines = [
         f"# Explore mutations, {stamp}",
         "",
-        f"Each mutant was run against its explore test on SQLite + fakeredis: once with the "
-        f"default suite's budget (derandomised) and once with {examples} examples "
-        f"(--hypothesis-seed={seed}). Produced by `bench/explore_mutations.py`.",
+        "Each mutant was run against its explore test on SQLite + fakeredis with the default "
+        "suite's budget (derandomised)"
+        + (
+            f" and once with {examples} examples (--hypothesis-seed={seed})"
+            if examples > 0
+            else " (no exploration run: --examples 0)"
+        )
+        + ", and against the machine's plain regression tests. "
+        "Produced by `bench/tools/explore_mutations.py`.",
         "",
         "| mutation | invariant | machine, default budget | machine, explore | regression tests |",
         "|---|---|---|---|---|",
@@ -302,7 +306,7 @@ def report(outcomes: list[Outcome], examples: int, seed: int) -> Path:
     for o in outcomes:
         lines.append(
             f"| {o.name} | {o.invariant} | {_yes(o.caught_default, o.seconds_default)} | "
-            f"{_yes(o.caught_explore, o.seconds_explore)} | "
+            f"{_explored(o, examples)} | "
             f"{'yes' if o.caught_replay else 'NO'} |"
         )
     for o in outcomes:
@@ -336,6 +340,10 @@ def report(outcomes: list[Outcome], examples: int, seed: int) -> Path:
     return path
 
 
+def _explored(outcome: Outcome, examples: int) -> str:
+    return _yes(outcome.caught_explore, outcome.seconds_explore) if examples > 0 else "not run"
+
+
 def _yes(caught: bool, seconds: float) -> str:
     return f"{'yes' if caught else 'NO'} ({seconds:g} s)"
 
@@ -359,7 +367,7 @@ def main() -> int:
         print(  # the table is the output
             f"{outcome.name:<52} "
             f"default: {_yes(outcome.caught_default, outcome.seconds_default):<12}"
-            f" explore: {_yes(outcome.caught_explore, outcome.seconds_explore):<12}"
+            f" explore: {_explored(outcome, args.examples):<12}"
             f" regression tests: {'yes' if outcome.caught_replay else 'NO'}",
             flush=True,
         )
