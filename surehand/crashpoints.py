@@ -5,7 +5,7 @@ running code reaches a named point, the process kills itself with SIGKILL: no ``
 blocks, no atexit handlers, no flushing, exactly like a power cut or an OOM kill. A name that is
 not a crash point is a ``ConfigError`` at the first point reached (a typo never silently fails
 to fire). Unset (the default), a crash point costs one dictionary lookup. Never set it outside
-tests; ``tests/test_crash_points.py`` checks that every point has a crash test.
+tests; ``tests/chaos/test_crash_points.py`` checks that every point has a crash test.
 """
 
 from __future__ import annotations

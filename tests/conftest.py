@@ -29,7 +29,7 @@ from tests.skips import IN_CI, missing, skip_reason, unexplained
 
 # Every fixture more than one test module uses is defined once, here or in one of these
 # modules; no test module imports a fixture or another test module (the rules:
-# tests/test_fixture_sharing.py). A module comes after the plugins it imports (else pytest
+# tests/project/test_fixture_sharing.py). A module comes after the plugins it imports (else pytest
 # could not rewrite its asserts).
 pytest_plugins = [
     "tests.redis_fixtures",

@@ -1,5 +1,5 @@
-"""Agents for ``tests/test_delegation_workers.py``, loaded by real worker processes through
-``SUREHAND_AGENTS=PM=tests.delegation_agents:pm,DEV=...:dev,QA=...:qa``.
+"""Agents for ``tests/processes/test_delegation_workers.py``, loaded by real worker processes
+through ``SUREHAND_AGENTS=PM=tests.delegation_agents:pm,DEV=...:dev,QA=...:qa``.
 
 Each appends one JSON line per thing it did to the file named by ``DELEGATION_LEDGER``, the
 agents' own record (never surehand's). The PM delegates DEV and QA (QA after DEV) and waits

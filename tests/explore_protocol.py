@@ -485,7 +485,9 @@ class ProtocolMachine(RuleBasedStateMachine):
         after it took effect, and the process may be killed at any crash point of the
         operation (two rules, so that a kill mid-effect is as likely as a whole operation)."""
         if not self._actors(leased=True):
-            return  # (a replayed step whose actor is gone: see tests/test_explore_protocol.py)
+            # (a replayed step whose actor is gone: see
+            # tests/chaos/test_explore_protocol.py)
+            return
         self._operate(self._actor(index), name, raises, kill)
 
     def _operate(

@@ -1,4 +1,4 @@
-"""Cases for ``tests/test_skips.py``: its subprocess runs name this file on pytest's command
+"""Cases for ``tests/project/test_skips.py``: its subprocess runs name this file on pytest's command
 line (it is not ``test_*.py``, so the suite itself never collects it)."""
 
 from __future__ import annotations

@@ -6,8 +6,8 @@ Each round starts a stand-in "worker" (a Python process) that starts the trampol
 (``surehand/agents/reaper.py``) the way the command agent does, running a program that leaves
 a TERM-ignoring child behind; once the group is up, the worker is SIGKILLed and the time until
 no live member of the group is left is measured (``/proc`` polled every millisecond). The
-test suite (``tests/test_agent_reaper.py``) asserts only that the group goes; how fast is this
-measurement. Printed (median, p90, max) and saved to ``bench/results/reaper-<UTC>.json``.
+test suite (``tests/agents/test_agent_reaper.py``) asserts only that the group goes; how fast is
+this measurement. Printed (median, p90, max) and saved to ``bench/results/reaper-<UTC>.json``.
 Linux only. A benchmark, not a test: it asserts nothing.
 """
 

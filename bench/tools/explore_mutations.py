@@ -34,8 +34,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 RESULTS = REPO / "bench" / "results"
-PROTOCOL = "tests/test_explore_protocol.py"
-SUBMISSIONS = "tests/test_explore_submissions.py"
+PROTOCOL = "tests/chaos/test_explore_protocol.py"
+SUBMISSIONS = "tests/chaos/test_explore_submissions.py"
 MACHINE_TESTS = {
     PROTOCOL: "interleaving and sqlite and fakeredis",
     SUBMISSIONS: "interleaving and sqlite",

@@ -5,7 +5,7 @@ the ``image`` of ``postgres`` and ``redis``; and the default file does not resol
 either password (Postgres' and Redis' have no defaults).
 
 compose/check runs it first (``python config.py PODMAN_COMPOSE``, with the Python that
-podman-compose is installed in: it needs PyYAML); tests/test_compose.py runs it whenever
+podman-compose is installed in: it needs PyYAML); tests/project/test_compose.py runs it whenever
 podman-compose is on the machine.
 """
 

@@ -22,7 +22,7 @@ PROBE_WORKER = "worker-ops"  # QA is the probe's role (stack.py's SUREHAND_AGENT
 START = "agent programs: sandbox "
 MARKER = "surehand-check-probe: "  # probe_agent.py's report line
 # The engine options docker-compose.yml gives the workers (x-agent-sandbox), as podman run
-# options; tests/test_compose.py holds them equal to the file's.
+# options; tests/project/test_compose.py holds them equal to the file's.
 COMPOSE_OPTIONS = (
     "--security-opt=seccomp=unconfined",
     "--security-opt=apparmor=unconfined",

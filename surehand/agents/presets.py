@@ -10,7 +10,7 @@ The session directory gets ``.mcp.json`` (Claude Code's format; the token comes 
 environment, never the file). Codex reads no project-local config of an untrusted directory,
 so its preset passes everything by ``-c`` overrides, and its home (``CODEX_HOME``) is the
 session's. The presets were run against Claude Code 2.1.332 and Codex 0.171.0 with scripted
-model doubles (``tests/test_agent_clis_real.py``).
+model doubles (``tests/agents/test_agent_clis_real.py``).
 
 A preset can do real work (:class:`PresetOptions`, from the settings): the operator's extra
 tools for Claude Code (``SUREHAND_CLAUDE_TOOLS``: ``Bash``, ``Edit``, ``mcp__github``...) and

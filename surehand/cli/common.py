@@ -26,7 +26,7 @@ from surehand.errors import (
 )
 
 if TYPE_CHECKING:  # imported by the commands that use them: `--help` and `surehand effect`
-    # need neither pydantic-settings nor the store (tests/test_cli_startup.py)
+    # need neither pydantic-settings nor the store (tests/doors/test_cli_startup.py)
     from rich.console import Console
 
     from surehand.config import Settings

@@ -34,7 +34,7 @@ from surehand.cli.session_commands import announce_confinement
 from surehand.errors import ConfigError
 
 if TYPE_CHECKING:  # imported by the commands that use them: `surehand --help` and the other
-    # commands do not pay for the runtime (tests/test_cli_startup.py)
+    # commands do not pay for the runtime (tests/doors/test_cli_startup.py)
     from surehand.agents.command import CommandAgent
     from surehand.config import Settings
     from surehand.embedded import Embedded, Progress

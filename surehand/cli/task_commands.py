@@ -24,7 +24,7 @@ from surehand.cli.common import (
 )
 
 # The rest -- the runtime, the records, the rich renderings (surehand.cli.render) -- is imported
-# by the commands that use it: CLI start-up time (tests/test_cli_startup.py).
+# by the commands that use it: CLI start-up time (tests/doors/test_cli_startup.py).
 if TYPE_CHECKING:
     from surehand.cli.watch import WatchSpec
     from surehand.facade import Surehand

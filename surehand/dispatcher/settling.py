@@ -20,7 +20,7 @@ request, the move (hence its TRANSITION event), the recorded return and the atte
 Both build the REPORT with ``new_report``/``report_event``, the TRANSITION event with
 ``lifecycle.move_event`` of the same :class:`~surehand.dispatcher.lifecycle.Move`, and the
 attempt's end with the same :class:`AttemptEnd`, so they write the same rows by construction;
-``tests/test_session_fastpath.py`` checks that property on both stores.
+``tests/store/test_session_fastpath.py`` checks that property on both stores.
 """
 
 from __future__ import annotations

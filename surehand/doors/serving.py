@@ -31,7 +31,7 @@ def bind(host: str, port: int, *, setting: str = "SUREHAND_API_PORT") -> socket.
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     # IPPROTO_TCP, not 0: asyncio sets TCP_NODELAY on an accepted connection only when the
     # socket says TCP, and without it every keep-alive response (headers, then body) waited
-    # for the client's delayed ACK, ~40 ms a request (tests/test_serving_nodelay.py).
+    # for the client's delayed ACK, ~40 ms a request (tests/unit/test_serving_nodelay.py).
     sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:

@@ -10,7 +10,7 @@ Both writes are guarded. When a guard does not hold they write nothing and retur
 the caller takes the general path, which explains why (claimed already, held, fenced out, an
 existing REPORT series, recorded operations). The rows they write are exactly the general
 path's: the settle's are built for both paths by one ``Settlement``
-(:mod:`surehand.dispatcher.settling`), and ``tests/test_session_fastpath.py`` checks that both
+(:mod:`surehand.dispatcher.settling`), and ``tests/store/test_session_fastpath.py`` checks that both
 paths leave the same rows.
 
 Why these are written by hand and not generated from ``lifecycle``'s rules: the fence is

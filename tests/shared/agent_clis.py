@@ -1,4 +1,4 @@
-"""What other test modules need from ``tests/test_agent_clis_real.py``.
+"""What other test modules need from ``tests/agents/test_agent_clis_real.py``.
 
 No test module imports another; fixtures reach tests through ``tests/conftest.py``.
 """

@@ -1,4 +1,4 @@
-"""What other test modules need from ``tests/test_agent_network.py``.
+"""What other test modules need from ``tests/agents/test_agent_network.py``.
 
 No test module imports another; fixtures reach tests through ``tests/conftest.py``.
 """

@@ -1,4 +1,4 @@
-"""What other test modules need from ``tests/test_api.py``.
+"""What other test modules need from ``tests/doors/test_api.py``.
 
 No test module imports another; fixtures reach tests through ``tests/conftest.py``.
 """

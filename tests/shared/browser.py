@@ -1,4 +1,4 @@
-"""What other test modules need from ``tests/test_ui_browser.py``.
+"""What other test modules need from ``tests/browser/test_ui_browser.py``.
 
 No test module imports another; fixtures reach tests through ``tests/conftest.py``.
 """

@@ -1,4 +1,4 @@
-"""What other test modules need from ``tests/test_chaos.py``.
+"""What other test modules need from ``tests/chaos/test_chaos.py``.
 
 No test module imports another; fixtures reach tests through ``tests/conftest.py``.
 """

@@ -1,4 +1,4 @@
-"""What other test modules need from ``tests/test_command_agent.py``.
+"""What other test modules need from ``tests/agents/test_command_agent.py``.
 
 No test module imports another; fixtures reach tests through ``tests/conftest.py``.
 """

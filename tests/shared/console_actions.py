@@ -1,4 +1,4 @@
-"""What other test modules need from ``tests/test_console_actions.py``.
+"""What other test modules need from ``tests/doors/test_console_actions.py``.
 
 No test module imports another; fixtures reach tests through ``tests/conftest.py``.
 """

@@ -1,4 +1,4 @@
-"""What other test modules need from ``tests/test_effects.py``.
+"""What other test modules need from ``tests/unit/test_effects.py``.
 
 No test module imports another; fixtures reach tests through ``tests/conftest.py``.
 """

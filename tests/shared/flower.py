@@ -1,4 +1,4 @@
-"""What other test modules need from ``tests/test_flower.py``.
+"""What other test modules need from ``tests/processes/test_flower.py``.
 
 No test module imports another; fixtures reach tests through ``tests/conftest.py``.
 """

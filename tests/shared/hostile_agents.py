@@ -1,4 +1,4 @@
-"""What other test modules need from ``tests/test_hostile_agents.py``.
+"""What other test modules need from ``tests/agents/test_hostile_agents.py``.
 
 No test module imports another; fixtures reach tests through ``tests/conftest.py``.
 """

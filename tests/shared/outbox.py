@@ -1,4 +1,4 @@
-"""What other test modules need from ``tests/test_outbox.py``.
+"""What other test modules need from ``tests/store/test_outbox.py``.
 
 No test module imports another; fixtures reach tests through ``tests/conftest.py``.
 """

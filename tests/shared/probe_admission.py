@@ -1,4 +1,4 @@
-"""What other test modules need from ``tests/test_probe_admission.py``.
+"""What other test modules need from ``tests/probes/test_probe_admission.py``.
 
 No test module imports another; fixtures reach tests through ``tests/conftest.py``.
 """

@@ -1,4 +1,4 @@
-"""What other test modules need from ``tests/test_workers.py``.
+"""What other test modules need from ``tests/processes/test_workers.py``.
 
 No test module imports another; fixtures reach tests through ``tests/conftest.py``.
 """

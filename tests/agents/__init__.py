@@ -1,0 +1,1 @@
+"""Agent runtimes: command agents, the sandbox and network, the real agent CLIs."""

@@ -1,0 +1,1 @@
+"""Kills, pauses and crash points; the machine-explored protocols."""

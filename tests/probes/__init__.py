@@ -1,0 +1,1 @@
+"""Probes: the registry, admission asking them, the built-in git and HTTP probes."""

@@ -1,0 +1,1 @@
+"""Real surehand processes: workers, beat, up, api, flower on real brokers."""

@@ -1,0 +1,1 @@
+"""The repository itself: docs, README, scripts, compose files, the suite's rules."""

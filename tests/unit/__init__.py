@@ -1,0 +1,1 @@
+"""Pure logic: functions and small objects, no store, no Redis, no processes."""
