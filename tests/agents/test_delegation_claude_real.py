@@ -84,7 +84,15 @@ def test_claude_code_delegates_through_the_session_tool_and_waits(
             wait_until(dev_in_review, timeout=180, interval=0.5, what="DEV's REPORT")
             waiting = read_task(store, parent)
             assert (waiting.bucket, waiting.published) == (Bucket.INBOX, False)
-            assert client.leases.holder(parent) is None  # no lease held while it waits
+            # No lease is held while it waits: released once the PM's session has ended (its
+            # agent's processes stopped), which may come after DEV's quick REPORT; never before.
+            wait_until(
+                lambda: client.leases.holder(parent) is None,
+                timeout=60,
+                interval=0.2,
+                what="the waiting PM session's lease to be released",
+            )
+            assert read_task(store, parent).bucket is Bucket.INBOX
             dev_id = child()
             assert dev_id is not None
             client.transition(dev_id, "approve", actor="PM")
