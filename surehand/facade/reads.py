@@ -4,6 +4,7 @@ before it reaches the service layer's queries (:mod:`surehand.dispatcher.queries
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from typing import Any
 
 from surehand.call_requests import (
@@ -32,17 +33,19 @@ from surehand.model.listing import Count, Page
 from surehand.model.pauses import Pause
 
 
-class Reads:
+class Reads(ABC):
     """What :class:`surehand.Surehand` reads, in its tenant; it supplies ``services`` and
     ``tenant`` (a mixin: the handle is the one public entry)."""
 
     @property
+    @abstractmethod
     def services(self) -> Services:
-        raise NotImplementedError
+        """The service layer the reads go through."""
 
     @property
+    @abstractmethod
     def tenant(self) -> str:
-        raise NotImplementedError
+        """The tenant every read is confined to."""
 
     def diagnose_submission(self, client_submission_id: str) -> SubmissionDiagnosis:
         """Read-only facts about a submission's receipt (never repairs anything)."""
