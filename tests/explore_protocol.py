@@ -34,6 +34,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 from surehand.agents.context import SessionContext
 from surehand.config import Settings
 from surehand.crashpoints import CrashPoint
+from surehand.dispatcher import reviews
 from surehand.dispatcher.admission import Admitter
 from surehand.dispatcher.agent_port import AgentPort
 from surehand.dispatcher.claims import claim
@@ -847,8 +848,13 @@ class ProtocolMachine(RuleBasedStateMachine):
         approver = by in approvers(task)
         before = None if approver else self._state(task_id)  # (an approver must not be refused)
         try:
-            self.recovery.review(
-                held[0].case_id, effect=effect, note="checked", actor=by, tenant=TENANT
+            reviews.review(
+                self.recovery.admitter,
+                held[0].case_id,
+                effect=effect,
+                note="checked",
+                actor=by,
+                tenant=TENANT,
             )
         except NotAuthorized:
             if approver or self._state(task_id) != before:

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Literal
 
 from surehand import metrics
-from surehand.dispatcher import lifecycle, submissions, transitions
+from surehand.dispatcher import lifecycle, reviews, submissions, transitions
 from surehand.dispatcher.context import Services
 from surehand.dispatcher.dispatch import after_done, publish_after_commit, publish_successor
 from surehand.model import Action, Admission, InterruptionCase, Task, WriteTaskResult
@@ -81,7 +81,8 @@ def review(
     principal: Principal,
 ) -> InterruptionCase:
     """An approver's answer on a held case; a successor it admits is published."""
-    case = recovery.review(
+    case = reviews.review(
+        recovery.admitter,
         case_id,
         effect=effect,
         operations=operations,

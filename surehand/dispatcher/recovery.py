@@ -1,11 +1,11 @@
-"""Loss, recovery requests and reviews: everything that opens or re-decides an interruption case.
+"""Loss and recovery requests: what opens an interruption case; reviews re-decide one.
 
 ``lose`` marks a running attempt ``SESSION_LOST`` and opens its case (one per attempt, enforced
 by a unique key, so two reconcilers produce one case). ``recover`` is a caller's request; a
 server-side classifier reads durable state to tell an interruption from normal rework, which
-keeps its own lifecycle paths. ``review`` records an approver's statement of the effect and runs
-admission again on it (:mod:`surehand.dispatcher.reviews`). All of them end in
-:meth:`Admitter.admit`.
+keeps its own lifecycle paths. A review (:func:`surehand.dispatcher.reviews.review`, on this
+module's ``admitter``) records an approver's statement of the effect and runs admission again.
+All of them end in :meth:`Admitter.admit`.
 
 Who may ask: a recover request belongs to the TASK's approvers (the runtime recovers through
 the reconciler, which calls :meth:`Recovery.lose`), a review to its approvers alone. A caller
@@ -23,9 +23,8 @@ from typing import Any
 
 from sqlalchemy import Connection
 
-from surehand.call_requests import Effect, RecoverRequest, parse
+from surehand.call_requests import RecoverRequest, parse
 from surehand.config import Settings
-from surehand.dispatcher import reviews
 from surehand.dispatcher.admission import Admitter, Unset
 from surehand.dispatcher.context import Services
 from surehand.dispatcher.reviews import check_approver
@@ -258,32 +257,6 @@ class Recovery:
                     ),
                 )
         return RecoveryOutcome(task.task_id, Admission.NOT_ADMITTED, reason)
-
-    # -- review -------------------------------------------------------------------------------
-
-    def review(
-        self,
-        case_id: str,
-        *,
-        effect: Effect | None,
-        note: str,
-        actor: str,
-        tenant: str | None,
-        principal: Principal | None = None,
-        operations: Mapping[int, Effect] | None = None,
-    ) -> InterruptionCase:
-        """An approver states whether a held case's effects happened; admission runs again
-        (:func:`.reviews.review`)."""
-        return reviews.review(
-            self.admitter,
-            case_id,
-            effect=effect,
-            note=note,
-            actor=actor,
-            tenant=tenant,
-            principal=principal,
-            operations=operations,
-        )
 
 
 def _asked_lately(

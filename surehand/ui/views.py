@@ -185,7 +185,7 @@ def _mixed(open_ids: Sequence[int]) -> dict[int, str]:
 
 def preview(attempt: Attempt, ops: Sequence[Operation], answers: Mapping[int, str]) -> Evidence:
     """The admission a review giving ``answers`` (operation id → present/absent) would lead
-    to: the review records each answer on its operation (as ``Recovery.review`` does), then
+    to: the review records each answer on its operation (as ``reviews.review`` does), then
     admission evaluates the records."""
     stated = [
         _stated(op, answers[op.operation_id]) if op.operation_id in answers else op for op in ops
