@@ -11,10 +11,9 @@ otherwise, with nothing written).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from surehand.call_requests import Effect, ReviewRequest, parse
-from surehand.dispatcher.admission import Admitter
 from surehand.dispatcher.context import Services
 from surehand.dispatcher.effects import unsettled
 from surehand.dispatcher.lifecycle import approvers
@@ -22,6 +21,10 @@ from surehand.errors import CaseNotFound, NotAuthorized, RecoveryError, Validati
 from surehand.model import Admission, CaseState, EventKind, InterruptionCase, Operation, Task
 from surehand.principals import Principal, acting_for
 from surehand.store import cases, events, operations, tasks
+
+if TYPE_CHECKING:  # admission imports the lease store (redis); the doors that import this
+    # module through actions (`surehand tasks`, `show`, `submit`) must not pay for it
+    from surehand.dispatcher.admission import Admitter
 
 
 def review(
